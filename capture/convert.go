@@ -1,0 +1,385 @@
+package capture
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"msmemscope/analyzer"
+	"msmemscope/config"
+	"msmemscope/internal/safefs"
+	"msmemscope/internal/version"
+	"msmemscope/symbolize"
+	"msmemscope/trace"
+)
+
+// Options tune a conversion.
+type Options struct {
+	Console io.Writer      // where the short summaries go; nil: nowhere
+	Config  *config.Config // overrides the recorded configuration (offline --analysis)
+	// TracedChildren are pids of processes of the same run that have a folder
+	// of their own: forks of this image that exec'd and so were traced.
+	TracedChildren map[int]bool
+}
+
+// Result says what a conversion wrote and found.
+type Result struct {
+	Dir       string
+	Meta      *ProcessMeta
+	DumpPath  string
+	Events    uint64 // events decoded from the spool
+	Rows      uint64 // rows written to the dump
+	Lost      uint64
+	Complete  bool   // the image ended normally (not killed)
+	Exec      string // the program this image exec'd into, if any
+	Forks     []int  // children forked by this image
+	Untraced  int    // forked children that were not traced
+	Truncated bool
+	Leaks     *analyzer.LeakReport
+	LeaksPath string
+}
+
+// ConfigJSON is the config.json of SPEC §2.
+type ConfigJSON struct {
+	Version                string        `json:"version"`
+	Config                 config.Config `json:"config"`
+	Pid                    int           `json:"pid"`
+	Ppid                   int           `json:"ppid"`
+	Cmdline                []string      `json:"cmdline"`
+	Clock                  string        `json:"clock"`
+	UnixOffsetNs           int64         `json:"clock_unix_offset_ns"` // add to Timestamp(ns) for Unix time
+	EventsRecorded         uint64        `json:"events_recorded"`
+	EventsWritten          uint64        `json:"events_written"`
+	EventsLost             uint64        `json:"events_lost"`
+	ForkedChildrenUntraced int           `json:"forked_children_untraced"`
+	Complete               bool          `json:"complete"`
+	Exec                   string        `json:"exec,omitempty"`
+	SpoolBytes             int64         `json:"spool_bytes"`
+}
+
+// Convert turns the spool of a process folder into the dump, config.json and
+// the analyses' reports.
+func Convert(dir string, opt Options) (*Result, error) {
+	meta, err := ReadMeta(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a capture folder: %v", dir, err)
+	}
+	cfg := meta.Config
+	if opt.Config != nil {
+		cfg = *opt.Config
+	}
+	sp, err := trace.OpenSpool(filepath.Join(dir, SpoolDir, trace.SpoolFileName))
+	if err != nil {
+		return nil, err
+	}
+	defer sp.Close()
+	res := &Result{Dir: dir, Meta: meta, Truncated: sp.Truncated}
+	end := readEnd(dir)
+	res.Complete = end != nil
+
+	if err := safefs.EnsureDir(filepath.Join(dir, DumpDir)); err != nil {
+		return nil, err
+	}
+	stamp := Stamp(time.Now())
+	res.DumpPath = uniquePath(filepath.Join(dir, DumpDir, "memscope_dump_"+stamp), ".csv")
+
+	dec := newDecoder(sp, dir, meta, cfg)
+	leaks := analyzer.NewLeakAnalyzer()
+	err = safefs.WriteNew(res.DumpPath, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20)
+		cw := trace.NewCSVWriter(bw)
+		for {
+			e, err := dec.next()
+			if err != nil {
+				return err
+			}
+			if e == nil {
+				break
+			}
+			if cfg.HasAnalysis("leaks") {
+				leaks.Observe(e)
+			}
+			if e.Kind == trace.KindSystem || cfg.WantStep(e.Step) {
+				if err := cw.Write(e); err != nil {
+					return err
+				}
+			}
+		}
+		if err := cw.Flush(); err != nil {
+			return err
+		}
+		res.Rows = cw.Rows()
+		return bw.Flush()
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Events = dec.records
+	res.Lost = dec.lost
+	if end != nil && end.Lost > res.Lost {
+		res.Lost = end.Lost
+	}
+	res.Exec = dec.exec
+	res.Forks = dec.forks
+	for _, c := range dec.forks {
+		if !opt.TracedChildren[c] {
+			res.Untraced++
+		}
+	}
+
+	cj := ConfigJSON{
+		Version: version.Version, Config: cfg, Pid: meta.Pid, Ppid: meta.Ppid, Cmdline: meta.Cmdline,
+		Clock: "CLOCK_MONOTONIC", UnixOffsetNs: meta.StartUnixNs - meta.StartMonoNs,
+		EventsRecorded: res.Events, EventsWritten: res.Rows, EventsLost: res.Lost,
+		ForkedChildrenUntraced: res.Untraced, Complete: res.Complete, Exec: res.Exec, SpoolBytes: sp.Bytes,
+	}
+	cpath := filepath.Join(dir, ConfigFile)
+	if _, err := os.Stat(cpath); err == nil {
+		cpath = uniquePath(filepath.Join(dir, "config_"+stamp), ".json")
+	}
+	if err := writeJSON(cpath, cj); err != nil {
+		return nil, err
+	}
+
+	if cfg.HasAnalysis("leaks") {
+		res.Leaks = leaks.Finish()
+		if err := safefs.EnsureDir(filepath.Join(dir, AnalysisDir)); err != nil {
+			return nil, err
+		}
+		res.LeaksPath = uniquePath(filepath.Join(dir, AnalysisDir, "leaks_"+stamp), ".csv")
+		if err := safefs.WriteNew(res.LeaksPath, res.Leaks.WriteCSV); err != nil {
+			return nil, err
+		}
+		if opt.Console != nil {
+			fmt.Fprintf(opt.Console, "msmemscope: process %d (%s): %s", meta.Pid, progName(meta), res.Leaks.Summary(5))
+		}
+	}
+	return res, nil
+}
+
+func progName(m *ProcessMeta) string {
+	if len(m.Cmdline) > 0 {
+		return filepath.Base(m.Cmdline[0])
+	}
+	return filepath.Base(m.Exe)
+}
+
+// uniquePath returns base+ext, or base_N+ext when that exists already.
+func uniquePath(base, ext string) string {
+	p := base + ext
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(p); os.IsNotExist(err) {
+			return p
+		}
+		p = fmt.Sprintf("%s_%d%s", base, i, ext)
+	}
+}
+
+// block is a live allocation while decoding.
+type block struct {
+	id     uint64
+	size   uint64
+	hidden bool // allocated while collection was off: no MALLOC row yet
+	cstack string
+}
+
+type blockKey struct {
+	sub uint16
+	ptr uint64
+}
+
+// decoder turns spool records into dump events: it numbers rows, pairs FREEs
+// with their MALLOCs (allocation ids, sizes), writes shadow MALLOCs for blocks
+// allocated while collection was off, names mstx ranges and numbers steps.
+type decoder struct {
+	r       *trace.SpoolReader
+	meta    *ProcessMeta
+	cfg     config.Config
+	pid     int64
+	live    map[blockKey]*block
+	ranges  map[uint64]string
+	steps   trace.StepTracker
+	nextID  uint64
+	nextAID uint64
+	records uint64
+	lost    uint64
+	exec    string
+	forks   []int
+	pending []*trace.Event // a shadow MALLOC waits here before its FREE
+	lastFree map[int32]blockKey
+	lastSize map[int32]uint64
+
+	sym       *symbolize.Symbolizer
+	symDir    string
+	stackMemo map[string]string
+}
+
+func newDecoder(sp *trace.Spool, dir string, meta *ProcessMeta, cfg config.Config) *decoder {
+	d := &decoder{
+		r: sp.Reader(), meta: meta, cfg: cfg, pid: int64(meta.Pid),
+		live: map[blockKey]*block{}, ranges: map[uint64]string{},
+		lastFree: map[int32]blockKey{}, lastSize: map[int32]uint64{},
+		symDir: dir, stackMemo: map[string]string{},
+	}
+	d.steps.UseStepCalls = sp.HasStep
+	return d
+}
+
+func (d *decoder) cstack(r *trace.Rec) string {
+	if r.Flags&trace.FCStack == 0 {
+		return ""
+	}
+	key := string(r.Payload)
+	if s, ok := d.stackMemo[key]; ok {
+		return s
+	}
+	if d.sym == nil {
+		maps, err := os.ReadFile(filepath.Join(d.symDir, SpoolDir, MapsEnd))
+		if err != nil {
+			maps, _ = os.ReadFile(filepath.Join(d.symDir, SpoolDir, MapsStart))
+		}
+		d.sym = symbolize.New(string(maps))
+	}
+	frames := d.sym.Frames(r.Frames())
+	for i := range frames {
+		frames[i] = strings.ReplaceAll(frames[i], ";", ",")
+	}
+	s := strings.Join(frames, ";")
+	d.stackMemo[key] = s
+	return s
+}
+
+func (d *decoder) emit(e *trace.Event) *trace.Event {
+	d.nextID++
+	e.ID = d.nextID
+	e.Pid = d.pid
+	d.steps.Observe(e)
+	return e
+}
+
+func (d *decoder) next() (*trace.Event, error) {
+	if len(d.pending) > 0 {
+		e := d.pending[0]
+		d.pending = d.pending[1:]
+		return d.emit(e), nil
+	}
+	for {
+		r, ns, err := d.r.Next()
+		if err != nil || r == nil {
+			return nil, err
+		}
+		d.records++
+		e := &trace.Event{Timestamp: ns, Tid: int64(r.Tid)}
+		switch r.Kind {
+		case trace.RMalloc:
+			if ev := d.malloc(r, e); ev != nil {
+				return d.emit(ev), nil
+			}
+		case trace.RFree:
+			if ev := d.free(r, e); ev != nil {
+				return d.emit(ev), nil
+			}
+		case trace.RStart, trace.RStop, trace.RStep, trace.RExit:
+			e.Kind = trace.KindSystem
+			e.Type = map[uint16]string{trace.RStart: trace.TypeStart, trace.RStop: trace.TypeStop,
+				trace.RStep: trace.TypeStep, trace.RExit: trace.TypeProcessExit}[r.Kind]
+			return d.emit(e), nil
+		case trace.RMark, trace.RRangeStart, trace.RRangeEnd:
+			e.Kind = trace.KindMstx
+			e.MstxID = r.A
+			switch r.Kind {
+			case trace.RMark:
+				e.Type, e.Name = trace.TypeMark, r.Text()
+			case trace.RRangeStart:
+				e.Type, e.Name = trace.TypeRangeStart, r.Text()
+				d.ranges[r.A] = e.Name
+			default:
+				e.Type, e.Name = trace.TypeRangeEnd, d.ranges[r.A]
+				delete(d.ranges, r.A)
+			}
+			return d.emit(e), nil
+		case trace.RExec:
+			d.exec = r.Text()
+		case trace.RFork:
+			d.forks = append(d.forks, int(r.A))
+		case trace.RLost:
+			d.lost += r.A
+		}
+	}
+}
+
+func subType(flags uint16) string {
+	if flags&trace.FSubMask == trace.FMmap {
+		return trace.TypeMmap
+	}
+	return trace.TypeHost
+}
+
+func owner(typ string) string {
+	if typ == trace.TypeMmap {
+		return "HOST@mmap"
+	}
+	return "HOST"
+}
+
+func (d *decoder) malloc(r *trace.Rec, e *trace.Event) *trace.Event {
+	key := blockKey{r.Flags & trace.FSubMask, r.A}
+	size := r.B
+	if r.Flags&trace.FUndo != 0 {
+		// A failed realloc: the block freed just before lives on.
+		if d.lastFree[r.Tid] != key {
+			return nil
+		}
+		size = d.lastSize[r.Tid]
+	}
+	d.nextAID++
+	b := &block{id: d.nextAID, size: size, hidden: r.Flags&trace.FOff != 0}
+	if old, ok := d.live[key]; ok && !old.hidden {
+		_ = old // a block we never saw freed (freed before tracing began): replaced
+	}
+	d.live[key] = b
+	if b.hidden {
+		b.cstack = d.cstack(r)
+		return nil
+	}
+	e.Kind = trace.KindMalloc
+	e.Type = subType(r.Flags)
+	e.Device = trace.DeviceHost
+	e.Ptr, e.HasPtr = r.A, true
+	e.AllocID, e.Size = b.id, size
+	e.Owner = owner(e.Type)
+	e.CStack = d.cstack(r)
+	return e
+}
+
+func (d *decoder) free(r *trace.Rec, e *trace.Event) *trace.Event {
+	key := blockKey{r.Flags & trace.FSubMask, r.A}
+	b, ok := d.live[key]
+	if !ok {
+		return nil // freed memory we never saw allocated (or a file mapping)
+	}
+	delete(d.live, key)
+	d.lastFree[r.Tid], d.lastSize[r.Tid] = key, b.size
+	if r.Flags&trace.FOff != 0 {
+		return nil
+	}
+	e.Kind = trace.KindFree
+	e.Type = subType(r.Flags)
+	e.Device = trace.DeviceHost
+	e.Ptr, e.HasPtr = r.A, true
+	e.AllocID, e.Size = b.id, b.size
+	if b.hidden {
+		// Allocated while collection was off, freed while on: a synthetic
+		// MALLOC just before the FREE (SPEC §3).
+		m := &trace.Event{Kind: trace.KindMalloc, Type: e.Type, Timestamp: e.Timestamp, Tid: e.Tid,
+			Device: e.Device, Ptr: e.Ptr, HasPtr: true, AllocID: b.id, Size: b.size,
+			Owner: owner(e.Type), Shadow: true, CStack: b.cstack}
+		d.pending = append(d.pending, e)
+		return m
+	}
+	return e
+}

@@ -1,0 +1,110 @@
+// Package libmemscope is the collector inside the traced process: the C hot
+// path (hook.c) records into per-thread rings, and this Go engine owns the
+// capture folder, drains the rings into the spool every millisecond, and
+// finishes the capture at exit.
+package libmemscope
+
+/*
+#cgo CFLAGS: -O2 -g -fno-omit-frame-pointer -Wall -Wno-unused-function
+#cgo LDFLAGS: -ldl -lpthread
+#include "hook.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"msmemscope/capture"
+	"msmemscope/config"
+)
+
+// engine is the one capture of this process image.
+var eng struct {
+	mu         sync.Mutex
+	started    bool
+	finished   bool
+	cfg        config.Config
+	proc       *capture.Process
+	stop, done chan struct{}
+}
+
+func init() {
+	if C.ms_is_child() != 0 {
+		return
+	}
+	if err := start(); err != nil {
+		fmt.Fprintf(os.Stderr, "msmemscope: %v (nothing is recorded in this process)\n", err)
+	}
+}
+
+func start() error {
+	cfg := config.Default()
+	if s := os.Getenv(config.EnvConfig); s != "" {
+		c, err := config.Decode(s)
+		if err != nil {
+			return err
+		}
+		cfg = c
+	}
+	out, err := config.AbsOutput(cfg.Output)
+	if err != nil {
+		return err
+	}
+	cfg.Output = out
+	p, err := capture.Begin(cfg, int(C.ms_pid()), os.Getenv(config.EnvRunID))
+	if err != nil {
+		return err
+	}
+	eng.cfg, eng.proc, eng.started = cfg, p, true
+	C.ms_set_spool(C.int(p.SpoolFD()))
+	C.ms_calibrate()
+	eng.stop, eng.done = make(chan struct{}), make(chan struct{})
+	go drainLoop()
+	return nil
+}
+
+// drainLoop moves ring contents to the spool every millisecond, so a run
+// killed with SIGKILL loses at most the last few milliseconds.
+func drainLoop() {
+	defer close(eng.done)
+	lastCal := time.Now()
+	for {
+		select {
+		case <-eng.stop:
+			return
+		default:
+		}
+		if C.ms_drain() < 0 {
+			eng.proc.NoteDrainError()
+		}
+		if time.Since(lastCal) >= 100*time.Millisecond {
+			C.ms_calibrate()
+			lastCal = time.Now()
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+//export msGoAtExit
+func msGoAtExit() {
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	if !eng.started || eng.finished {
+		return
+	}
+	eng.finished = true
+	close(eng.stop)
+	<-eng.done
+	C.ms_finish()
+	eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
+	if eng.proc.Standalone() {
+		// No CLI will convert this capture: write the files now. Frees in
+		// destructors that run after this one reach the spool only.
+		if _, err := capture.Convert(eng.proc.Dir, capture.Options{Console: os.Stderr}); err != nil {
+			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
+		}
+	}
+}

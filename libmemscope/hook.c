@@ -1,0 +1,858 @@
+// The hot path (DESIGN.md, "Rules of the hot path"): interposed allocator
+// symbols, per-thread rings of fixed-size records, and the drain that copies
+// rings to the spool. Nothing here calls into Go, allocates through the
+// interposed functions, or takes a lock that a hook could wait on.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+#include <cpuid.h>
+
+#include "hook.h"
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define TLS __attribute__((tls_model("initial-exec"))) __thread
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+extern void *__libc_stack_end;
+
+// This library's own text, for telling its threads and frames apart.
+extern const char __ehdr_start[] __attribute__((visibility("hidden")));
+extern const char _etext[] __attribute__((visibility("hidden")));
+
+// ---- configuration (MSMEMSCOPE_HOOK, parsed on the first hook call) ----
+static int cfg_heap = 1;    // record the host heap
+static int cfg_cstack = 0;  // C stack depth
+static int cfg_deferred = 0;
+
+// ---- global state ----
+static _Atomic int ms_state;           // 0 new, 1 initializing, 2 ready
+static _Atomic int ms_active;          // hooks record (heap events wanted, not a child)
+static _Atomic int ms_collecting;      // collection switched on
+static _Atomic int ms_direct;          // after the final drain: write straight to the spool
+static _Atomic int ms_spool_fd = -1;
+static _Atomic uint64_t ms_lost_count;
+static _Atomic uint64_t ms_fork_count;
+static _Atomic uint64_t ms_mstx_next = 1;
+static int ms_use_tsc;
+static int ms_child;  // in a forked child: never record, never enter Go
+static pid_t ms_mypid;
+static pthread_key_t ms_key;
+static pthread_mutex_t ms_drain_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// ---- per-thread state: keep the TLS block small (DESIGN: < 1 KiB free after torch) ----
+typedef struct ms_seg {
+	struct ms_seg *_Atomic next;
+	uint32_t cap;           // records
+	_Atomic uint32_t head;  // written by the owner thread
+	uint32_t tail;          // read by the drain
+	uint32_t pad;
+	ms_rec rec[];
+} ms_seg;
+
+typedef struct ms_thr {
+	struct ms_thr *next_all; // registry, push-only
+	_Atomic int state;       // 0 owned, 1 dead (drain releases), 2 free for reuse
+	int32_t tid;
+	ms_seg *wseg;            // owner's current segment
+	ms_seg *rseg;            // drain's current segment
+	_Atomic uint64_t segs;   // segments allocated and not yet released
+	uintptr_t stack_hi; // frame-pointer walks stay below this
+} ms_thr;
+
+static ms_thr *_Atomic ms_threads;
+
+static TLS int tls_guard;       // >0: inside msmemscope (or an internal thread): invisible
+static TLS ms_thr *tls_thr;
+
+#define SEG_BYTES (1u << 20)
+#define SEG_CAP ((SEG_BYTES - sizeof(ms_seg)) / sizeof(ms_rec))
+#define SEG_WAIT_CAP 512 // segments pending per thread before a writer waits for the drain
+
+static void *raw_mmap(size_t n) {
+	void *p = (void *)syscall(SYS_mmap, 0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+static void raw_munmap(void *p, size_t n) { syscall(SYS_munmap, p, n); }
+
+static inline int in_self(uintptr_t pc) {
+	return pc >= (uintptr_t)__ehdr_start && pc < (uintptr_t)_etext;
+}
+
+// ---- clock ----
+static inline uint64_t mono_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+// Stamp for an event that must be ordered after the work before it (MALLOC).
+static inline uint64_t stamp_after(void) {
+	if (likely(ms_use_tsc)) {
+		unsigned aux;
+		return __rdtscp(&aux);
+	}
+	return mono_ns();
+}
+// Stamp for an event that must be ordered before the work after it (FREE).
+static inline uint64_t stamp_before(void) {
+	if (likely(ms_use_tsc)) {
+		uint64_t t = __rdtsc();
+		_mm_lfence();
+		return t;
+	}
+	return mono_ns();
+}
+static int tsc_invariant(void) {
+	unsigned a, b, c, d;
+	if (!__get_cpuid(0x80000007, &a, &b, &c, &d)) return 0;
+	return (d >> 8) & 1;
+}
+
+// ---- rings ----
+static void thr_key_dtor(void *v) {
+	ms_thr *t = v;
+	if (t && tls_thr == t) {
+		tls_thr = NULL;
+		atomic_store_explicit(&t->state, 1, memory_order_release);
+	}
+}
+
+static void thr_stack_bounds(ms_thr *t) {
+	uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+	t->stack_hi = 0;
+	if (t->tid == ms_mypid) {
+		t->stack_hi = (uintptr_t)__libc_stack_end;
+	} else {
+		pthread_attr_t at;
+		if (pthread_getattr_np(pthread_self(), &at) == 0) {
+			void *addr;
+			size_t sz;
+			if (pthread_attr_getstack(&at, &addr, &sz) == 0) t->stack_hi = (uintptr_t)addr + sz;
+			pthread_attr_destroy(&at);
+		}
+	}
+	if (t->stack_hi < sp) t->stack_hi = sp + 64 * 1024; // unknown: stay near the current frame
+}
+
+static ms_thr *thr_acquire(void) {
+	ms_thr *t;
+	for (t = atomic_load_explicit(&ms_threads, memory_order_acquire); t; t = t->next_all) {
+		int want = 2;
+		if (atomic_compare_exchange_strong(&t->state, &want, 0)) break;
+	}
+	if (!t) {
+		t = raw_mmap(4096);
+		if (!t) return NULL;
+		t->next_all = atomic_load(&ms_threads);
+		while (!atomic_compare_exchange_weak(&ms_threads, &t->next_all, t)) {
+		}
+	}
+	t->tid = (int32_t)syscall(SYS_gettid);
+	thr_stack_bounds(t);
+	tls_thr = t;
+	pthread_setspecific(ms_key, t);
+	return t;
+}
+
+static ms_seg *seg_new(uint32_t need) {
+	size_t bytes = SEG_BYTES;
+	if (need > SEG_CAP) bytes = sizeof(ms_seg) + (size_t)need * sizeof(ms_rec);
+	ms_seg *s = raw_mmap(bytes);
+	if (!s) return NULL;
+	s->cap = (uint32_t)((bytes - sizeof(ms_seg)) / sizeof(ms_rec));
+	return s;
+}
+
+static long write_direct(const ms_rec *r, uint32_t n, int32_t tid);
+
+// Reserves n contiguous records in the calling thread's ring, or NULL.
+static ms_rec *ring_reserve(ms_thr *t, uint32_t n) {
+	ms_seg *s = t->wseg;
+	if (likely(s && atomic_load_explicit(&s->head, memory_order_relaxed) + n <= s->cap))
+		return &s->rec[atomic_load_explicit(&s->head, memory_order_relaxed)];
+	// Past the cap, wait for the drain while it is alive; never inside a child.
+	while (atomic_load_explicit(&t->segs, memory_order_acquire) >= SEG_WAIT_CAP) {
+		if (ms_child || atomic_load(&ms_spool_fd) < 0) break;
+		struct timespec ts = {0, 200000};
+		nanosleep(&ts, NULL);
+	}
+	ms_seg *ns = seg_new(n);
+	if (!ns) return NULL;
+	atomic_fetch_add(&t->segs, 1);
+	if (s)
+		atomic_store_explicit(&s->next, ns, memory_order_release);
+	else
+		t->rseg = ns; // first segment: publish before the registry sees records
+	t->wseg = ns;
+	return &ns->rec[0];
+}
+
+static inline void ring_commit(ms_thr *t, uint32_t n) {
+	ms_seg *s = t->wseg;
+	atomic_store_explicit(&s->head, atomic_load_explicit(&s->head, memory_order_relaxed) + n, memory_order_release);
+}
+
+// Appends an event and its payload. Caller holds tls_guard.
+static void emit(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
+	uint32_t n = (plen + sizeof(ms_rec) - 1) / sizeof(ms_rec);
+	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) {
+		ms_rec buf[1 + 256];
+		if (n > 256) n = 256, plen = 256 * sizeof(ms_rec);
+		buf[0] = (ms_rec){ts, a, b, kind, flags, n};
+		if (n) {
+			memset(&buf[1], 0, n * sizeof(ms_rec));
+			memcpy(&buf[1], payload, plen);
+		}
+		ms_thr *t = tls_thr;
+		write_direct(buf, 1 + n, t ? t->tid : (int32_t)syscall(SYS_gettid));
+		return;
+	}
+	ms_thr *t = tls_thr;
+	if (unlikely(!t)) {
+		t = thr_acquire();
+		if (!t) {
+			atomic_fetch_add(&ms_lost_count, 1);
+			return;
+		}
+	}
+	ms_rec *r = ring_reserve(t, 1 + n);
+	if (unlikely(!r)) {
+		atomic_fetch_add(&ms_lost_count, 1);
+		return;
+	}
+	r[0] = (ms_rec){ts, a, b, kind, flags, n};
+	if (n) {
+		memset(&r[1], 0, n * sizeof(ms_rec));
+		memcpy(&r[1], payload, plen);
+	}
+	ring_commit(t, 1 + n);
+	// The final drain may have run between our check of ms_direct and the
+	// commit: then nobody will drain this ring again, so drain it now.
+	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
+}
+
+// ---- stacks ----
+static void *unw_lib;
+static int (*unw_backtrace_fn)(void **, int);
+static uintptr_t nofp_lo[4], nofp_hi[4]; // modules built without frame pointers
+static int nofp_n;
+
+static int nofp(uintptr_t pc) {
+	for (int i = 0; i < nofp_n; i++)
+		if (pc >= nofp_lo[i] && pc < nofp_hi[i]) return 1;
+	return 0;
+}
+static int is_leading_skip(uintptr_t pc) { return in_self(pc) || nofp(pc); }
+
+#define MAX_FRAMES 1000
+
+// Raw return addresses of the caller, innermost first, msmemscope's and the
+// allocator's own frames removed.
+static __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
+	ms_thr *t = tls_thr;
+	if (!t) t = thr_acquire();
+	int n = 0;
+	uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+	uintptr_t lo = fp, first = 0;
+	// Find the first frame outside this library.
+	while (t && fp >= lo && fp + 16 <= t->stack_hi && !(fp & 7)) {
+		uintptr_t ra = ((uintptr_t *)fp)[1];
+		uintptr_t next = ((uintptr_t *)fp)[0];
+		if (!in_self(ra)) {
+			first = ra;
+			break;
+		}
+		if (next <= fp) break;
+		fp = next;
+	}
+	if (first && nofp(first) && unw_backtrace_fn) {
+		// Called from libc or libstdc++ (strdup, operator new): their frames
+		// carry no frame pointer, so unwind with DWARF CFI instead.
+		void *buf[MAX_FRAMES + 32];
+		int want = max + 32 > MAX_FRAMES + 32 ? MAX_FRAMES + 32 : max + 32;
+		int got = unw_backtrace_fn(buf, want);
+		int i = 0;
+		while (i < got && is_leading_skip((uintptr_t)buf[i])) i++;
+		for (; i < got && n < max; i++) out[n++] = (uintptr_t)buf[i];
+		return n;
+	}
+	while (t && n < max && fp >= lo && fp + 16 <= t->stack_hi && !(fp & 7)) {
+		uintptr_t ra = ((uintptr_t *)fp)[1];
+		uintptr_t next = ((uintptr_t *)fp)[0];
+		if (ra < 4096) break;
+		if (n > 0 || !is_leading_skip(ra)) out[n++] = ra;
+		if (next <= fp) break;
+		fp = next;
+	}
+	return n;
+}
+
+static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+	(void)sz;
+	(void)data;
+	const char *name = info->dlpi_name;
+	if (!name || nofp_n >= 4) return 0;
+	const char *base = strrchr(name, '/');
+	base = base ? base + 1 : name;
+	if (strncmp(base, "libc.so", 7) && strncmp(base, "libstdc++.so", 12) && strncmp(base, "libgcc_s.so", 11)) return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+			nofp_lo[nofp_n] = info->dlpi_addr + ph->p_vaddr;
+			nofp_hi[nofp_n] = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+			nofp_n++;
+			break;
+		}
+	}
+	return 0;
+}
+
+// ---- init ----
+static void atfork_prepare(void) {}
+static void atfork_parent(void) { atomic_fetch_add(&ms_fork_count, 1); }
+static void atfork_child(void) {
+	ms_child = 1;
+	atomic_store(&ms_active, 0);
+}
+
+static long env_int(const char *s, const char *key, long def) {
+	size_t k = strlen(key);
+	for (const char *p = s; p && *p;) {
+		if (!strncmp(p, key, k) && p[k] == '=') return strtol(p + k + 1, NULL, 10);
+		p = strchr(p, ',');
+		if (p) p++;
+	}
+	return def;
+}
+
+static void ms_init(void) {
+	int want = 0;
+	if (!atomic_compare_exchange_strong(&ms_state, &want, 1)) {
+		while (atomic_load(&ms_state) != 2) {
+		}
+		return;
+	}
+	tls_guard++;
+	ms_mypid = (pid_t)syscall(SYS_getpid);
+	ms_use_tsc = tsc_invariant();
+	const char *h = getenv("MSMEMSCOPE_HOOK");
+	if (h) {
+		cfg_heap = (int)env_int(h, "heap", 1);
+		cfg_cstack = (int)env_int(h, "cstack", 0);
+		cfg_deferred = (int)env_int(h, "deferred", 0);
+		if (cfg_cstack > MAX_FRAMES) cfg_cstack = MAX_FRAMES;
+	}
+	pthread_key_create(&ms_key, thr_key_dtor);
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	atomic_store(&ms_collecting, !cfg_deferred);
+	emit(R_CALIB, 0, stamp_after(), mono_ns(), 0, NULL, 0);
+	if (!cfg_deferred) emit(R_START, 0, stamp_after(), 0, 0, NULL, 0);
+	atomic_store(&ms_active, cfg_heap);
+	tls_guard--;
+	atomic_store(&ms_state, 2);
+}
+
+static inline int ready(void) {
+	if (unlikely(atomic_load_explicit(&ms_state, memory_order_acquire) != 2)) {
+		if (tls_guard) return 0;
+		ms_init();
+	}
+	return 1;
+}
+
+// Constructor: set up stack unwinding helpers (they need the loader).
+__attribute__((constructor(101))) static void ms_ctor(void) {
+	ready();
+	tls_guard++;
+	dl_iterate_phdr(phdr_cb, NULL);
+	if (cfg_cstack > 0) {
+		unw_lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+		if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
+	}
+	tls_guard--;
+}
+
+// ---- recording helpers used by the interposers ----
+static inline int should_record(void) {
+	return likely(atomic_load_explicit(&ms_active, memory_order_relaxed)) && !tls_guard;
+}
+
+static void rec_alloc(void *p, size_t size, uint16_t sub) {
+	uint64_t ts = stamp_after();
+	tls_guard++;
+	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
+	if (cfg_cstack > 0) {
+		uintptr_t frames[MAX_FRAMES];
+		int n = capture_c(frames, cfg_cstack);
+		emit(R_MALLOC, fl | (n ? F_CSTACK : 0), ts, (uint64_t)p, size, frames, n * sizeof(uintptr_t));
+	} else {
+		emit(R_MALLOC, fl, ts, (uint64_t)p, size, NULL, 0);
+	}
+	tls_guard--;
+}
+
+static void rec_free(void *p, size_t size, uint16_t sub) {
+	uint64_t ts = stamp_before();
+	tls_guard++;
+	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
+	emit(R_FREE, fl, ts, (uint64_t)p, size, NULL, 0);
+	tls_guard--;
+}
+
+// ---- the host allocator family (SPEC §4.1) ----
+void *malloc(size_t n) {
+	void *p = __libc_malloc(n);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST);
+	return p;
+}
+
+void free(void *p) {
+	if (!p) return;
+	if (ready() && should_record()) rec_free(p, 0, F_HOST);
+	__libc_free(p);
+}
+
+void *calloc(size_t n, size_t m) {
+	void *p = __libc_calloc(n, m);
+	if (ready() && should_record() && p) rec_alloc(p, n * m, F_HOST);
+	return p;
+}
+
+void *realloc(void *old, size_t n) {
+	if (!old) return malloc(n);
+	int rec = ready() && should_record();
+	if (rec) rec_free(old, 0, F_HOST);
+	void *p = __libc_realloc(old, n);
+	if (rec) {
+		if (p)
+			rec_alloc(p, n, F_HOST);
+		else if (n != 0)
+			rec_alloc(old, 0, F_HOST | F_UNDO); // failed: the old block lives on
+	}
+	return p;
+}
+
+void *reallocarray(void *old, size_t n, size_t m) {
+	size_t bytes;
+	if (__builtin_mul_overflow(n, m, &bytes)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return realloc(old, bytes);
+}
+
+static void *aligned(size_t align, size_t n) {
+	void *p = __libc_memalign(align, n);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST);
+	return p;
+}
+
+int posix_memalign(void **out, size_t align, size_t n) {
+	if (align % sizeof(void *) || (align & (align - 1)) || align == 0) return EINVAL;
+	int saved = errno;
+	void *p = aligned(align, n);
+	if (!p) return ENOMEM;
+	errno = saved;
+	*out = p;
+	return 0;
+}
+
+void *aligned_alloc(size_t align, size_t n) { return aligned(align, n); }
+void *memalign(size_t align, size_t n) { return aligned(align, n); }
+
+void *valloc(size_t n) {
+	void *p = __libc_valloc(n);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST);
+	return p;
+}
+
+void *pvalloc(size_t n) {
+	void *p = __libc_pvalloc(n);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST);
+	return p;
+}
+
+// Anonymous mappings (MMAP). glibc's own mmap is a thin syscall wrapper; ours
+// is the same, so nothing is looked up before the first call.
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+	if (off & 4095) {
+		errno = EINVAL;
+		return MAP_FAILED;
+	}
+	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+	void *p = (void *)r;
+	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && ready() && should_record()) rec_alloc(p, len, F_MMAP);
+	return p;
+}
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
+
+int munmap(void *addr, size_t len) {
+	if (ready() && should_record()) rec_free(addr, len, F_MMAP);
+	return (int)syscall(SYS_munmap, addr, len);
+}
+
+// ---- threads: those started from this library are internal for life ----
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+static pthread_create_fn real_pthread_create;
+
+struct tramp {
+	void *(*fn)(void *);
+	void *arg;
+};
+
+static void *internal_start(void *v) {
+	struct tramp tr = *(struct tramp *)v;
+	tls_guard = 1 << 20; // never recorded, whatever it calls
+	__libc_free(v);
+	return tr.fn(tr.arg);
+}
+
+int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+	if (!real_pthread_create) {
+		tls_guard++;
+		real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+		tls_guard--;
+	}
+	if (in_self((uintptr_t)__builtin_return_address(0))) {
+		tls_guard++;
+		struct tramp *tr = __libc_malloc(sizeof *tr);
+		int rc;
+		if (!tr) {
+			rc = EAGAIN;
+		} else {
+			tr->fn = fn;
+			tr->arg = arg;
+			rc = real_pthread_create(th, attr, internal_start, tr);
+			if (rc) __libc_free(tr);
+		}
+		tls_guard--;
+		return rc;
+	}
+	return real_pthread_create(th, attr, fn, arg);
+}
+
+// ---- fork and exec ----
+typedef pid_t (*fork_fn)(void);
+static fork_fn real_fork;
+
+pid_t fork(void) {
+	if (!real_fork) {
+		tls_guard++;
+		real_fork = (fork_fn)dlsym(RTLD_NEXT, "fork");
+		tls_guard--;
+	}
+	pid_t pid = real_fork();
+	if (pid > 0 && !ms_child && ready()) {
+		tls_guard++;
+		emit(R_FORK, 0, stamp_after(), (uint64_t)pid, 0, NULL, 0);
+		tls_guard--;
+	}
+	return pid;
+}
+
+static int in_child(void) { return ms_child || (pid_t)syscall(SYS_getpid) != ms_mypid; }
+
+// Before an exec replaces this image, everything recorded so far goes to the
+// spool: the new image starts a capture of its own.
+static void before_exec(const char *path) {
+	if (in_child() || atomic_load(&ms_state) != 2) return;
+	tls_guard++;
+	emit(R_EXEC, F_TEXT, stamp_after(), 0, path ? strlen(path) : 0, path, path ? (uint32_t)strnlen(path, 4000) : 0);
+	if (atomic_load(&ms_spool_fd) >= 0) ms_drain();
+	tls_guard--;
+}
+
+#define REAL(name, type) \
+	static type real_##name; \
+	if (!real_##name) { \
+		tls_guard++; \
+		real_##name = (type)dlsym(RTLD_NEXT, #name); \
+		tls_guard--; \
+	}
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execv_fn)(const char *, char *const[]);
+
+int execve(const char *path, char *const argv[], char *const envp[]) {
+	REAL(execve, execve_fn);
+	before_exec(path);
+	return real_execve(path, argv, envp);
+}
+int execv(const char *path, char *const argv[]) {
+	REAL(execv, execv_fn);
+	before_exec(path);
+	return real_execv(path, argv);
+}
+int execvp(const char *file, char *const argv[]) {
+	REAL(execvp, execv_fn);
+	before_exec(file);
+	return real_execvp(file, argv);
+}
+int execvpe(const char *file, char *const argv[], char *const envp[]) {
+	REAL(execvpe, execve_fn);
+	before_exec(file);
+	return real_execvpe(file, argv, envp);
+}
+
+#define COLLECT_ARGS(first, argv, withenv, envp) \
+	int argc = 1; \
+	va_list ap; \
+	va_start(ap, first); \
+	while (va_arg(ap, char *)) argc++; \
+	va_end(ap); \
+	char **argv = __builtin_alloca((argc + 1) * sizeof(char *)); \
+	va_start(ap, first); \
+	argv[0] = (char *)first; \
+	for (int i = 1; i <= argc; i++) argv[i] = va_arg(ap, char *); \
+	if (withenv) envp = va_arg(ap, char **); \
+	va_end(ap);
+
+int execl(const char *path, const char *arg, ...) {
+	char **envp = NULL;
+	COLLECT_ARGS(arg, argv, 0, envp);
+	(void)envp;
+	return execv(path, argv);
+}
+int execlp(const char *file, const char *arg, ...) {
+	char **envp = NULL;
+	COLLECT_ARGS(arg, argv, 0, envp);
+	(void)envp;
+	return execvp(file, argv);
+}
+int execle(const char *path, const char *arg, ...) {
+	char **envp = NULL;
+	COLLECT_ARGS(arg, argv, 1, envp);
+	return execve(path, argv, envp);
+}
+
+// ---- the drain: rings -> spool ----
+static char *stage;  // staging buffer for batched writes
+#define STAGE_BYTES (1u << 20)
+static size_t stage_len;
+static long drained_bytes;
+
+static int write_all(int fd, const void *buf, size_t n) {
+	const char *p = buf;
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR) continue;
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int stage_flush(int fd) {
+	if (!stage_len) return 0;
+	int rc = write_all(fd, stage, stage_len);
+	drained_bytes += (long)stage_len;
+	stage_len = 0;
+	return rc;
+}
+
+static int stage_chunk(int fd, int32_t tid, const ms_rec *r, uint32_t n) {
+	while (n) {
+		size_t room = (STAGE_BYTES - stage_len - sizeof(ms_chunk)) / sizeof(ms_rec);
+		if (room == 0) {
+			if (stage_flush(fd)) return -1;
+			continue;
+		}
+		// Never split an event from its payload across chunks.
+		uint32_t take = 0;
+		while (take < n) {
+			uint32_t ev = 1 + r[take].n;
+			if (take + ev > room) break;
+			take += ev;
+		}
+		if (take == 0) {
+			if (stage_len) {
+				if (stage_flush(fd)) return -1;
+				continue;
+			}
+			// An event larger than the stage: write it alone.
+			ms_chunk h = {MS_CHUNK_MAGIC, 1 + r[0].n, tid, ms_mypid};
+			if (write_all(fd, &h, sizeof h) || write_all(fd, r, (1 + r[0].n) * sizeof(ms_rec))) return -1;
+			n -= 1 + r[0].n;
+			r += 1 + r[0].n;
+			continue;
+		}
+		ms_chunk h = {MS_CHUNK_MAGIC, take, tid, ms_mypid};
+		memcpy(stage + stage_len, &h, sizeof h);
+		stage_len += sizeof h;
+		memcpy(stage + stage_len, r, take * sizeof(ms_rec));
+		stage_len += take * sizeof(ms_rec);
+		r += take;
+		n -= take;
+	}
+	return 0;
+}
+
+static long write_direct(const ms_rec *r, uint32_t n, int32_t tid) {
+	int fd = atomic_load(&ms_spool_fd);
+	if (fd < 0) {
+		atomic_fetch_add(&ms_lost_count, 1);
+		return -1;
+	}
+	char buf[sizeof(ms_chunk) + (1 + 256) * sizeof(ms_rec)];
+	ms_chunk h = {MS_CHUNK_MAGIC, n, tid, ms_mypid};
+	memcpy(buf, &h, sizeof h);
+	memcpy(buf + sizeof h, r, n * sizeof(ms_rec));
+	return write_all(fd, buf, sizeof h + n * sizeof(ms_rec)); // O_APPEND: one write, one chunk
+}
+
+static int drain_thread(int fd, ms_thr *t) {
+	ms_seg *s = t->rseg;
+	while (s) {
+		uint32_t h = atomic_load_explicit(&s->head, memory_order_acquire);
+		if (h > s->tail) {
+			if (stage_chunk(fd, t->tid, &s->rec[s->tail], h - s->tail)) return -1;
+			s->tail = h;
+		}
+		ms_seg *next = atomic_load_explicit(&s->next, memory_order_acquire);
+		if (!next) break;
+		// The writer moved on: whatever it published in s is final.
+		h = atomic_load_explicit(&s->head, memory_order_acquire);
+		if (h > s->tail) {
+			if (stage_chunk(fd, t->tid, &s->rec[s->tail], h - s->tail)) return -1;
+			s->tail = h;
+		}
+		t->rseg = next;
+		raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * sizeof(ms_rec));
+		atomic_fetch_sub(&t->segs, 1);
+		s = next;
+	}
+	// A dead thread, fully drained: release its ring for reuse.
+	if (atomic_load_explicit(&t->state, memory_order_acquire) == 1 && s &&
+	    atomic_load_explicit(&s->head, memory_order_acquire) == s->tail) {
+		raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * sizeof(ms_rec));
+		atomic_fetch_sub(&t->segs, 1);
+		t->rseg = t->wseg = NULL;
+		atomic_store(&t->state, 2);
+	}
+	return 0;
+}
+
+long ms_drain(void) {
+	int fd = atomic_load(&ms_spool_fd);
+	if (fd < 0 || ms_child) return -1;
+	tls_guard++;
+	pthread_mutex_lock(&ms_drain_lock);
+	if (!stage) stage = raw_mmap(STAGE_BYTES);
+	long before = drained_bytes;
+	int rc = stage ? 0 : -1;
+	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
+		if (atomic_load(&t->state) == 2) continue;
+		rc = drain_thread(fd, t);
+	}
+	if (!rc) rc = stage_flush(fd);
+	long out = rc ? -1 : drained_bytes - before;
+	pthread_mutex_unlock(&ms_drain_lock);
+	tls_guard--;
+	return out;
+}
+
+void ms_calibrate(void) {
+	int fd = atomic_load(&ms_spool_fd);
+	if (fd < 0) return;
+	ms_rec r = {stamp_after(), mono_ns(), 0, R_CALIB, 0, 0};
+	tls_guard++;
+	pthread_mutex_lock(&ms_drain_lock);
+	write_direct(&r, 1, 0);
+	pthread_mutex_unlock(&ms_drain_lock);
+	tls_guard--;
+}
+
+void ms_set_spool(int fd) { atomic_store(&ms_spool_fd, fd); }
+
+void ms_finish(void) {
+	if (in_child()) return;
+	tls_guard++;
+	uint64_t lost = atomic_load(&ms_lost_count);
+	emit(R_EXIT, 0, stamp_after(), 0, 0, NULL, 0);
+	if (lost) emit(R_LOST, 0, stamp_after(), lost, 0, NULL, 0);
+	ms_calibrate();
+	atomic_store(&ms_direct, 1);
+	ms_drain();
+	tls_guard--;
+}
+
+int ms_pid(void) { return ms_mypid; }
+uint64_t ms_lost(void) { return atomic_load(&ms_lost_count); }
+uint64_t ms_forks(void) { return atomic_load(&ms_fork_count); }
+int ms_is_child(void) { return in_child(); }
+void ms_guard_enter(void) { tls_guard++; }
+void ms_guard_leave(void) { tls_guard--; }
+
+// ---- public C API (include/msmemscope.h); C shims that never enter Go in a child ----
+static int api_event(uint16_t kind, uint16_t flags, uint64_t a, const char *text) {
+	if (in_child()) return -1;
+	ready();
+	tls_guard++;
+	uint32_t len = text ? (uint32_t)strnlen(text, 4000) : 0;
+	emit(kind, flags | (text ? F_TEXT : 0), stamp_after(), a, len, text, len);
+	tls_guard--;
+	return 0;
+}
+
+int msmemscope_start(void) {
+	if (in_child()) return -1;
+	ready();
+	if (atomic_exchange(&ms_collecting, 1)) return 0;
+	return api_event(R_START, 0, 0, NULL);
+}
+
+int msmemscope_stop(void) {
+	if (in_child()) return -1;
+	ready();
+	if (!atomic_exchange(&ms_collecting, 0)) return 0;
+	return api_event(R_STOP, 0, 0, NULL);
+}
+
+int msmemscope_step(void) { return api_event(R_STEP, 0, 0, NULL); }
+
+void mstxMarkA(const char *msg, void *stream) {
+	(void)stream;
+	api_event(R_MARK, 0, atomic_fetch_add(&ms_mstx_next, 1), msg ? msg : "");
+}
+
+uint64_t mstxRangeStartA(const char *msg, void *stream) {
+	(void)stream;
+	uint64_t id = atomic_fetch_add(&ms_mstx_next, 1);
+	if (api_event(R_RSTART, 0, id, msg ? msg : "")) return 0;
+	return id;
+}
+
+void mstxRangeEnd(uint64_t id) { api_event(R_REND, 0, id, NULL); }
+
+// ---- exit ----
+extern void msGoAtExit(void);
+
+// Runs after main returns or exit() is called. Events after the final drain
+// (frees in other libraries' destructors) go straight to the spool.
+__attribute__((destructor)) static void ms_dtor(void) {
+	if (in_child() || atomic_load(&ms_state) != 2) return;
+	tls_guard++;
+	msGoAtExit(); // waits for the Go runtime's start, then calls ms_finish
+	tls_guard--;
+}

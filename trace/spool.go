@@ -1,0 +1,355 @@
+package trace
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// The spool is what the traced process writes during a run (DESIGN.md,
+// "Capture, then files"): a 32-byte header, then chunks. A chunk is a 16-byte
+// header {magic "CHNK", nrec, tid, pid} and nrec 32-byte records of one
+// thread, in that thread's order. A record {ts, a, b uint64; kind, flags
+// uint16; n uint32} may be followed by n continuation records holding its
+// payload (C stack frames or text). These layouts mirror libmemscope/hook.h.
+const (
+	SpoolMagic    = "MSSPOOL1"
+	SpoolHdrSize  = 32
+	RecSize       = 32
+	ChunkHdrSize  = 16
+	chunkMagic    = 0x4b4e4843
+	SpoolFileName = "spool.bin"
+)
+
+// Record kinds (R_* in hook.h).
+const (
+	RMalloc = 1 + iota
+	RFree
+	RMark
+	RRangeStart
+	RRangeEnd
+	RStart
+	RStop
+	RStep
+	RExit
+	RCalib
+	RExec
+	RFork
+	RLost
+)
+
+// Record flags (F_* in hook.h).
+const (
+	FSubMask = 0x000f
+	FHost    = 0x0001
+	FMmap    = 0x0002
+	FOff     = 0x0010
+	FCStack  = 0x0020
+	FText    = 0x0040
+	FUndo    = 0x0080
+)
+
+// Rec is one spool record with its payload.
+type Rec struct {
+	TS, A, B    uint64
+	Kind, Flags uint16
+	Tid         int32
+	Payload     []byte // continuation records, raw (valid until the next Next)
+}
+
+// Frames decodes a C-stack payload.
+func (r *Rec) Frames() []uint64 {
+	n := len(r.Payload) / 8
+	out := make([]uint64, 0, n)
+	for i := 0; i < n; i++ {
+		v := binary.LittleEndian.Uint64(r.Payload[i*8:])
+		if v == 0 {
+			break
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// Text decodes a text payload (length in B).
+func (r *Rec) Text() string {
+	n := int(r.B)
+	if n > len(r.Payload) {
+		n = len(r.Payload)
+	}
+	return string(r.Payload[:n])
+}
+
+// WriteSpoolHeader writes the header a new spool starts with.
+func WriteSpoolHeader(w io.Writer, pid int) error {
+	var h [SpoolHdrSize]byte
+	copy(h[:], SpoolMagic)
+	binary.LittleEndian.PutUint32(h[8:], 1) // format version
+	binary.LittleEndian.PutUint64(h[16:], uint64(pid))
+	_, err := w.Write(h[:])
+	return err
+}
+
+type chunkRef struct {
+	off  int64 // of the first record
+	nrec uint32
+}
+
+// calibPoint pairs a raw tick with CLOCK_MONOTONIC ns.
+type calibPoint struct{ tick, ns uint64 }
+
+// Spool is an indexed spool file, ready to be read in time order.
+type Spool struct {
+	f         *os.File
+	Pid       int
+	threads   map[int32][]chunkRef
+	calib     []calibPoint
+	slope     float64 // ns per tick outside the calibrated span
+	Records   uint64  // events (not continuation records)
+	HasStep   bool    // the process called step()
+	Bytes     int64
+	Truncated bool // the file ended inside a chunk (a killed run)
+}
+
+// OpenSpool reads the whole spool once to index chunks per thread and collect
+// the clock calibration; events are then read back with Reader.
+func OpenSpool(path string) (*Spool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	s := &Spool{f: f, threads: map[int32][]chunkRef{}}
+	if err := s.index(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	return s, nil
+}
+
+func (s *Spool) Close() error { return s.f.Close() }
+
+func (s *Spool) index() error {
+	fi, err := s.f.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	s.Bytes = size
+	var hdr [SpoolHdrSize]byte
+	if _, err := io.ReadFull(s.f, hdr[:]); err != nil || string(hdr[:8]) != SpoolMagic {
+		return errors.New("not an msmemscope spool (bad header)")
+	}
+	s.Pid = int(binary.LittleEndian.Uint64(hdr[16:]))
+	var buf []byte
+	off := int64(SpoolHdrSize)
+	var ch [ChunkHdrSize]byte
+	for off+ChunkHdrSize <= size {
+		if _, err := s.f.ReadAt(ch[:], off); err != nil {
+			return err
+		}
+		if binary.LittleEndian.Uint32(ch[0:]) != chunkMagic {
+			return fmt.Errorf("corrupt chunk header at byte %d", off)
+		}
+		want := binary.LittleEndian.Uint32(ch[4:])
+		tid := int32(binary.LittleEndian.Uint32(ch[8:]))
+		data := off + ChunkHdrSize
+		nrec := want
+		if avail := (size - data) / RecSize; int64(nrec) > avail {
+			nrec = uint32(avail) // the run was killed while this chunk was written
+			s.Truncated = true
+		}
+		n := int(nrec) * RecSize
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		buf = buf[:n]
+		if _, err := s.f.ReadAt(buf, data); err != nil {
+			return err
+		}
+		// Whole events only: calibrations and steps are noted on the way.
+		var whole uint32
+		for whole < nrec {
+			r := buf[int(whole)*RecSize:]
+			cont := binary.LittleEndian.Uint32(r[28:])
+			if uint64(whole)+1+uint64(cont) > uint64(nrec) {
+				s.Truncated = true
+				break
+			}
+			switch binary.LittleEndian.Uint16(r[24:]) {
+			case RCalib:
+				s.calib = append(s.calib, calibPoint{binary.LittleEndian.Uint64(r[0:]), binary.LittleEndian.Uint64(r[8:])})
+			case RStep:
+				s.HasStep = true
+			}
+			s.Records++
+			whole += 1 + cont
+		}
+		if whole > 0 {
+			s.threads[tid] = append(s.threads[tid], chunkRef{data, whole})
+		}
+		off = data + int64(nrec)*RecSize
+		if nrec < want {
+			break
+		}
+	}
+	if off < size && off+ChunkHdrSize > size {
+		s.Truncated = true
+	}
+	sort.Slice(s.calib, func(i, j int) bool { return s.calib[i].tick < s.calib[j].tick })
+	s.slope = 1
+	if n := len(s.calib); n >= 2 && s.calib[n-1].tick > s.calib[0].tick {
+		s.slope = float64(s.calib[n-1].ns-s.calib[0].ns) / float64(s.calib[n-1].tick-s.calib[0].tick)
+	}
+	return nil
+}
+
+// Ns converts a raw stamp to CLOCK_MONOTONIC nanoseconds, interpolating
+// between calibration points.
+func (s *Spool) Ns(tick uint64) uint64 {
+	c := s.calib
+	if len(c) == 0 {
+		return tick
+	}
+	i := sort.Search(len(c), func(i int) bool { return c[i].tick > tick })
+	var a, b calibPoint
+	switch {
+	case i == 0:
+		return uint64(float64(c[0].ns) - float64(c[0].tick-tick)*s.slope)
+	case i == len(c):
+		a = c[len(c)-1]
+		return a.ns + uint64(float64(tick-a.tick)*s.slope)
+	default:
+		a, b = c[i-1], c[i]
+	}
+	if b.tick == a.tick {
+		return a.ns
+	}
+	return a.ns + uint64(float64(tick-a.tick)*float64(b.ns-a.ns)/float64(b.tick-a.tick))
+}
+
+// Threads returns the thread ids that recorded events.
+func (s *Spool) Threads() int { return len(s.threads) }
+
+// threadCursor walks one thread's records across its chunks.
+type threadCursor struct {
+	tid    int32
+	chunks []chunkRef
+	buf    []byte
+	pos    int // byte offset in buf
+	seq    uint64
+	cur    Rec
+	ns     uint64
+}
+
+func (c *threadCursor) load(f *os.File) (bool, error) {
+	for c.pos >= len(c.buf) {
+		if len(c.chunks) == 0 {
+			return false, nil
+		}
+		ch := c.chunks[0]
+		c.chunks = c.chunks[1:]
+		n := int(ch.nrec) * RecSize
+		if cap(c.buf) < n {
+			c.buf = make([]byte, n)
+		}
+		c.buf = c.buf[:n]
+		if _, err := f.ReadAt(c.buf, ch.off); err != nil {
+			return false, err
+		}
+		c.pos = 0
+	}
+	r := c.buf[c.pos:]
+	cont := int(binary.LittleEndian.Uint32(r[28:]))
+	c.cur = Rec{
+		TS:    binary.LittleEndian.Uint64(r[0:]),
+		A:     binary.LittleEndian.Uint64(r[8:]),
+		B:     binary.LittleEndian.Uint64(r[16:]),
+		Kind:  binary.LittleEndian.Uint16(r[24:]),
+		Flags: binary.LittleEndian.Uint16(r[26:]),
+		Tid:   c.tid,
+	}
+	c.cur.Payload = r[RecSize : RecSize*(1+cont)]
+	c.pos += RecSize * (1 + cont)
+	return true, nil
+}
+
+type cursorHeap []*threadCursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	if h[i].ns != h[j].ns {
+		return h[i].ns < h[j].ns
+	}
+	if h[i].tid != h[j].tid {
+		return h[i].tid < h[j].tid
+	}
+	return h[i].seq < h[j].seq
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*threadCursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// SpoolReader yields every record of a spool, threads merged by time; each
+// thread's own order is kept.
+type SpoolReader struct {
+	s    *Spool
+	h    cursorHeap
+	last *threadCursor
+	init bool
+}
+
+// Reader starts a time-ordered pass over the spool.
+func (s *Spool) Reader() *SpoolReader { return &SpoolReader{s: s} }
+
+// Next returns the next record (its Payload valid until the following call) and
+// its time in ns, or nil at the end.
+func (r *SpoolReader) Next() (*Rec, uint64, error) {
+	if !r.init {
+		r.init = true
+		tids := make([]int32, 0, len(r.s.threads))
+		for t := range r.s.threads {
+			tids = append(tids, t)
+		}
+		sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
+		for _, t := range tids {
+			c := &threadCursor{tid: t, chunks: r.s.threads[t]}
+			ok, err := c.load(r.s.f)
+			if err != nil {
+				return nil, 0, err
+			}
+			if ok {
+				c.ns = r.s.Ns(c.cur.TS)
+				r.h = append(r.h, c)
+			}
+		}
+		heap.Init(&r.h)
+	} else if r.last != nil {
+		c := r.last
+		r.last = nil
+		ok, err := c.load(r.s.f)
+		if err != nil {
+			return nil, 0, err
+		}
+		if ok {
+			c.seq++
+			c.ns = r.s.Ns(c.cur.TS)
+			// Within a thread time never goes back: keep its order.
+			heap.Push(&r.h, c)
+		}
+	}
+	if len(r.h) == 0 {
+		return nil, 0, nil
+	}
+	c := heap.Pop(&r.h).(*threadCursor)
+	r.last = c
+	return &c.cur, c.ns, nil
+}
