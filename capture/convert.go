@@ -196,20 +196,20 @@ type blockKey struct {
 // with their MALLOCs (allocation ids, sizes), writes shadow MALLOCs for blocks
 // allocated while collection was off, names mstx ranges and numbers steps.
 type decoder struct {
-	r       *trace.SpoolReader
-	meta    *ProcessMeta
-	cfg     config.Config
-	pid     int64
-	live    map[blockKey]*block
-	ranges  map[uint64]string
-	steps   trace.StepTracker
-	nextID  uint64
-	nextAID uint64
-	records uint64
-	lost    uint64
-	exec    string
-	forks   []int
-	pending []*trace.Event // a shadow MALLOC waits here before its FREE
+	r        *trace.SpoolReader
+	meta     *ProcessMeta
+	cfg      config.Config
+	pid      int64
+	live     map[blockKey]*block
+	ranges   map[uint64]string
+	steps    trace.StepTracker
+	nextID   uint64
+	nextAID  uint64
+	records  uint64
+	lost     uint64
+	exec     string
+	forks    []int
+	pending  []*trace.Event // a shadow MALLOC waits here before its FREE
 	lastFree map[int32]blockKey
 	lastSize map[int32]uint64
 

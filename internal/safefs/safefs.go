@@ -108,7 +108,7 @@ func WriteNew(p string, write func(w io.Writer) error) error {
 	}
 	os.Remove(tmp)
 	if err != nil {
-		return fmt.Errorf("cannot write %s: %v", p, err)
+		return fmt.Errorf("cannot write %s: %w", p, err)
 	}
 	return nil
 }

@@ -1,0 +1,80 @@
+# msmemscope — build, test, demo and benchmark. Every target installs what it
+# needs on a fresh Debian 12 machine with Go, gcc and Python 3.11.
+SHELL := /bin/bash
+GO ?= go
+BUILD := build
+LIB := $(BUILD)/lib/libmemscope.so
+CLI := $(BUILD)/bin/msmemscope
+GOSRC := $(shell find . -name '*.go' -not -path './.venv/*' -not -path './build/*') $(wildcard libmemscope/*.c libmemscope/*.h) go.mod go.sum
+# The real interpreter: python3 on PATH may be a pyenv shim (a bash script
+# that would become ~39 traced processes).
+PYTHON_REAL := $(shell python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
+VENV := .venv
+PYTHON := $(abspath $(VENV))/bin/python
+APT_PKGS := valgrind heaptrack libunwind8 gcc g++ sqlite3
+export PYTHON
+
+.PHONY: all build deps venv test unit e2e fuzz demo bench clean fmt vet
+
+all: build
+
+# System packages: installed only when missing (needs root or sudo).
+deps:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	@$(GO) mod download
+
+build: $(LIB) $(CLI)
+
+$(LIB): $(GOSRC)
+	@mkdir -p $(dir $@)
+	$(GO) build -buildmode=c-shared -o $@ ./capi
+	@rm -f $(BUILD)/lib/libmemscope.h
+
+$(CLI): $(GOSRC)
+	@mkdir -p $(dir $@)
+	$(GO) build -o $@ ./cmd/msmemscope
+
+$(VENV)/.ok: Makefile
+	@test -n "$(PYTHON_REAL)" || { echo "python3 not found"; exit 1; }
+	$(PYTHON_REAL) -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q pytest
+	@touch $@
+
+venv: $(VENV)/.ok
+
+fmt:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+vet:
+	$(GO) vet ./...
+
+# Unit tests beside the code, then end-to-end tests of the built library and
+# CLI on real programs (tests/), then a few seconds of each fuzz target.
+test: deps build venv fmt vet
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /tests)
+	MSMEMSCOPE_BUILD=$(abspath $(BUILD)) $(GO) test -count=1 -timeout 15m -v ./tests/ 2>&1 | tee $(BUILD)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
+	$(MAKE) --no-print-directory fuzz
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzParseAttr -fuzztime=5s ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzCSVReader -fuzztime=5s ./trace/
+
+# The main job on a bundled example: a C program leaking inside mstx steps.
+demo: deps build
+	@mkdir -p $(BUILD)/demo
+	gcc -g -O0 -fno-omit-frame-pointer -I include -o $(BUILD)/demo/leak_demo examples/leak_demo.c -L$(BUILD)/lib -lmemscope -Wl,-rpath,$(abspath $(BUILD))/lib
+	rm -rf $(BUILD)/demo/out
+	$(CLI) --call-stack=c:8 --output=$(BUILD)/demo/out $(BUILD)/demo/leak_demo
+	@echo; echo "== leak report ($$(ls $(BUILD)/demo/out/msmemscope_*/analysis/leaks_*.csv))"; \
+	cat $(BUILD)/demo/out/msmemscope_*/analysis/leaks_*.csv | head -20
+
+bench: deps build venv
+	bash bench/run.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"msmemscope/capture"
+	"msmemscope/cmd/msmemscope/cli"
+	"msmemscope/config"
+	"msmemscope/internal/safefs"
+)
+
+// ensureOutput creates the output folder and proves it writable before the
+// program starts, so a bad --output fails at once with a one-line error.
+func ensureOutput(dir string) error {
+	if err := safefs.EnsureDir(dir); err != nil {
+		return fmt.Errorf("--output %s: %v", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".msmemscope-probe-*")
+	if err != nil {
+		return fmt.Errorf("--output %s: folder is not writable: %v", dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}
+
+// ManifestProcess is one traced process image in the run manifest.
+type ManifestProcess struct {
+	Pid            int      `json:"pid"`
+	Ppid           int      `json:"ppid"`
+	Cmdline        []string `json:"cmdline"`
+	Folder         string   `json:"folder"`
+	Main           bool     `json:"main"`
+	Events         uint64   `json:"events_recorded"`
+	Rows           uint64   `json:"rows_written"`
+	Lost           uint64   `json:"events_lost"`
+	Complete       bool     `json:"complete"`
+	ExitStatus     *int     `json:"exit_status,omitempty"`
+	Exec           string   `json:"exec,omitempty"`
+	ForkedUntraced int      `json:"forked_children_untraced"`
+	Dump           string   `json:"dump,omitempty"`
+	Error          string   `json:"error,omitempty"`
+}
+
+// Manifest is {output}/run_{timestamp}.json (SPEC §2).
+type Manifest struct {
+	RunID      string            `json:"run_id"`
+	Command    []string          `json:"command"`
+	MainPid    int               `json:"main_pid"`
+	ExitStatus int               `json:"exit_status"`
+	Processes  []ManifestProcess `json:"processes"`
+	path       string
+}
+
+// runFolders finds the process folders a run created.
+func runFolders(output, runID string) ([]string, []*capture.ProcessMeta) {
+	ents, _ := os.ReadDir(output)
+	var dirs []string
+	var metas []*capture.ProcessMeta
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		d := filepath.Join(output, e.Name())
+		m, err := capture.ReadMeta(d)
+		if err != nil || m.RunID != runID {
+			continue
+		}
+		dirs = append(dirs, d)
+		metas = append(metas, m)
+	}
+	idx := make([]int, len(dirs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return metas[idx[a]].StartMonoNs < metas[idx[b]].StartMonoNs })
+	sd, sm := make([]string, len(dirs)), make([]*capture.ProcessMeta, len(dirs))
+	for i, j := range idx {
+		sd[i], sm[i] = dirs[j], metas[j]
+	}
+	return sd, sm
+}
+
+// waitForStragglers gives processes of the run that outlived the main one
+// (daemons, orphans) a moment to end before their spools are read.
+func waitForStragglers(dirs []string, metas []*capture.ProcessMeta) {
+	deadline := time.Now().Add(3 * time.Second)
+	for i, d := range dirs {
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(filepath.Join(d, capture.SpoolDir, capture.EndFile)); err == nil {
+				break
+			}
+			if syscall.Kill(metas[i].Pid, 0) != nil {
+				break // gone (killed): convert what it left
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func collectRun(cfg config.Config, runID string, mainPid int, command []string, code int) (*Manifest, error) {
+	dirs, metas := runFolders(cfg.Output, runID)
+	waitForStragglers(dirs, metas)
+	traced := map[int]bool{}
+	lastMain := -1
+	for i, m := range metas {
+		traced[m.Pid] = true
+		if m.Pid == mainPid {
+			lastMain = i
+		}
+	}
+	man := &Manifest{RunID: runID, Command: command, MainPid: mainPid, ExitStatus: code}
+	firstMain := true
+	for i, d := range dirs {
+		m := metas[i]
+		mp := ManifestProcess{Pid: m.Pid, Ppid: m.Ppid, Cmdline: m.Cmdline, Folder: d}
+		if m.Pid == mainPid && firstMain {
+			mp.Main, firstMain = true, false
+		}
+		if i == lastMain {
+			c := code
+			mp.ExitStatus = &c
+		}
+		var console io.Writer
+		if i == lastMain {
+			console = os.Stderr
+		}
+		res, err := capture.Convert(d, capture.Options{Console: console, TracedChildren: traced})
+		if err != nil {
+			mp.Error = err.Error()
+			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
+		} else {
+			mp.Events, mp.Rows, mp.Lost = res.Events, res.Rows, res.Lost
+			mp.Complete, mp.Exec, mp.ForkedUntraced, mp.Dump = res.Complete, res.Exec, res.Untraced, res.DumpPath
+			if i != lastMain && res.Leaks != nil && len(res.Leaks.StepLeaks) > 0 {
+				fmt.Fprintf(os.Stderr, "msmemscope: process %d: %s", m.Pid, res.Leaks.Summary(3))
+			}
+		}
+		man.Processes = append(man.Processes, mp)
+	}
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("no traced process left a capture in %s (was the program statically linked, or did it clear LD_PRELOAD?)", cfg.Output)
+	}
+	b, _ := json.MarshalIndent(man, "", "  ")
+	now := time.Now()
+	stamp := capture.Stamp(now)
+	for i := 0; ; i++ {
+		name := "run_" + stamp + ".json"
+		if i > 0 {
+			name = fmt.Sprintf("run_%s%03d_%d.json", stamp, now.Nanosecond()/1e6, i)
+		}
+		man.path = filepath.Join(cfg.Output, name)
+		err := safefs.WriteNew(man.path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrExist) || i > 100 {
+			return nil, err
+		}
+	}
+	return man, nil
+}
+
+// offline converts existing captures (--input=DIR): one process folder, or
+// every process folder inside an output folder.
+func offline(inv *cli.Invocation) int {
+	in := inv.Inputs[0]
+	fi, err := os.Stat(in)
+	if err != nil {
+		return usage(fmt.Errorf("--input %s: %v", in, err))
+	}
+	if !fi.IsDir() {
+		return usage(fmt.Errorf("--input %s: expected a capture folder (msmemscope_{pid}_{timestamp}) or an output folder", in))
+	}
+	var dirs []string
+	if _, err := capture.ReadMeta(in); err == nil {
+		dirs = []string{in}
+	} else {
+		ents, _ := os.ReadDir(in)
+		for _, e := range ents {
+			d := filepath.Join(in, e.Name())
+			if _, err := capture.ReadMeta(d); e.IsDir() && err == nil {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	if len(dirs) == 0 {
+		return usage(fmt.Errorf("--input %s: no capture found (no spool/process.json)", in))
+	}
+	rc := 0
+	for _, d := range dirs {
+		opt := capture.Options{Console: os.Stderr}
+		if inv.Set["analysis"] || inv.Set["steps"] {
+			m, err := capture.ReadMeta(d)
+			if err != nil {
+				return fail(err)
+			}
+			c := m.Config
+			if inv.Set["analysis"] {
+				c.Analysis = inv.Config.Analysis
+			}
+			if inv.Set["steps"] {
+				c.Steps = inv.Config.Steps
+			}
+			opt.Config = &c
+		}
+		res, err := capture.Convert(d, opt)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
+			rc = 1
+			continue
+		}
+		state := "complete"
+		if !res.Complete {
+			state = "incomplete: the process did not end normally"
+		}
+		fmt.Fprintf(os.Stderr, "msmemscope: %s: %d rows (%s) -> %s\n", d, res.Rows, state, res.DumpPath)
+	}
+	return rc
+}

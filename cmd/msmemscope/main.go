@@ -1,0 +1,184 @@
+// Command msmemscope runs a program with libmemscope.so preloaded, then turns
+// each traced process's spool into the dump, config.json and analysis reports
+// (SPEC §1.1, §2). With --input it works offline on an existing capture.
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"msmemscope/cmd/msmemscope/cli"
+	"msmemscope/config"
+	"msmemscope/internal/version"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	inv, err := cli.Parse(args)
+	if err != nil {
+		return usage(err)
+	}
+	switch inv.Mode {
+	case cli.ModeHelp:
+		fmt.Print(cli.Help())
+		return 0
+	case cli.ModeVersion:
+		fmt.Println("msmemscope", version.Version)
+		return 0
+	case cli.ModeRun:
+		return runProgram(inv)
+	case cli.ModeOffline:
+		return offline(inv)
+	default:
+		return usage(fmt.Errorf("--%s is not available in this version", inv.Mode))
+	}
+}
+
+// usage prints a one-line error and returns the usage exit code.
+func usage(err error) int {
+	fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
+	return 2
+}
+
+func fail(err error) int {
+	fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
+	return 1
+}
+
+// libraryPath finds libmemscope.so: $MSMEMSCOPE_LIB, then beside the CLI,
+// then ../lib beside it (the installed layout).
+func libraryPath() (string, error) {
+	if p := os.Getenv("MSMEMSCOPE_LIB"); p != "" {
+		return filepath.Abs(p)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	exe, _ = filepath.EvalSymlinks(exe)
+	dir := filepath.Dir(exe)
+	for _, p := range []string{filepath.Join(dir, "libmemscope.so"), filepath.Join(dir, "..", "lib", "libmemscope.so")} {
+		if _, err := os.Stat(p); err == nil {
+			return filepath.Abs(p)
+		}
+	}
+	return "", fmt.Errorf("libmemscope.so not found beside %s (set MSMEMSCOPE_LIB)", exe)
+}
+
+// hookEnv is the small configuration the C hot path reads before anything
+// else in the process has started (it cannot parse JSON).
+func hookEnv(c *config.Config) string {
+	heap := 0
+	if c.HasDevice("cpu") && c.Events.Alloc {
+		heap = 1
+	}
+	cstack := 0
+	if c.CStackOn {
+		cstack = c.CStack
+	}
+	deferred := 0
+	if c.CollectMode == "deferred" {
+		deferred = 1
+	}
+	return fmt.Sprintf("heap=%d,cstack=%d,deferred=%d", heap, cstack, deferred)
+}
+
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func runProgram(inv *cli.Invocation) int {
+	cfg := inv.Config
+	prog, err := cli.CheckProgram(inv.Program[0])
+	if err != nil {
+		return usage(err)
+	}
+	if err := ensureOutput(cfg.Output); err != nil {
+		return usage(err)
+	}
+	lib, err := libraryPath()
+	if err != nil {
+		return fail(err)
+	}
+	if os.Geteuid() == 0 {
+		fmt.Fprintln(os.Stderr, "msmemscope: warning: running as root; output is still written with modes 0750/0640 and the same path checks")
+	}
+	runID := newRunID()
+	env := os.Environ()
+	preload := lib
+	if old := os.Getenv("LD_PRELOAD"); old != "" {
+		preload = lib + ":" + old
+	}
+	env = setEnv(env, "LD_PRELOAD", preload)
+	env = setEnv(env, config.EnvConfig, cfg.Encode())
+	env = setEnv(env, config.EnvRunID, runID)
+	env = setEnv(env, "MSMEMSCOPE_HOOK", hookEnv(&cfg))
+
+	cmd := exec.Command(prog, inv.Program[1:]...)
+	cmd.Args[0] = inv.Program[0]
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("cannot start %s: %v", inv.Program[0], err))
+	}
+	go func() {
+		for s := range sigs {
+			_ = cmd.Process.Signal(s)
+		}
+	}()
+	werr := cmd.Wait()
+	signal.Stop(sigs)
+	code := exitCode(cmd.ProcessState, werr)
+
+	man, err := collectRun(cfg, runID, cmd.Process.Pid, inv.Program, code)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+		return code
+	}
+	fmt.Fprintf(os.Stderr, "msmemscope: %d traced process(es); results in %s (run manifest %s)\n",
+		len(man.Processes), cfg.Output, man.path)
+	return code
+}
+
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return 1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return 1
+	}
+	return ps.ExitCode()
+}
+
+func setEnv(env []string, key, val string) []string {
+	prefix := key + "="
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, prefix) {
+			out = append(out, kv)
+		}
+	}
+	return append(out, prefix+val)
+}

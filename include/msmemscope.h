@@ -1,0 +1,22 @@
+/* msmemscope C API (SPEC §1.3). Link with -lmemscope, or run under the
+ * msmemscope CLI, which preloads the library. Every function is safe to call
+ * in a forked child (it does nothing there and returns -1). */
+#ifndef MSMEMSCOPE_H
+#define MSMEMSCOPE_H
+#include "mstx/ms_tools_ext.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Switches collection on (SYSTEM START). Returns 0, or -1 in a forked child. */
+int msmemscope_start(void);
+/* Switches collection off (SYSTEM STOP). Live blocks are still tracked, so a
+ * block allocated while off and freed while on gets a shadow MALLOC row. */
+int msmemscope_stop(void);
+/* Ends the current step and starts the next (SYSTEM STEP, SPEC §3). */
+int msmemscope_step(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
