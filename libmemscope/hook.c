@@ -673,7 +673,8 @@ static int stage_flush(int fd) {
 
 static int stage_chunk(int fd, int32_t tid, const ms_rec *r, uint32_t n) {
 	while (n) {
-		size_t room = (STAGE_BYTES - stage_len - sizeof(ms_chunk)) / sizeof(ms_rec);
+		size_t room = 0;
+		if (stage_len + sizeof(ms_chunk) < STAGE_BYTES) room = (STAGE_BYTES - stage_len - sizeof(ms_chunk)) / sizeof(ms_rec);
 		if (room == 0) {
 			if (stage_flush(fd)) return -1;
 			continue;
