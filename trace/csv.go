@@ -1,0 +1,230 @@
+package trace
+
+import (
+	"io"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// CSVHeader is the header row of a memscope_dump CSV (SPEC §2.1).
+var CSVHeader = []string{"ID", "Event", "Event Type", "Name", "Timestamp(ns)", "Process Id", "Thread Id", "Device Id", "Ptr", "Attr", "Call Stack(Python)", "Call Stack(C)"}
+
+// Column indexes of CSVHeader.
+const (
+	colID = iota
+	colEvent
+	colType
+	colName
+	colTimestamp
+	colPid
+	colTid
+	colDevice
+	colPtr
+	colAttr
+	colPyStack
+	colCStack
+	numCols
+)
+
+// csvBufSize is the size of the writer's buffer and the reader's bufio buffer
+// (a variable so that fuzz tests can shrink it to exercise the long-row paths).
+var csvBufSize = 1 << 20
+
+// CSVWriter writes events as memscope_dump CSV rows. Its output is byte for
+// byte what encoding/csv would write for the same fields (RFC 4180, "\n" line
+// ends), but rows are formatted with append straight into one reusable 1 MiB
+// buffer that is handed to the underlying writer when nearly full (it is the
+// write buffer, so nothing is copied twice), and writing does not allocate.
+// Errors are sticky: after the first one every call returns it.
+type CSVWriter struct {
+	w      io.Writer
+	buf    []byte // pending output
+	scr    []byte // scratch for an Attr that needs escaping
+	rows   uint64
+	header bool
+	err    error
+}
+
+// NewCSVWriter returns a writer to w. The header is written with the first row,
+// or by Flush when there are no rows.
+func NewCSVWriter(w io.Writer) *CSVWriter {
+	return &CSVWriter{w: w, buf: make([]byte, 0, csvBufSize)}
+}
+
+func (w *CSVWriter) writeHeader() {
+	w.header = true
+	for i, h := range CSVHeader {
+		if i > 0 {
+			w.buf = append(w.buf, ',')
+		}
+		w.buf = appendCSVField(w.buf, h)
+	}
+	w.buf = append(w.buf, '\n')
+}
+
+// Write writes one row for e; the ID column is e.ID.
+func (w *CSVWriter) Write(e *Event) error {
+	if w.err != nil {
+		return w.err
+	}
+	if !w.header {
+		w.writeHeader()
+	}
+	b := strconv.AppendUint(w.buf, e.ID, 10)
+	b = append(b, ',')
+	b = append(b, e.Kind.String()...) // kind names never need quotes
+	b = append(b, ',')
+	b = appendCSVField(b, e.Type)
+	b = append(b, ',')
+	b = appendCSVFieldNA(b, e.Name)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, e.Timestamp, 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, e.Pid, 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, e.Tid, 10)
+	b = append(b, ',')
+	b = appendCSVFieldNA(b, e.Device)
+	b = append(b, ',')
+	if e.HasPtr {
+		b = append(b, "0x"...)
+		b = strconv.AppendUint(b, e.Ptr, 16)
+	} else {
+		b = append(b, NA...)
+	}
+	b = append(b, ',')
+	b = w.appendAttr(b, e)
+	b = append(b, ',')
+	b = appendCSVFieldNA(b, e.PyStack)
+	b = append(b, ',')
+	b = appendCSVFieldNA(b, e.CStack)
+	b = append(b, '\n')
+	w.buf = b
+	w.rows++
+	if len(b) >= csvBufSize-csvBufSize/16 { // nearly full: write it out
+		return w.flushBuf()
+	}
+	return nil
+}
+
+// appendAttr appends the Attr field, formatted in place after a tentative
+// opening quote. An Attr starts with '{', so only its bytes decide quoting.
+func (w *CSVWriter) appendAttr(b []byte, e *Event) []byte {
+	start := len(b)
+	b = append(b, '"')
+	b = e.AppendAttr(b)
+	f := b[start+1:]
+	switch quote := csvQuoteIndex(f); {
+	case quote < 0:
+		return b[:start+copy(b[start:], f)] // no quotes needed: drop the tentative one
+	case quote == len(f):
+		return append(b, '"')
+	}
+	w.scr = append(w.scr[:0], f...)
+	return appendCSVField(b[:start], w.scr)
+}
+
+// csvQuoteIndex is -1 if field f needs no quotes, len(f) if it needs quotes
+// but holds no '"', and the index of the first '"' otherwise. (It ignores the
+// leading-space and \. rules, which cannot apply to an Attr.)
+func csvQuoteIndex(f []byte) int {
+	need := false
+	for i, c := range f {
+		if csvSpecial[c] {
+			if c == '"' {
+				return i
+			}
+			need = true
+		}
+	}
+	if need {
+		return len(f)
+	}
+	return -1
+}
+
+func (w *CSVWriter) flushBuf() error {
+	if len(w.buf) > 0 {
+		_, w.err = w.w.Write(w.buf)
+		w.buf = w.buf[:0]
+		if cap(w.buf) > 4*csvBufSize { // a huge row grew it: shrink back
+			w.buf = make([]byte, 0, csvBufSize)
+		}
+	}
+	return w.err
+}
+
+// Flush writes the header if no row was written yet, then everything pending
+// to the underlying writer.
+func (w *CSVWriter) Flush() error {
+	if w.err != nil {
+		return w.err
+	}
+	if !w.header {
+		w.writeHeader()
+	}
+	return w.flushBuf()
+}
+
+// Rows returns the number of rows written (the header not counted).
+func (w *CSVWriter) Rows() uint64 { return w.rows }
+
+func appendCSVFieldNA(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, NA...)
+	}
+	return appendCSVField(b, s)
+}
+
+// appendCSVField appends one field, quoted exactly when encoding/csv's Writer
+// (Comma ',', UseCRLF false) would quote it.
+func appendCSVField[T string | []byte](b []byte, s T) []byte {
+	if !csvNeedsQuotes(s) {
+		return append(b, s...)
+	}
+	b = append(b, '"')
+	for {
+		i := 0
+		for i < len(s) && s[i] != '"' {
+			i++
+		}
+		b = append(b, s[:i]...)
+		if i == len(s) {
+			break
+		}
+		b = append(b, '"', '"')
+		s = s[i+1:]
+	}
+	return append(b, '"')
+}
+
+// csvSpecial marks the bytes that make encoding/csv quote a field.
+var csvSpecial = [256]bool{',': true, '"': true, '\n': true, '\r': true}
+
+// csvNeedsQuotes mirrors encoding/csv's fieldNeedsQuotes.
+func csvNeedsQuotes[T string | []byte](s T) bool {
+	if len(s) == 0 {
+		return false
+	}
+	if len(s) == 2 && s[0] == '\\' && s[1] == '.' {
+		return true
+	}
+	for i := 0; i < len(s); i++ {
+		if csvSpecial[s[i]] {
+			return true
+		}
+	}
+	c := s[0]
+	if c < utf8.RuneSelf {
+		return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+	}
+	var r rune
+	switch v := any(s).(type) {
+	case string:
+		r, _ = utf8.DecodeRuneInString(v)
+	case []byte:
+		r, _ = utf8.DecodeRune(v)
+	}
+	return unicode.IsSpace(r)
+}
