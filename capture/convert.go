@@ -24,6 +24,10 @@ type Options struct {
 	// TracedChildren are pids of processes of the same run that have a folder
 	// of their own: forks of this image that exec'd and so were traced.
 	TracedChildren map[int]bool
+	// MapsFile symbolizes C stacks with these mappings (a capture still
+	// running, converted by stop()); default spool/maps.end.txt, else
+	// spool/maps.start.txt.
+	MapsFile string
 }
 
 // Result says what a conversion wrote and found.
@@ -77,6 +81,13 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, err
 	}
 	defer sp.Close()
+	if opt.Config == nil && sp.Py.Config != "" {
+		// msmemscope.config() changed the configuration while running.
+		if c, err := config.Decode(sp.Py.Config); err == nil {
+			c.Output = cfg.Output
+			cfg = c
+		}
+	}
 	res := &Result{Dir: dir, Meta: meta, Truncated: sp.Truncated}
 	end := readEnd(dir)
 	res.Complete = end != nil
@@ -88,6 +99,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	res.DumpPath = uniquePath(filepath.Join(dir, DumpDir, "memscope_dump_"+stamp), ".csv")
 
 	dec := newDecoder(sp, dir, meta, cfg)
+	dec.mapsFile = opt.MapsFile
 	leaks := analyzer.NewLeakAnalyzer()
 	err = safefs.WriteNew(res.DumpPath, func(w io.Writer) error {
 		bw := bufio.NewWriterSize(w, 1<<20)
@@ -181,15 +193,12 @@ func uniquePath(base, ext string) string {
 
 // block is a live allocation while decoding.
 type block struct {
-	id     uint64
-	size   uint64
-	hidden bool // allocated while collection was off: no MALLOC row yet
-	cstack string
-}
-
-type blockKey struct {
-	sub uint16
-	ptr uint64
+	id      uint64
+	size    uint64
+	hidden  bool // allocated while collection was off: no MALLOC row yet
+	tid     int32
+	cstack  string
+	pystack string
 }
 
 // decoder turns spool records into dump events: it numbers rows, pairs FREEs
@@ -200,7 +209,7 @@ type decoder struct {
 	meta     *ProcessMeta
 	cfg      config.Config
 	pid      int64
-	live     map[blockKey]*block
+	live     map[trace.BlockKey]*block
 	ranges   map[uint64]string
 	steps    trace.StepTracker
 	nextID   uint64
@@ -210,20 +219,27 @@ type decoder struct {
 	exec     string
 	forks    []int
 	pending  []*trace.Event // a shadow MALLOC waits here before its FREE
-	lastFree map[int32]blockKey
+	lastFree map[int32]trace.BlockKey
 	lastSize map[int32]uint64
 
 	sym       *symbolize.Symbolizer
 	symDir    string
 	stackMemo map[string]string
+
+	sp       *trace.Spool
+	mapsFile string
+	pyMemo   map[string]string
+	pyLines  map[trace.PyFrame]int
+	scopes   map[int32][]string // describe scopes open per thread (owner tags)
 }
 
 func newDecoder(sp *trace.Spool, dir string, meta *ProcessMeta, cfg config.Config) *decoder {
 	d := &decoder{
 		r: sp.Reader(), meta: meta, cfg: cfg, pid: int64(meta.Pid),
-		live: map[blockKey]*block{}, ranges: map[uint64]string{},
-		lastFree: map[int32]blockKey{}, lastSize: map[int32]uint64{},
+		live: map[trace.BlockKey]*block{}, ranges: map[uint64]string{},
+		lastFree: map[int32]trace.BlockKey{}, lastSize: map[int32]uint64{},
 		symDir: dir, stackMemo: map[string]string{},
+		sp: sp, pyMemo: map[string]string{}, pyLines: map[trace.PyFrame]int{}, scopes: map[int32][]string{},
 	}
 	d.steps.UseStepCalls = sp.HasStep
 	return d
@@ -238,18 +254,37 @@ func (d *decoder) cstack(r *trace.Rec) string {
 		return s
 	}
 	if d.sym == nil {
-		maps, err := os.ReadFile(filepath.Join(d.symDir, SpoolDir, MapsEnd))
+		maps, err := os.ReadFile(d.mapsFile)
+		if d.mapsFile == "" || err != nil {
+			maps, err = os.ReadFile(filepath.Join(d.symDir, SpoolDir, MapsEnd))
+		}
 		if err != nil {
 			maps, _ = os.ReadFile(filepath.Join(d.symDir, SpoolDir, MapsStart))
 		}
 		d.sym = symbolize.New(string(maps))
 	}
-	frames := d.sym.Frames(r.Frames())
+	cframes, _ := r.Stacks()
+	frames := d.sym.Frames(cframes)
 	for i := range frames {
 		frames[i] = strings.ReplaceAll(frames[i], ";", ",")
 	}
 	s := strings.Join(frames, ";")
 	d.stackMemo[key] = s
+	return s
+}
+
+// pystack names the Python frames of a MALLOC record (SPEC §2.1).
+func (d *decoder) pystack(r *trace.Rec) string {
+	if r.Flags&trace.FPyStack == 0 {
+		return ""
+	}
+	key := string(r.Payload)
+	if s, ok := d.pyMemo[key]; ok {
+		return s
+	}
+	_, frames := r.Stacks()
+	s := d.sp.Py.FormatPyStack(frames, d.pyLines)
+	d.pyMemo[key] = s
 	return s
 }
 
@@ -308,6 +343,12 @@ func (d *decoder) next() (*trace.Event, error) {
 			d.forks = append(d.forks, int(r.A))
 		case trace.RLost:
 			d.lost += r.A
+		case trace.ROwnerPush:
+			d.scopes[r.Tid] = append(d.scopes[r.Tid], trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_")))
+		case trace.ROwnerPop:
+			if s := d.scopes[r.Tid]; len(s) > 0 {
+				d.scopes[r.Tid] = s[:len(s)-1]
+			}
 		}
 	}
 }
@@ -327,7 +368,7 @@ func owner(typ string) string {
 }
 
 func (d *decoder) malloc(r *trace.Rec, e *trace.Event) *trace.Event {
-	key := blockKey{r.Flags & trace.FSubMask, r.A}
+	key := trace.BlockKey{Sub: r.Flags & trace.FSubMask, Ptr: r.A}
 	size := r.B
 	if r.Flags&trace.FUndo != 0 {
 		// A failed realloc: the block freed just before lives on.
@@ -336,14 +377,19 @@ func (d *decoder) malloc(r *trace.Rec, e *trace.Event) *trace.Event {
 		}
 		size = d.lastSize[r.Tid]
 	}
-	d.nextAID++
-	b := &block{id: d.nextAID, size: size, hidden: r.Flags&trace.FOff != 0}
-	if old, ok := d.live[key]; ok && !old.hidden {
-		_ = old // a block we never saw freed (freed before tracing began): replaced
+	if old, ok := d.live[key]; ok && old.tid != r.Tid && !r.Forced {
+		// Another thread has not freed this address yet in merged order:
+		// its FREE is just ahead (sampled times). Hold this thread back.
+		d.r.Park(key)
+		d.records--
+		return nil
 	}
-	d.live[key] = b
+	d.nextAID++
+	b := &block{id: d.nextAID, size: size, hidden: r.Flags&trace.FOff != 0, tid: r.Tid}
+	d.live[key] = b // replaces a block whose FREE was never seen
 	if b.hidden {
 		b.cstack = d.cstack(r)
+		b.pystack = d.pystack(r)
 		return nil
 	}
 	e.Kind = trace.KindMalloc
@@ -352,17 +398,22 @@ func (d *decoder) malloc(r *trace.Rec, e *trace.Event) *trace.Event {
 	e.Ptr, e.HasPtr = r.A, true
 	e.AllocID, e.Size = b.id, size
 	e.Owner = owner(e.Type)
+	if s := d.scopes[r.Tid]; len(s) > 0 {
+		e.Owner += "@" + s[len(s)-1] // inside `with msmemscope.describe(owner=...)`
+	}
 	e.CStack = d.cstack(r)
+	e.PyStack = d.pystack(r)
 	return e
 }
 
 func (d *decoder) free(r *trace.Rec, e *trace.Event) *trace.Event {
-	key := blockKey{r.Flags & trace.FSubMask, r.A}
+	key := trace.BlockKey{Sub: r.Flags & trace.FSubMask, Ptr: r.A}
 	b, ok := d.live[key]
 	if !ok {
 		return nil // freed memory we never saw allocated (or a file mapping)
 	}
 	delete(d.live, key)
+	d.r.Wake(key, e.Timestamp)
 	d.lastFree[r.Tid], d.lastSize[r.Tid] = key, b.size
 	if r.Flags&trace.FOff != 0 {
 		return nil
@@ -377,7 +428,7 @@ func (d *decoder) free(r *trace.Rec, e *trace.Event) *trace.Event {
 		// MALLOC just before the FREE (SPEC §3).
 		m := &trace.Event{Kind: trace.KindMalloc, Type: e.Type, Timestamp: e.Timestamp, Tid: e.Tid,
 			Device: e.Device, Ptr: e.Ptr, HasPtr: true, AllocID: b.id, Size: b.size,
-			Owner: owner(e.Type), Shadow: true, CStack: b.cstack}
+			Owner: owner(e.Type), Shadow: true, CStack: b.cstack, PyStack: b.pystack}
 		d.pending = append(d.pending, e)
 		return m
 	}

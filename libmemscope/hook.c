@@ -14,12 +14,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
 #include <cpuid.h>
 
 #include "hook.h"
+#include "pystack.h"
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -52,6 +54,13 @@ static _Atomic int ms_spool_fd = -1;
 static _Atomic uint64_t ms_lost_count;
 static _Atomic uint64_t ms_fork_count;
 static _Atomic uint64_t ms_mstx_next = 1;
+// Drain epoch (~1 ms): bumped by each drain pass. A thread stamps its first
+// event of an epoch, and every STAMP_EVERY-th, with the TSC; other events
+// carry TS_EPOCH|epoch and the reader interpolates their time. A TSC read
+// costs about as much as a whole malloc/free pair on some virtual machines.
+static _Atomic uint64_t ms_epoch = 1;
+#define TS_EPOCH (1ull << 63)
+#define STAMP_EVERY 64
 static int ms_use_tsc;
 static int ms_child;  // in a forked child: never record, never enter Go
 static pid_t ms_mypid;
@@ -68,6 +77,7 @@ typedef struct ms_seg {
 	ms_rec rec[];
 } ms_seg;
 
+#define NSPARE 4
 typedef struct ms_thr {
 	struct ms_thr *next_all; // registry, push-only
 	_Atomic int state;       // 0 owned, 1 dead (drain releases), 2 free for reuse
@@ -76,6 +86,9 @@ typedef struct ms_thr {
 	ms_seg *rseg;            // drain's current segment
 	_Atomic uint64_t segs;   // segments allocated and not yet released
 	uintptr_t stack_hi; // frame-pointer walks stay below this
+	uint64_t last_epoch;     // epoch of the last precise stamp
+	uint32_t since_stamp;    // events since then
+	ms_seg *_Atomic spare[NSPARE]; // drained segments handed back for reuse
 } ms_thr;
 
 static ms_thr *_Atomic ms_threads;
@@ -120,6 +133,16 @@ static inline uint64_t stamp_before(void) {
 	}
 	return mono_ns();
 }
+// The stamp of a hot event: precise on the first event of a drain epoch and
+// on every STAMP_EVERY-th, else the epoch alone.
+static inline uint64_t ev_stamp(ms_thr *t, int after) {
+	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
+	if (likely(t->last_epoch == e && ++t->since_stamp < STAMP_EVERY)) return TS_EPOCH | e;
+	t->last_epoch = e;
+	t->since_stamp = 0;
+	return after ? stamp_after() : stamp_before();
+}
+
 static int tsc_invariant(void) {
 	unsigned a, b, c, d;
 	if (!__get_cpuid(0x80000007, &a, &b, &c, &d)) return 0;
@@ -166,6 +189,8 @@ static ms_thr *thr_acquire(void) {
 		}
 	}
 	t->tid = (int32_t)syscall(SYS_gettid);
+	t->last_epoch = 0;
+	t->since_stamp = 0;
 	thr_stack_bounds(t);
 	tls_thr = t;
 	pthread_setspecific(ms_key, t);
@@ -194,7 +219,10 @@ static ms_rec *ring_reserve(ms_thr *t, uint32_t n) {
 		struct timespec ts = {0, 200000};
 		nanosleep(&ts, NULL);
 	}
-	ms_seg *ns = seg_new(n);
+	ms_seg *ns = NULL;
+	for (int i = 0; n <= SEG_CAP && !ns && i < NSPARE; i++)
+		if (atomic_load_explicit(&t->spare[i], memory_order_relaxed)) ns = atomic_exchange_explicit(&t->spare[i], NULL, memory_order_acquire);
+	if (!ns) ns = seg_new(n);
 	if (!ns) return NULL;
 	atomic_fetch_add(&t->segs, 1);
 	if (s)
@@ -210,10 +238,10 @@ static inline void ring_commit(ms_thr *t, uint32_t n) {
 	atomic_store_explicit(&s->head, atomic_load_explicit(&s->head, memory_order_relaxed) + n, memory_order_release);
 }
 
-// Appends an event and its payload. Caller holds tls_guard.
-static void emit(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
+// After the final drain: one event straight to the spool.
+static __attribute__((noinline)) void emit_direct(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
 	uint32_t n = (plen + sizeof(ms_rec) - 1) / sizeof(ms_rec);
-	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) {
+	{
 		ms_rec buf[1 + 256];
 		if (n > 256) n = 256, plen = 256 * sizeof(ms_rec);
 		buf[0] = (ms_rec){ts, a, b, kind, flags, n};
@@ -223,6 +251,14 @@ static void emit(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_
 		}
 		ms_thr *t = tls_thr;
 		write_direct(buf, 1 + n, t ? t->tid : (int32_t)syscall(SYS_gettid));
+	}
+}
+
+// Appends an event and its payload. Caller holds tls_guard.
+static void emit(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
+	uint32_t n = (plen + sizeof(ms_rec) - 1) / sizeof(ms_rec);
+	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) {
+		emit_direct(kind, flags, ts, a, b, payload, plen);
 		return;
 	}
 	ms_thr *t = tls_thr;
@@ -363,7 +399,7 @@ static void ms_init(void) {
 	pthread_key_create(&ms_key, thr_key_dtor);
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 	atomic_store(&ms_collecting, !cfg_deferred);
-	emit(R_CALIB, 0, stamp_after(), mono_ns(), 0, NULL, 0);
+	emit(R_CALIB, F_EPOCH, stamp_after(), mono_ns(), 1, NULL, 0);
 	if (!cfg_deferred) emit(R_START, 0, stamp_after(), 0, 0, NULL, 0);
 	atomic_store(&ms_active, cfg_heap);
 	tls_guard--;
@@ -395,25 +431,71 @@ static inline int should_record(void) {
 	return likely(atomic_load_explicit(&ms_active, memory_order_relaxed)) && !tls_guard;
 }
 
-static void rec_alloc(void *p, size_t size, uint16_t sub) {
-	uint64_t ts = stamp_after();
-	tls_guard++;
-	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
-	if (cfg_cstack > 0) {
-		uintptr_t frames[MAX_FRAMES];
-		int n = capture_c(frames, cfg_cstack);
-		emit(R_MALLOC, fl | (n ? F_CSTACK : 0), ts, (uint64_t)p, size, frames, n * sizeof(uintptr_t));
-	} else {
-		emit(R_MALLOC, fl, ts, (uint64_t)p, size, NULL, 0);
+static inline ms_thr *cur_thr(void) {
+	ms_thr *t = tls_thr;
+	return likely(t != NULL) ? t : thr_acquire();
+}
+
+// The hot path's append: one record, no payload, room in the current segment.
+static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b) {
+	ms_seg *s = t->wseg;
+	if (likely(s != NULL && !atomic_load_explicit(&ms_direct, memory_order_relaxed))) {
+		uint32_t h = atomic_load_explicit(&s->head, memory_order_relaxed);
+		if (likely(h < s->cap)) {
+			s->rec[h] = (ms_rec){ts, a, b, kind, flags, 0};
+			atomic_store_explicit(&s->head, h + 1, memory_order_release);
+			if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
+			return;
+		}
 	}
+	emit(kind, flags, ts, a, b, NULL, 0);
+}
+
+static __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b) {
+	uintptr_t frames[MAX_FRAMES];
+	int n = capture_c(frames, cfg_cstack);
+	emit(kind, flags | (n ? F_CSTACK : 0), ts, a, b, frames, n * sizeof(uintptr_t));
+}
+
+// A MALLOC with a Python stack (and a C stack when asked for): see pystack.h.
+static __attribute__((noinline)) void emit_with_stacks(uint16_t flags, uint64_t ts, uint64_t a, uint64_t b) {
+	int maxc = cfg_cstack > 0 ? cfg_cstack : 0, maxp = ms_py_depth;
+	uint64_t buf[1 + maxc + maxp];
+	int nc = maxc ? capture_c((uintptr_t *)&buf[1], maxc) : 0;
+	int np = ms_py_capture(&buf[1 + nc], maxp);
+	if (!np) {
+		emit(R_MALLOC, flags | (nc ? F_CSTACK : 0), ts, a, b, &buf[1], nc * sizeof(uint64_t));
+		return;
+	}
+	buf[0] = (uint64_t)nc | (uint64_t)np << 32;
+	emit(R_MALLOC, flags | F_PYSTACK | (nc ? F_CSTACK : 0), ts, a, b, buf, (1 + nc + np) * sizeof(uint64_t));
+}
+
+static void rec_alloc(void *p, size_t size, uint16_t sub) {
+	tls_guard++;
+	ms_thr *t = cur_thr();
+	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
+	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
+	if (unlikely(ms_py_depth > 0))
+		emit_with_stacks(fl, ts, (uint64_t)p, size);
+	else if (cfg_cstack > 0)
+		emit_with_cstack(R_MALLOC, fl, ts, (uint64_t)p, size);
+	else if (likely(t != NULL))
+		emit1(t, R_MALLOC, fl, ts, (uint64_t)p, size);
+	else
+		emit(R_MALLOC, fl, ts, (uint64_t)p, size, NULL, 0);
 	tls_guard--;
 }
 
 static void rec_free(void *p, size_t size, uint16_t sub) {
-	uint64_t ts = stamp_before();
 	tls_guard++;
+	ms_thr *t = cur_thr();
+	uint64_t ts = t ? ev_stamp(t, 0) : stamp_before();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
-	emit(R_FREE, fl, ts, (uint64_t)p, size, NULL, 0);
+	if (likely(t != NULL))
+		emit1(t, R_FREE, fl, ts, (uint64_t)p, size);
+	else
+		emit(R_FREE, fl, ts, (uint64_t)p, size, NULL, 0);
 	tls_guard--;
 }
 
@@ -644,10 +726,19 @@ int execle(const char *path, const char *arg, ...) {
 }
 
 // ---- the drain: rings -> spool ----
-static char *stage;  // staging buffer for batched writes
-#define STAGE_BYTES (1u << 20)
-static size_t stage_len;
+// Ring contents go to the spool with writev straight from the segments; a
+// segment is recycled (or unmapped) only once its data has been written.
+#define MAX_IOV 1024
+static struct iovec iov[MAX_IOV];
+static ms_chunk hdrs[MAX_IOV / 2];
+static int niov, nhdr;
+static struct {
+	ms_thr *t;
+	ms_seg *s;
+} done_segs[MAX_IOV / 2];
+static int ndone;
 static long drained_bytes;
+static ms_rec cal_rec;
 
 static int write_all(int fd, const void *buf, size_t n) {
 	const char *p = buf;
@@ -663,49 +754,57 @@ static int write_all(int fd, const void *buf, size_t n) {
 	return 0;
 }
 
-static int stage_flush(int fd) {
-	if (!stage_len) return 0;
-	int rc = write_all(fd, stage, stage_len);
-	drained_bytes += (long)stage_len;
-	stage_len = 0;
+static void seg_release(ms_thr *t, ms_seg *s) {
+	atomic_fetch_sub(&t->segs, 1);
+	if (s->cap == SEG_CAP) {
+		atomic_store_explicit(&s->head, 0, memory_order_relaxed);
+		atomic_store_explicit(&s->next, NULL, memory_order_relaxed);
+		s->tail = 0;
+		for (int i = 0; i < NSPARE; i++) {
+			ms_seg *empty = NULL;
+			if (atomic_compare_exchange_strong_explicit(&t->spare[i], &empty, s, memory_order_release, memory_order_relaxed))
+				return; // reused next time: no page faults
+		}
+	}
+	raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * sizeof(ms_rec));
+}
+
+static int iov_flush(int fd) {
+	int rc = 0, i = 0;
+	while (i < niov) {
+		int cnt = niov - i;
+		ssize_t w = writev(fd, &iov[i], cnt);
+		if (w < 0) {
+			if (errno == EINTR) continue;
+			rc = -1;
+			break;
+		}
+		drained_bytes += w;
+		while (i < niov && (size_t)w >= iov[i].iov_len) w -= (ssize_t)iov[i++].iov_len;
+		if (i < niov) {
+			iov[i].iov_base = (char *)iov[i].iov_base + w;
+			iov[i].iov_len -= (size_t)w;
+		}
+	}
+	niov = nhdr = 0;
+	for (int j = 0; j < ndone; j++) seg_release(done_segs[j].t, done_segs[j].s);
+	ndone = 0;
 	return rc;
 }
 
-static int stage_chunk(int fd, int32_t tid, const ms_rec *r, uint32_t n) {
-	while (n) {
-		size_t room = 0;
-		if (stage_len + sizeof(ms_chunk) < STAGE_BYTES) room = (STAGE_BYTES - stage_len - sizeof(ms_chunk)) / sizeof(ms_rec);
-		if (room == 0) {
-			if (stage_flush(fd)) return -1;
-			continue;
-		}
-		// Never split an event from its payload across chunks.
-		uint32_t take = 0;
-		while (take < n) {
-			uint32_t ev = 1 + r[take].n;
-			if (take + ev > room) break;
-			take += ev;
-		}
-		if (take == 0) {
-			if (stage_len) {
-				if (stage_flush(fd)) return -1;
-				continue;
-			}
-			// An event larger than the stage: write it alone.
-			ms_chunk h = {MS_CHUNK_MAGIC, 1 + r[0].n, tid, ms_mypid};
-			if (write_all(fd, &h, sizeof h) || write_all(fd, r, (1 + r[0].n) * sizeof(ms_rec))) return -1;
-			n -= 1 + r[0].n;
-			r += 1 + r[0].n;
-			continue;
-		}
-		ms_chunk h = {MS_CHUNK_MAGIC, take, tid, ms_mypid};
-		memcpy(stage + stage_len, &h, sizeof h);
-		stage_len += sizeof h;
-		memcpy(stage + stage_len, r, take * sizeof(ms_rec));
-		stage_len += take * sizeof(ms_rec);
-		r += take;
-		n -= take;
-	}
+static int add_chunk(int fd, int32_t tid, const ms_rec *r, uint32_t n) {
+	if (niov + 2 > MAX_IOV && iov_flush(fd)) return -1;
+	hdrs[nhdr] = (ms_chunk){MS_CHUNK_MAGIC, n, tid, ms_mypid};
+	iov[niov++] = (struct iovec){&hdrs[nhdr++], sizeof(ms_chunk)};
+	iov[niov++] = (struct iovec){(void *)r, (size_t)n * sizeof(ms_rec)};
+	return 0;
+}
+
+static int seg_done(int fd, ms_thr *t, ms_seg *s) {
+	if (ndone == MAX_IOV / 2 && iov_flush(fd)) return -1;
+	done_segs[ndone].t = t;
+	done_segs[ndone].s = s;
+	ndone++;
 	return 0;
 }
 
@@ -727,7 +826,7 @@ static int drain_thread(int fd, ms_thr *t) {
 	while (s) {
 		uint32_t h = atomic_load_explicit(&s->head, memory_order_acquire);
 		if (h > s->tail) {
-			if (stage_chunk(fd, t->tid, &s->rec[s->tail], h - s->tail)) return -1;
+			if (add_chunk(fd, t->tid, &s->rec[s->tail], h - s->tail)) return -1;
 			s->tail = h;
 		}
 		ms_seg *next = atomic_load_explicit(&s->next, memory_order_acquire);
@@ -735,19 +834,23 @@ static int drain_thread(int fd, ms_thr *t) {
 		// The writer moved on: whatever it published in s is final.
 		h = atomic_load_explicit(&s->head, memory_order_acquire);
 		if (h > s->tail) {
-			if (stage_chunk(fd, t->tid, &s->rec[s->tail], h - s->tail)) return -1;
+			if (add_chunk(fd, t->tid, &s->rec[s->tail], h - s->tail)) return -1;
 			s->tail = h;
 		}
 		t->rseg = next;
-		raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * sizeof(ms_rec));
-		atomic_fetch_sub(&t->segs, 1);
+		if (seg_done(fd, t, s)) return -1;
 		s = next;
 	}
 	// A dead thread, fully drained: release its ring for reuse.
 	if (atomic_load_explicit(&t->state, memory_order_acquire) == 1 && s &&
 	    atomic_load_explicit(&s->head, memory_order_acquire) == s->tail) {
+		if (iov_flush(fd)) return -1;
 		raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * sizeof(ms_rec));
 		atomic_fetch_sub(&t->segs, 1);
+		for (int i = 0; i < NSPARE; i++) {
+			ms_seg *sp = atomic_exchange(&t->spare[i], NULL);
+			if (sp) raw_munmap(sp, sizeof(ms_seg) + (size_t)sp->cap * sizeof(ms_rec));
+		}
 		t->rseg = t->wseg = NULL;
 		atomic_store(&t->state, 2);
 	}
@@ -759,14 +862,17 @@ long ms_drain(void) {
 	if (fd < 0 || ms_child) return -1;
 	tls_guard++;
 	pthread_mutex_lock(&ms_drain_lock);
-	if (!stage) stage = raw_mmap(STAGE_BYTES);
 	long before = drained_bytes;
-	int rc = stage ? 0 : -1;
+	// A new epoch begins now; the calibration point marks its start.
+	uint64_t e = atomic_load(&ms_epoch) + 1;
+	cal_rec = (ms_rec){stamp_after(), mono_ns(), e, R_CALIB, F_EPOCH, 0};
+	atomic_store(&ms_epoch, e);
+	int rc = add_chunk(fd, 0, &cal_rec, 1);
 	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
 		if (atomic_load(&t->state) == 2) continue;
 		rc = drain_thread(fd, t);
 	}
-	if (!rc) rc = stage_flush(fd);
+	if (iov_flush(fd)) rc = -1;
 	long out = rc ? -1 : drained_bytes - before;
 	pthread_mutex_unlock(&ms_drain_lock);
 	tls_guard--;
@@ -776,7 +882,7 @@ long ms_drain(void) {
 void ms_calibrate(void) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0) return;
-	ms_rec r = {stamp_after(), mono_ns(), 0, R_CALIB, 0, 0};
+	ms_rec r = {stamp_after(), mono_ns(), atomic_load(&ms_epoch), R_CALIB, 0, 0};
 	tls_guard++;
 	pthread_mutex_lock(&ms_drain_lock);
 	write_direct(&r, 1, 0);
@@ -804,6 +910,27 @@ uint64_t ms_forks(void) { return atomic_load(&ms_fork_count); }
 int ms_is_child(void) { return in_child(); }
 void ms_guard_enter(void) { tls_guard++; }
 void ms_guard_leave(void) { tls_guard--; }
+
+// ---- for the Python side (pystack.c, api.go) ----
+void ms_emit(uint16_t kind, uint16_t flags, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
+	emit(kind, flags, stamp_after(), a, b, payload, plen);
+}
+
+void ms_set_hook(int heap, int cstack) {
+	if (cstack > MAX_FRAMES) cstack = MAX_FRAMES;
+	if (cstack > 0 && !unw_lib) {
+		tls_guard++;
+		unw_lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+		if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
+		tls_guard--;
+	}
+	cfg_cstack = cstack;
+	cfg_heap = heap;
+	if (!ms_child) atomic_store(&ms_active, heap);
+}
+
+extern void *ms_own_malloc(size_t) __attribute__((alias("malloc"), copy(malloc), visibility("hidden")));
+int ms_interposed(void) { return dlsym(RTLD_DEFAULT, "malloc") == (void *)ms_own_malloc; }
 
 // ---- public C API (include/msmemscope.h); C shims that never enter Go in a child ----
 static int api_event(uint16_t kind, uint16_t flags, uint64_t a, const char *text) {

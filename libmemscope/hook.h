@@ -28,10 +28,17 @@ enum {
 	R_STOP = 7,
 	R_STEP = 8,
 	R_EXIT = 9,
-	R_CALIB = 10, // ts = tick, a = CLOCK_MONOTONIC ns
+	R_CALIB = 10, // ts = tick, a = CLOCK_MONOTONIC ns, b = epoch (F_EPOCH: the epoch starts here)
 	R_EXEC = 11,  // payload: program path
 	R_FORK = 12,  // a = child pid
 	R_LOST = 13,  // a = events lost
+	// Python (pystack.c, libmemscope/api.go)
+	R_PYCODE = 32,     // a = code id; payload: ms_pycode + file, name, qualname, line table
+	R_PYSKIP = 33,     // payload: a folder whose Python frames are msmemscope's own
+	R_CONFIG = 34,     // payload: the effective configuration (JSON) from now on
+	R_DESCRIBE = 35,   // a = address; payload: owner tag (msmemscope.describe(obj, owner=))
+	R_OWNER_PUSH = 36, // payload: owner tag of a describe scope entered by this thread
+	R_OWNER_POP = 37,  // the thread left its innermost describe scope
 };
 
 // flags
@@ -42,6 +49,8 @@ enum {
 #define F_CSTACK 0x0020 // payload: return addresses
 #define F_TEXT 0x0040   // payload: text
 #define F_UNDO 0x0080   // MALLOC: a failed realloc; the block just freed lives on
+#define F_PYSTACK 0x0100 // MALLOC: payload has a Python stack (see pystack.h)
+#define F_EPOCH 0x0001  // R_CALIB: a drain epoch starts at this point
 
 // Spool chunk header: nrec records of one thread follow.
 typedef struct {

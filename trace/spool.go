@@ -51,6 +51,11 @@ const (
 	FCStack  = 0x0020
 	FText    = 0x0040
 	FUndo    = 0x0080
+	FEpoch   = 0x0001 // on RCalib: a drain epoch starts here
+
+	// TSEpoch marks a record stamped with its drain epoch only (low bits);
+	// the reader interpolates its time (see hook.c, ev_stamp).
+	TSEpoch = uint64(1) << 63
 )
 
 // Rec is one spool record with its payload.
@@ -58,7 +63,8 @@ type Rec struct {
 	TS, A, B    uint64
 	Kind, Flags uint16
 	Tid         int32
-	Payload     []byte // continuation records, raw (valid until the next Next)
+	Payload     []byte // continuation records, raw
+	Forced      bool   // delivered after a Park timed out (see SpoolReader.Park)
 }
 
 // Frames decodes a C-stack payload.
@@ -108,11 +114,13 @@ type Spool struct {
 	Pid       int
 	threads   map[int32][]chunkRef
 	calib     []calibPoint
-	slope     float64 // ns per tick outside the calibrated span
-	Records   uint64  // events (not continuation records)
-	HasStep   bool    // the process called step()
+	epochNs   map[uint64]uint64 // epoch -> CLOCK_MONOTONIC ns at its start
+	slope     float64           // ns per tick outside the calibrated span
+	Records   uint64            // events (not continuation records)
+	HasStep   bool              // the process called step()
 	Bytes     int64
-	Truncated bool // the file ended inside a chunk (a killed run)
+	Truncated bool   // the file ended inside a chunk (a killed run)
+	Py        PyMeta // Python code objects, msmemscope's own folders, configuration (pycode.go)
 }
 
 // OpenSpool reads the whole spool once to index chunks per thread and collect
@@ -122,7 +130,7 @@ func OpenSpool(path string) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Spool{f: f, threads: map[int32][]chunkRef{}}
+	s := &Spool{f: f, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}}
 	if err := s.index(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %v", path, err)
@@ -181,9 +189,16 @@ func (s *Spool) index() error {
 			}
 			switch binary.LittleEndian.Uint16(r[24:]) {
 			case RCalib:
-				s.calib = append(s.calib, calibPoint{binary.LittleEndian.Uint64(r[0:]), binary.LittleEndian.Uint64(r[8:])})
+				ns := binary.LittleEndian.Uint64(r[8:])
+				s.calib = append(s.calib, calibPoint{binary.LittleEndian.Uint64(r[0:]), ns})
+				if binary.LittleEndian.Uint16(r[26:])&FEpoch != 0 {
+					s.epochNs[binary.LittleEndian.Uint64(r[16:])] = ns
+				}
 			case RStep:
 				s.HasStep = true
+			case RPyCode, RPySkip, RConfig:
+				s.Py.note(binary.LittleEndian.Uint16(r[24:]), binary.LittleEndian.Uint64(r[0:]),
+					binary.LittleEndian.Uint64(r[8:]), binary.LittleEndian.Uint64(r[16:]), r[RecSize:RecSize*(1+int(cont))])
 			}
 			s.Records++
 			whole += 1 + cont
@@ -234,7 +249,15 @@ func (s *Spool) Ns(tick uint64) uint64 {
 // Threads returns the thread ids that recorded events.
 func (s *Spool) Threads() int { return len(s.threads) }
 
-// threadCursor walks one thread's records across its chunks.
+// epochEnd is when an epoch ended (the next one began), or false if unknown.
+func (s *Spool) epochEnd(e uint64) (uint64, bool) {
+	ns, ok := s.epochNs[e+1]
+	return ns, ok
+}
+
+// threadCursor walks one thread's records across its chunks, giving each a
+// time: precise stamps are converted, epoch-only stamps interpolated between
+// the precise ones around them, never past the end of their epoch.
 type threadCursor struct {
 	tid    int32
 	chunks []chunkRef
@@ -243,38 +266,117 @@ type threadCursor struct {
 	seq    uint64
 	cur    Rec
 	ns     uint64
+	q      []Rec // records read ahead up to the next precise stamp
+	qns    []uint64
+	qi     int
+	prevNs uint64 // time of the last record handed out
+	floor  uint64 // no record of this thread is earlier (ordering repair)
+	again  bool   // re-deliver cur (it was parked)
+	parkNs uint64
 }
 
-func (c *threadCursor) load(f *os.File) (bool, error) {
+// raw reads the next record of the thread; its payload stays valid because
+// every chunk gets a fresh buffer.
+func (c *threadCursor) raw(f *os.File) (Rec, bool, error) {
 	for c.pos >= len(c.buf) {
 		if len(c.chunks) == 0 {
-			return false, nil
+			return Rec{}, false, nil
 		}
 		ch := c.chunks[0]
 		c.chunks = c.chunks[1:]
-		n := int(ch.nrec) * RecSize
-		if cap(c.buf) < n {
-			c.buf = make([]byte, n)
-		}
-		c.buf = c.buf[:n]
+		c.buf = make([]byte, int(ch.nrec)*RecSize)
 		if _, err := f.ReadAt(c.buf, ch.off); err != nil {
-			return false, err
+			return Rec{}, false, err
 		}
 		c.pos = 0
 	}
 	r := c.buf[c.pos:]
 	cont := int(binary.LittleEndian.Uint32(r[28:]))
-	c.cur = Rec{
-		TS:    binary.LittleEndian.Uint64(r[0:]),
-		A:     binary.LittleEndian.Uint64(r[8:]),
-		B:     binary.LittleEndian.Uint64(r[16:]),
-		Kind:  binary.LittleEndian.Uint16(r[24:]),
-		Flags: binary.LittleEndian.Uint16(r[26:]),
-		Tid:   c.tid,
+	rec := Rec{
+		TS:      binary.LittleEndian.Uint64(r[0:]),
+		A:       binary.LittleEndian.Uint64(r[8:]),
+		B:       binary.LittleEndian.Uint64(r[16:]),
+		Kind:    binary.LittleEndian.Uint16(r[24:]),
+		Flags:   binary.LittleEndian.Uint16(r[26:]),
+		Tid:     c.tid,
+		Payload: r[RecSize : RecSize*(1+cont)],
 	}
-	c.cur.Payload = r[RecSize : RecSize*(1+cont)]
 	c.pos += RecSize * (1 + cont)
+	return rec, true, nil
+}
+
+const maxLookahead = 1 << 16
+
+func (c *threadCursor) load(s *Spool) (bool, error) {
+	if c.again {
+		c.again = false
+		return true, nil
+	}
+	if c.qi >= len(c.q) {
+		c.q, c.qns, c.qi = c.q[:0], c.qns[:0], 0
+		for len(c.q) < maxLookahead {
+			r, ok, err := c.raw(s.f)
+			if err != nil {
+				return false, err
+			}
+			if !ok {
+				break
+			}
+			c.q = append(c.q, r)
+			if r.TS&TSEpoch == 0 {
+				break
+			}
+		}
+		if len(c.q) == 0 {
+			return false, nil
+		}
+		c.times(s)
+	}
+	c.cur, c.ns = c.q[c.qi], c.qns[c.qi]
+	c.qi++
+	if c.ns < c.floor {
+		c.ns = c.floor
+	}
+	c.prevNs = c.ns
 	return true, nil
+}
+
+// times assigns times to the queued records: m epoch-only records, then
+// possibly one precisely stamped record.
+func (c *threadCursor) times(s *Spool) {
+	n := len(c.q)
+	c.qns = c.qns[:0]
+	last := c.q[n-1]
+	m := n
+	var q uint64
+	hasQ := last.TS&TSEpoch == 0
+	if hasQ {
+		m = n - 1
+		q = s.Ns(last.TS)
+	}
+	if m > 0 {
+		e := c.q[0].TS &^ TSEpoch
+		lo := c.prevNs
+		if st, ok := s.epochNs[e]; ok && st > lo {
+			lo = st
+		}
+		hi, ok := s.epochEnd(e)
+		if hasQ && (!ok || q < hi) {
+			hi, ok = q, true
+		}
+		if !ok || hi < lo {
+			hi = lo + uint64(m) + 1 // unknown end: keep order, 1 ns apart
+		}
+		for i := 1; i <= m; i++ {
+			c.qns = append(c.qns, lo+(hi-lo)*uint64(i)/uint64(m+1))
+		}
+	}
+	if hasQ {
+		if m > 0 && q < c.qns[m-1] {
+			q = c.qns[m-1]
+		}
+		c.qns = append(c.qns, q)
+	}
 }
 
 type cursorHeap []*threadCursor
@@ -298,20 +400,89 @@ func (h *cursorHeap) Pop() any {
 	return x
 }
 
+// BlockKey names a live block for ordering repair.
+type BlockKey struct {
+	Sub uint16
+	Ptr uint64
+}
+
+// parkLimit is how far (ns) the merge may run past a parked record before
+// the record is delivered anyway (its FREE never came: a lost event).
+const parkLimit = 50_000_000
+
 // SpoolReader yields every record of a spool, threads merged by time; each
 // thread's own order is kept.
 type SpoolReader struct {
-	s    *Spool
-	h    cursorHeap
-	last *threadCursor
-	init bool
+	s      *Spool
+	h      cursorHeap
+	last   *threadCursor
+	init   bool
+	parked map[BlockKey][]*threadCursor
+	nPark  int
 }
 
 // Reader starts a time-ordered pass over the spool.
-func (s *Spool) Reader() *SpoolReader { return &SpoolReader{s: s} }
+func (s *Spool) Reader() *SpoolReader {
+	return &SpoolReader{s: s, parked: map[BlockKey][]*threadCursor{}}
+}
 
-// Next returns the next record (its Payload valid until the following call) and
-// its time in ns, or nil at the end.
+// Park holds back the thread of the record just returned until Wake(k): a
+// MALLOC of an address another thread has not freed yet in merged order
+// (interpolated times can put it a little early). The record is returned
+// again after the FREE, with a time no earlier than the FREE's.
+func (r *SpoolReader) Park(k BlockKey) {
+	c := r.last
+	if c == nil {
+		return
+	}
+	r.last = nil
+	c.again = true
+	c.parkNs = c.ns
+	r.parked[k] = append(r.parked[k], c)
+	r.nPark++
+}
+
+// Wake releases threads parked on k; ns is the time of the FREE.
+func (r *SpoolReader) Wake(k BlockKey, ns uint64) {
+	cs, ok := r.parked[k]
+	if !ok {
+		return
+	}
+	delete(r.parked, k)
+	for _, c := range cs {
+		r.nPark--
+		if c.floor < ns {
+			c.floor = ns
+		}
+		if c.ns < ns {
+			c.ns = ns
+		}
+		heap.Push(&r.h, c)
+	}
+}
+
+// releaseStale delivers parked records whose FREE is not coming.
+func (r *SpoolReader) releaseStale() {
+	for k, cs := range r.parked {
+		keep := cs[:0]
+		for _, c := range cs {
+			if len(r.h) == 0 || r.h[0].ns > c.parkNs+parkLimit {
+				c.cur.Forced = true
+				r.nPark--
+				heap.Push(&r.h, c)
+			} else {
+				keep = append(keep, c)
+			}
+		}
+		if len(keep) == 0 {
+			delete(r.parked, k)
+		} else {
+			r.parked[k] = keep
+		}
+	}
+}
+
+// Next returns the next record and its time in ns, or nil at the end.
 func (r *SpoolReader) Next() (*Rec, uint64, error) {
 	if !r.init {
 		r.init = true
@@ -322,12 +493,11 @@ func (r *SpoolReader) Next() (*Rec, uint64, error) {
 		sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
 		for _, t := range tids {
 			c := &threadCursor{tid: t, chunks: r.s.threads[t]}
-			ok, err := c.load(r.s.f)
+			ok, err := c.load(r.s)
 			if err != nil {
 				return nil, 0, err
 			}
 			if ok {
-				c.ns = r.s.Ns(c.cur.TS)
 				r.h = append(r.h, c)
 			}
 		}
@@ -335,16 +505,17 @@ func (r *SpoolReader) Next() (*Rec, uint64, error) {
 	} else if r.last != nil {
 		c := r.last
 		r.last = nil
-		ok, err := c.load(r.s.f)
+		ok, err := c.load(r.s)
 		if err != nil {
 			return nil, 0, err
 		}
 		if ok {
 			c.seq++
-			c.ns = r.s.Ns(c.cur.TS)
-			// Within a thread time never goes back: keep its order.
 			heap.Push(&r.h, c)
 		}
+	}
+	if r.nPark > 0 {
+		r.releaseStale()
 	}
 	if len(r.h) == 0 {
 		return nil, 0, nil
