@@ -35,6 +35,9 @@ func init() {
 	if C.ms_is_child() != 0 {
 		return
 	}
+	if lazyBegin() {
+		return // loaded by Python with dlopen: the capture begins at start() (api.go)
+	}
 	if err := start(); err != nil {
 		fmt.Fprintf(os.Stderr, "msmemscope: %v (nothing is recorded in this process)\n", err)
 	}
@@ -49,6 +52,11 @@ func start() error {
 		}
 		cfg = c
 	}
+	return begin(cfg)
+}
+
+// begin creates the capture folder and starts draining into its spool.
+func begin(cfg config.Config) error {
 	out, err := config.AbsOutput(cfg.Output)
 	if err != nil {
 		return err
@@ -100,7 +108,7 @@ func msGoAtExit() {
 	<-eng.done
 	C.ms_finish()
 	eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
-	if eng.proc.Standalone() {
+	if eng.proc.Standalone() && exitConvertWanted() {
 		// No CLI will convert this capture: write the files now. Frees in
 		// destructors that run after this one reach the spool only.
 		if _, err := capture.Convert(eng.proc.Dir, capture.Options{Console: os.Stderr}); err != nil {

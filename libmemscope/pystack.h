@@ -1,0 +1,67 @@
+// Python stacks read from inside the hook (DESIGN.md, rule 7): the calling
+// thread's own CPython 3.11 frames, kept as (code id, instruction) pairs; each
+// code object's names and line table go to the spool once, as an R_PYCODE
+// record, and line numbers are computed when files are written (Go:
+// trace/pycode.go).
+//
+// A MALLOC record with F_PYSTACK carries the payload
+//
+//	uint64 {n_c | n_py << 32}, n_c return addresses, n_py frames
+//
+// where a frame is uint64 {code id | (uint32)instruction << 32}, innermost
+// first; the instruction is the frame's index in code units (prev_instr minus
+// the start of the code; -1 before the first instruction).
+#ifndef MEMSCOPE_PYSTACK_H
+#define MEMSCOPE_PYSTACK_H
+
+#include <stdint.h>
+
+// The R_PYCODE payload starts with this header; file name, name, qualified
+// name and the line table (co_linetable bytes) follow, unpadded.
+typedef struct {
+	uint32_t id;
+	int32_t firstlineno;
+	int32_t firsttraceable; // _co_firsttraceable, in code units
+	uint16_t file_len;
+	uint16_t name_len;
+	uint16_t qualname_len;
+	uint16_t pad;
+	uint32_t linetable_len;
+} ms_pycode;
+
+// Python stack depth; 0 when off. Read by the hook (hook.c, rec_alloc).
+extern int ms_py_depth;
+
+// Switches Python stacks on with the given depth (0: off). Returns 1 when on,
+// 0 when off, -1 when no CPython is in the process, -2 when its version has
+// no supported frame layout (ms_py_version tells which).
+int ms_py_enable(int depth);
+unsigned long ms_py_version(void);
+
+// Fills out with up to max frames of the calling thread, innermost first.
+// Runs inside the hook: no allocation, no Python API that could allocate or
+// take a lock. The caller holds the reentrancy guard.
+int ms_py_capture(uint64_t *out, int max);
+
+// In hook.c: appends an event stamped now to the calling thread's ring
+// (caller holds the reentrancy guard).
+void ms_emit(uint16_t kind, uint16_t flags, uint64_t a, uint64_t b, const void *payload, uint32_t plen);
+// In hook.c: applies a configuration change (msmemscope.config()).
+void ms_set_hook(int heap, int cstack);
+// In hook.c: whether this copy of the library interposes the allocator (it
+// was preloaded or linked), as opposed to loaded later with dlopen.
+int ms_interposed(void);
+
+// A text event from the Python API (R_PYSKIP, R_CONFIG, R_DESCRIBE,
+// R_OWNER_PUSH, R_OWNER_POP); -1 in a forked child.
+int ms_py_event(uint16_t kind, uint64_t a, const char *text, uint32_t len);
+// Whether a CPython interpreter is linked into the process.
+int ms_py_present(void);
+
+// Public (include/msmemscope.h is not extended: these serve the Python package).
+int msmemscope_describe(uint64_t addr, const char *owner);
+int msmemscope_describe_push(const char *owner);
+int msmemscope_describe_pop(void);
+int msmemscope_python_package(const char *dir);
+
+#endif

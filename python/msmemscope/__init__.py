@@ -1,0 +1,142 @@
+"""msmemscope: memory profiling of the host heap, PyTorch and CUDA.
+
+Quick start::
+
+    import msmemscope
+    msmemscope.config(call_stack="python:10", events="alloc,free,traceback")
+    msmemscope.start(); train(); msmemscope.stop()
+
+Host-heap events need libmemscope.so preloaded: run the program under the
+CLI (``msmemscope python train.py``) or ``python -m msmemscope run
+train.py``. See python/README.md.
+
+Importing costs little: the library is bound on first use (at import only
+when it is preloaded), and nothing beyond the standard library is needed.
+"""
+
+import atexit
+import json
+import os
+import warnings
+
+from . import _lib, mstx, tracer
+from ._describe import describe
+
+__all__ = ["config", "start", "stop", "step", "tracer", "mstx", "describe", "__version__"]
+__version__ = "0.1.0"
+
+_cfg = None           # the effective configuration (dict), as the library has it
+_warned_heap = False
+
+
+def _value(name, v):
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        raise ValueError("invalid value %r for %s: a bool is not a value of this option" % (v, name))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return ",".join(_value(name, x) for x in v)
+    if isinstance(v, (str, os.PathLike)):
+        return os.fspath(v)
+    raise ValueError("invalid value %r for %s: expected a str" % (v, name))
+
+
+def _config():
+    global _cfg
+    if _cfg is None:
+        _cfg = _lib.effective_config()
+    return _cfg
+
+
+def config(**items):
+    """Sets options by the CLI's names (underscores for dashes): device,
+    level, events, call_stack, collect_mode, analysis, steps, watch,
+    data_format, output, log_level, log_mode, log_files, log_file_mb.
+
+    Every value is checked with the CLI's rules, all or none: a violation
+    raises ValueError naming the option, the value and the rule. "" (or
+    None) switches an item off. May be called before start() and between
+    ranges; output is fixed once the capture has begun (under the CLI: the
+    CLI's).
+    """
+    global _cfg
+    pairs = [[k, _value(k, v)] for k, v in items.items()]
+    _lib.configure(pairs)
+    _cfg = None
+    cfg = _config()
+    if tracer.is_tracing() and not tracer._by_api and not _traceback(cfg):
+        tracer._end()
+
+
+def _traceback(cfg):
+    return bool(cfg.get("events", {}).get("traceback"))
+
+
+def _warn_heap(cfg):
+    global _warned_heap
+    if _warned_heap or _lib.preloaded():
+        return
+    if "cpu" in (cfg.get("devices") or []) and cfg.get("events", {}).get("alloc"):
+        _warned_heap = True
+        warnings.warn(
+            "msmemscope: host-heap events need libmemscope.so preloaded: run the program under the "
+            "msmemscope CLI or with `python -m msmemscope run script.py`. Collecting the rest.",
+            RuntimeWarning, stacklevel=3)
+
+
+def start():
+    """Switches collection on (SYSTEM START); with events containing
+    traceback, the Python trace runs until stop()."""
+    cfg = _config()
+    _warn_heap(cfg)
+    _lib.start()
+    if _traceback(cfg) and not _lib.in_child():
+        tracer._range_start()
+
+
+def stop():
+    """Switches collection off (SYSTEM STOP). Without the CLI, writes the
+    files of SPEC §2 from everything captured so far (new files on each
+    call) and returns the dump's path; under the CLI returns None (the CLI
+    writes them when the program ends)."""
+    tracer._range_stop()
+    return _lib.stop()
+
+
+def step():
+    """Ends the current step and starts the next (SPEC §3)."""
+    _lib.get().msmemscope_step()
+
+
+def _at_exit():
+    # Before the library's own exit work (it converts an open range when
+    # no CLI owns the capture): the trace files must be written first.
+    if tracer.is_tracing():
+        tracer._end()
+
+
+atexit.register(_at_exit)
+
+
+def _auto():
+    """Under the CLI: bind now, and in immediate mode with traceback start
+    the Python trace at once."""
+    if "libmemscope" not in os.environ.get("LD_PRELOAD", ""):
+        return
+    try:
+        _lib.get()
+    except OSError:
+        return
+    if not _lib.preloaded():
+        return
+    try:
+        env = json.loads(os.environ.get("MSMEMSCOPE_CONFIG", "{}"))
+    except ValueError:
+        return
+    if env.get("collect_mode", "immediate") == "immediate" and env.get("events", {}).get("traceback"):
+        tracer._range_start()
+
+
+_auto()

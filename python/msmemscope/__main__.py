@@ -1,0 +1,69 @@
+"""``python -m msmemscope``: run a Python program traced, or the CLI.
+
+    python -m msmemscope run [msmemscope options] script.py [args...]
+    python -m msmemscope run [msmemscope options] -m module [args...]
+    python -m msmemscope [CLI arguments]      # --help, --version, --input=..., --compare ...
+
+``run`` starts ``msmemscope [options] -- <this interpreter> script.py args``
+with the CLI shipped in the package, which preloads the library, so host-heap
+events, C and Python stacks are all collected; it exits with the program's
+exit code.
+"""
+
+import os
+import sys
+
+from . import _lib
+
+USAGE = """usage: python -m msmemscope run [msmemscope options] script.py [args...]
+       python -m msmemscope run [msmemscope options] -m module [args...]
+       python -m msmemscope [msmemscope CLI arguments]   (see --help)
+"""
+
+
+def _exec(argv):
+    try:
+        cli = _lib.cli_path()
+    except OSError as e:
+        sys.stderr.write("msmemscope: %s\n" % e)
+        return 1
+    env = dict(os.environ)
+    if "MSMEMSCOPE_LIB" not in env:
+        try:
+            env["MSMEMSCOPE_LIB"] = _lib.shipped_path()
+        except OSError:
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(cli, [cli] + argv, env)
+    return 1  # not reached
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") and len(argv) == 1:
+        sys.stdout.write(USAGE)
+        if not argv:
+            return 2
+        return _exec(["--help"])
+    if argv[0] != "run":
+        return _exec(argv)
+    args = argv[1:]
+    opts = []
+    while args and args[0].startswith("-") and args[0] not in ("-m", "--"):
+        opts.append(args.pop(0))
+    if args and args[0] == "--":
+        args.pop(0)
+    if not args:
+        sys.stderr.write(USAGE)
+        return 2
+    return _exec(opts + ["--", sys.executable] + args)
+
+
+def cli():
+    """The ``msmemscope`` console script: the shipped CLI."""
+    sys.exit(_exec(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

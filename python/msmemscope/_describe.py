@@ -1,0 +1,92 @@
+"""Owner tags (SPEC §5.5): ``msmemscope.describe``.
+
+Three forms:
+
+* ``with msmemscope.describe(owner="loader"): ...`` — blocks this thread
+  allocates inside get the tag (the dump writes HOST rows' owner as
+  ``HOST@loader``);
+* ``@msmemscope.describe(owner="loader")`` on a function — the same, for
+  each call;
+* ``msmemscope.describe(obj_or_address, owner="kv_cache")`` — tags the block
+  at that address (a tensor's storage, a NumPy array's data, a writable
+  buffer, or an int address). Recorded in the capture as a DESCRIBE record
+  (address, owner) for the decompose analysis (SPEC §5.5) to apply.
+"""
+
+import ctypes
+import functools
+
+from . import _lib
+
+__all__ = ["describe", "address_of"]
+
+
+def address_of(obj):
+    """The address of the memory block behind obj."""
+    if isinstance(obj, bool):
+        raise TypeError("describe() needs an object with memory or an int address, not bool")
+    if isinstance(obj, int):
+        if obj <= 0:
+            raise ValueError("address must be positive")
+        return obj
+    st = getattr(obj, "untyped_storage", None)
+    if callable(st):  # torch.Tensor
+        return int(st().data_ptr())
+    dp = getattr(obj, "data_ptr", None)
+    if callable(dp):
+        return int(dp())
+    ai = getattr(obj, "__array_interface__", None)
+    if isinstance(ai, dict) and "data" in ai:
+        return int(ai["data"][0])
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError("describe() cannot find the memory of a %s object" % type(obj).__name__) from None
+    with mv:
+        if mv.readonly:
+            raise TypeError("describe() cannot find the memory of a read-only %s" % type(obj).__name__)
+        return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
+
+def _owner(owner):
+    if not isinstance(owner, str) or not owner:
+        raise ValueError("owner must be a non-empty str")
+    if any(c in owner for c in ",{}\n\r"):
+        raise ValueError('owner must not contain ",", "{", "}" or line breaks: %r' % owner)
+    return owner.encode("utf-8")
+
+
+class describe:
+    """Tags memory with an owner: a context manager, a decorator, or
+    ``describe(obj_or_address, owner=...)`` (see the module's doc)."""
+
+    __slots__ = ("owner", "_b")
+
+    def __init__(self, obj=None, owner=None):
+        if owner is None and isinstance(obj, str):
+            obj, owner = None, obj  # describe("loader") as a scope
+        self._b = _owner(owner)
+        self.owner = owner
+        if obj is not None:
+            _lib.get().msmemscope_describe(address_of(obj), self._b)
+
+    def __enter__(self):
+        _lib.get().msmemscope_describe_push(self._b)
+        return self
+
+    def __exit__(self, *exc):
+        _lib.get().msmemscope_describe_pop()
+        return False
+
+    def __call__(self, fn):
+        b = self._b
+        lib = _lib.get()
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            lib.msmemscope_describe_push(b)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                lib.msmemscope_describe_pop()
+        return wrapper

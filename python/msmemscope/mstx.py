@@ -1,0 +1,31 @@
+"""mstx marks and ranges (SPEC §1.3), recorded as MSTX rows of the dump.
+
+A range whose message is exactly ``"step start"`` delimits a step (SPEC §3)
+in a process that never calls ``msmemscope.step()``.
+"""
+
+from . import _lib
+
+__all__ = ["mark", "range_start", "range_end"]
+
+
+def _msg(message):
+    if not isinstance(message, str):
+        raise TypeError("message must be a str, not %s" % type(message).__name__)
+    return message.encode("utf-8", "replace")
+
+
+def mark(message, stream=None):
+    """Records an instantaneous mark (``stream`` is accepted for
+    compatibility and ignored)."""
+    _lib.get().mstxMarkA(_msg(message), None)
+
+
+def range_start(message, stream=None):
+    """Opens a range; returns its id for ``range_end`` (0 in a forked child)."""
+    return int(_lib.get().mstxRangeStartA(_msg(message), None))
+
+
+def range_end(range_id):
+    """Closes the range ``range_start`` returned."""
+    _lib.get().mstxRangeEnd(int(range_id))
