@@ -104,20 +104,24 @@ func Convert(dir string, opt Options) (*Result, error) {
 	err = safefs.WriteNew(res.DumpPath, func(w io.Writer) error {
 		bw := bufio.NewWriterSize(w, 1<<20)
 		cw := trace.NewCSVWriter(bw)
-		for {
-			e, err := dec.next()
-			if err != nil {
-				return err
+		wantLeaks := cfg.HasAnalysis("leaks")
+		batches := decodeBatches(dec)
+		defer func() {
+			for range batches { // let the decoder finish if writing stopped early
 			}
-			if e == nil {
-				break
+		}()
+		for b := range batches {
+			if b.err != nil {
+				return b.err
 			}
-			if cfg.HasAnalysis("leaks") {
-				leaks.Observe(e)
-			}
-			if e.Kind == trace.KindSystem || cfg.WantStep(e.Step) {
-				if err := cw.Write(e); err != nil {
-					return err
+			for _, e := range b.events {
+				if wantLeaks {
+					leaks.Observe(e)
+				}
+				if e.Kind == trace.KindSystem || cfg.WantStep(e.Step) {
+					if err := cw.Write(e); err != nil {
+						return err
+					}
 				}
 			}
 		}
@@ -171,6 +175,44 @@ func Convert(dir string, opt Options) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// batch is a run of decoded events handed from the decoder to the writer.
+type batch struct {
+	events []*trace.Event
+	err    error
+}
+
+// decodeBatches runs the decoder on its own goroutine, so decoding the spool
+// and formatting the dump use both cores. The channel closes at the end (or
+// after a batch carrying an error).
+func decodeBatches(dec *decoder) <-chan batch {
+	out := make(chan batch, 8)
+	go func() {
+		defer close(out)
+		const size = 4096
+		for {
+			b := batch{events: make([]*trace.Event, 0, size)}
+			for len(b.events) < size {
+				e, err := dec.next()
+				if err != nil {
+					b.err = err
+					break
+				}
+				if e == nil {
+					break
+				}
+				b.events = append(b.events, e)
+			}
+			if len(b.events) > 0 || b.err != nil {
+				out <- b
+			}
+			if b.err != nil || len(b.events) < size {
+				return
+			}
+		}
+	}()
+	return out
 }
 
 func progName(m *ProcessMeta) string {
