@@ -271,7 +271,6 @@ type threadCursor struct {
 	qi     int
 	prevNs uint64 // time of the last record handed out
 	floor  uint64 // no record of this thread is earlier (ordering repair)
-	again  bool   // re-deliver cur (it was parked)
 	parkNs uint64
 }
 
@@ -308,10 +307,6 @@ func (c *threadCursor) raw(f *os.File) (Rec, bool, error) {
 const maxLookahead = 1 << 16
 
 func (c *threadCursor) load(s *Spool) (bool, error) {
-	if c.again {
-		c.again = false
-		return true, nil
-	}
 	if c.qi >= len(c.q) {
 		c.q, c.qns, c.qi = c.q[:0], c.qns[:0], 0
 		for len(c.q) < maxLookahead {
@@ -435,8 +430,7 @@ func (r *SpoolReader) Park(k BlockKey) {
 	if c == nil {
 		return
 	}
-	r.last = nil
-	c.again = true
+	r.last = nil // its record stays current: Wake puts it back in the merge
 	c.parkNs = c.ns
 	r.parked[k] = append(r.parked[k], c)
 	r.nPark++
