@@ -1,0 +1,257 @@
+package analyzer
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"msmemscope/trace"
+)
+
+// The peak timeline and per-site reports (SPEC §7): live bytes per allocation
+// site, and the local maximum of live bytes in each interval of a capture.
+
+// SiteSize is one line of a memory report: live bytes allocated at a site.
+type SiteSize struct {
+	Site     string `json:"site"`     // "file:line", or "module+0xoffset" without debug info
+	Function string `json:"function"` // "" when unknown
+	Size     uint64 `json:"size"`
+	Count    int    `json:"count"`
+}
+
+// MemReport is get_mem_report's result: live bytes per site, largest first,
+// summing to TotalSize.
+type MemReport struct {
+	TotalSize uint64     `json:"total_size"`
+	Report    []SiteSize `json:"mem_report"`
+}
+
+// SiteOf names the allocation site of a MALLOC: the innermost Python frame
+// when there is a Python stack, else the innermost C frame.
+func SiteOf(e *trace.Event) (site, function string) {
+	if e.PyStack != "" {
+		f := firstFrame(e.PyStack)
+		// Python frames are "file:line(function)".
+		if i := strings.LastIndexByte(f, '('); i > 0 && strings.HasSuffix(f, ")") {
+			return f[:i], f[i+1 : len(f)-1]
+		}
+		return f, ""
+	}
+	if e.CStack != "" {
+		f := firstFrame(e.CStack)
+		// C frames are "function file:line (module)" or "function (module+0xoff)".
+		fn, rest, ok := strings.Cut(f, " ")
+		if !ok {
+			return f, ""
+		}
+		if strings.HasPrefix(rest, "(") {
+			return strings.Trim(rest, "()"), fn
+		}
+		loc, _, _ := strings.Cut(rest, " (")
+		return loc, fn
+	}
+	return "(unknown)", ""
+}
+
+func firstFrame(stack string) string {
+	f, _, _ := strings.Cut(stack, ";")
+	return f
+}
+
+type siteKey struct{ site, fn string }
+
+type liveBlock struct {
+	size uint64
+	site siteKey
+}
+
+// LiveSet tracks live blocks and live bytes per site over an event stream.
+type LiveSet struct {
+	blocks map[uint64]liveBlock // by allocation id
+	sites  map[siteKey]*SiteSize
+	Total  uint64
+}
+
+// NewLiveSet returns an empty live set.
+func NewLiveSet() *LiveSet {
+	return &LiveSet{blocks: map[uint64]liveBlock{}, sites: map[siteKey]*SiteSize{}}
+}
+
+// Observe applies a MALLOC or FREE; other events are ignored.
+func (l *LiveSet) Observe(e *trace.Event) {
+	switch e.Kind {
+	case trace.KindMalloc:
+		site, fn := SiteOf(e)
+		k := siteKey{site, fn}
+		if old, ok := l.blocks[e.AllocID]; ok { // a MALLOC seen twice: replace
+			l.remove(old)
+		}
+		l.blocks[e.AllocID] = liveBlock{e.Size, k}
+		s := l.sites[k]
+		if s == nil {
+			s = &SiteSize{Site: site, Function: fn}
+			l.sites[k] = s
+		}
+		s.Size += e.Size
+		s.Count++
+		l.Total += e.Size
+	case trace.KindFree:
+		if b, ok := l.blocks[e.AllocID]; ok {
+			delete(l.blocks, e.AllocID)
+			l.remove(b)
+		}
+	}
+}
+
+func (l *LiveSet) remove(b liveBlock) {
+	l.Total -= b.size
+	if s := l.sites[b.site]; s != nil {
+		s.Size -= b.size
+		s.Count--
+		if s.Count == 0 {
+			delete(l.sites, b.site)
+		}
+	}
+}
+
+// Report returns the live bytes per site, largest first.
+func (l *LiveSet) Report() MemReport {
+	r := MemReport{TotalSize: l.Total, Report: make([]SiteSize, 0, len(l.sites))}
+	for _, s := range l.sites {
+		r.Report = append(r.Report, *s)
+	}
+	sort.Slice(r.Report, func(i, j int) bool {
+		a, b := r.Report[i], r.Report[j]
+		if a.Size != b.Size {
+			return a.Size > b.Size
+		}
+		if a.Site != b.Site {
+			return a.Site < b.Site
+		}
+		return a.Function < b.Function
+	})
+	return r
+}
+
+// TimePoint is one interval of the timeline: its start (ms from the first
+// event) and the largest live byte count reached inside it.
+type TimePoint struct {
+	Ms      uint64
+	MaxLive uint64
+	atEvent uint64 // stream position (1-based) where the maximum was reached; 0: carried over
+}
+
+// Timeline is get_all_time_size's result plus what it takes to rebuild the
+// report at each interval's maximum.
+type Timeline struct {
+	IntervalMs uint64
+	StartNs    uint64
+	Points     []TimePoint
+}
+
+// BuildTimeline reads a whole stream and returns the local maximum of live
+// bytes in each interval. Memory grows with live blocks, not stream length.
+func BuildTimeline(s trace.Stream, intervalMs uint64) (*Timeline, error) {
+	if intervalMs == 0 {
+		return nil, fmt.Errorf("interval must be at least 1 ms")
+	}
+	tl := &Timeline{IntervalMs: intervalMs}
+	live := NewLiveSet()
+	step := intervalMs * 1e6
+	var pos uint64
+	started := false
+	for {
+		e, err := s.Next()
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			break
+		}
+		pos++
+		if !started {
+			started = true
+			tl.StartNs = e.Timestamp
+			tl.Points = append(tl.Points, TimePoint{Ms: 0})
+		}
+		var idx uint64
+		if e.Timestamp > tl.StartNs {
+			idx = (e.Timestamp - tl.StartNs) / step
+		}
+		for uint64(len(tl.Points)) <= idx {
+			// A new interval starts with what is live when it begins.
+			tl.Points = append(tl.Points, TimePoint{Ms: uint64(len(tl.Points)) * intervalMs, MaxLive: live.Total, atEvent: pos - 1})
+		}
+		live.Observe(e)
+		p := &tl.Points[len(tl.Points)-1]
+		if live.Total > p.MaxLive || p.atEvent == 0 && live.Total == p.MaxLive {
+			p.MaxLive, p.atEvent = live.Total, pos
+		}
+	}
+	return tl, nil
+}
+
+// Sizes returns [[t_ms, max_live_bytes], …].
+func (tl *Timeline) Sizes() [][2]uint64 {
+	out := make([][2]uint64, len(tl.Points))
+	for i, p := range tl.Points {
+		out[i] = [2]uint64{p.Ms, p.MaxLive}
+	}
+	return out
+}
+
+// Peak returns the interval with the largest maximum (the first, on ties).
+func (tl *Timeline) Peak() (TimePoint, bool) {
+	var best TimePoint
+	found := false
+	for _, p := range tl.Points {
+		if !found || p.MaxLive > best.MaxLive {
+			best, found = p, true
+		}
+	}
+	return best, found
+}
+
+// ReportAt rebuilds the per-site report at the maximum of the interval that
+// holds tMs, by replaying a fresh stream of the same capture up to it.
+func (tl *Timeline) ReportAt(s trace.Stream, tMs uint64) (MemReport, error) {
+	if len(tl.Points) == 0 {
+		return MemReport{}, fmt.Errorf("the capture holds no events")
+	}
+	i := tMs / tl.IntervalMs
+	if i >= uint64(len(tl.Points)) {
+		return MemReport{}, fmt.Errorf("%d ms is past the end of the capture (%d ms)", tMs, uint64(len(tl.Points))*tl.IntervalMs)
+	}
+	stop := tl.Points[i].atEvent
+	live := NewLiveSet()
+	for pos := uint64(1); pos <= stop; pos++ {
+		e, err := s.Next()
+		if err != nil {
+			return MemReport{}, err
+		}
+		if e == nil {
+			break
+		}
+		live.Observe(e)
+	}
+	return live.Report(), nil
+}
+
+// WriteTimeline prints the timeline and the report at its peak, as
+// `msmemscope --timeline` does.
+func WriteTimeline(w io.Writer, tl *Timeline, peak MemReport, peakMs uint64) {
+	fmt.Fprintf(w, "peak timeline (local maximum of live bytes every %d ms)\n", tl.IntervalMs)
+	fmt.Fprintf(w, "%10s  %14s\n", "t_ms", "max_live_bytes")
+	for _, p := range tl.Points {
+		fmt.Fprintf(w, "%10d  %14d\n", p.Ms, p.MaxLive)
+	}
+	fmt.Fprintf(w, "\nlive bytes per site at the peak (interval starting at %d ms): total %d\n", peakMs, peak.TotalSize)
+	for _, s := range peak.Report {
+		fn := s.Function
+		if fn == "" {
+			fn = "-"
+		}
+		fmt.Fprintf(w, "%14d  %6d blocks  %s  %s\n", s.Size, s.Count, s.Site, fn)
+	}
+}

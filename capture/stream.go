@@ -1,0 +1,32 @@
+package capture
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"msmemscope/trace"
+)
+
+// spoolStream is a capture's spool decoded into dump events (trace.Stream).
+type spoolStream struct {
+	sp  *trace.Spool
+	dec *decoder
+}
+
+func (s *spoolStream) Next() (*trace.Event, error) { return s.dec.next() }
+func (s *spoolStream) Close() error                { return s.sp.Close() }
+
+// OpenStream decodes a capture folder's spool as a stream of events, in the
+// same order and with the same ids as its dump. Close it when done.
+func OpenStream(dir string) (trace.Stream, func() error, error) {
+	meta, err := ReadMeta(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s is not a capture folder: %v", dir, err)
+	}
+	sp, err := trace.OpenSpool(filepath.Join(dir, SpoolDir, trace.SpoolFileName))
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &spoolStream{sp: sp, dec: newDecoder(sp, dir, meta, meta.Config)}
+	return s, s.Close, nil
+}
