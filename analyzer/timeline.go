@@ -51,6 +51,9 @@ func SiteOf(e *trace.Event) (site, function string) {
 		loc, _, _ := strings.Cut(rest, " (")
 		return loc, fn
 	}
+	if e.Site != "" {
+		return SiteOf(&trace.Event{CStack: e.Site})
+	}
 	return "(unknown)", ""
 }
 

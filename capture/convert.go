@@ -248,6 +248,8 @@ type block struct {
 // allocated while collection was off, names mstx ranges and numbers steps.
 type decoder struct {
 	r        *trace.SpoolReader
+	siteMemo map[uint32]string
+	mapsText string // the mappings to symbolize with, when given as text
 	meta     *ProcessMeta
 	cfg      config.Config
 	pid      int64
@@ -287,13 +289,29 @@ func newDecoder(sp *trace.Spool, dir string, meta *ProcessMeta, cfg config.Confi
 	return d
 }
 
-func (d *decoder) cstack(r *trace.Rec) string {
-	if r.Flags&trace.FCStack == 0 {
+// site symbolizes a MALLOC's allocation site (recorded even without stacks).
+func (d *decoder) site(id uint32) string {
+	if id == 0 {
 		return ""
 	}
-	key := string(r.Payload)
-	if s, ok := d.stackMemo[key]; ok {
+	if s, ok := d.siteMemo[id]; ok {
 		return s
+	}
+	addr, ok := d.sp.Sites[id]
+	if !ok {
+		return ""
+	}
+	if d.siteMemo == nil {
+		d.siteMemo = map[uint32]string{}
+	}
+	s := d.symbolizer().Frame(addr)
+	d.siteMemo[id] = s
+	return s
+}
+
+func (d *decoder) symbolizer() *symbolize.Symbolizer {
+	if d.sym == nil && d.mapsText != "" {
+		d.sym = symbolize.New(d.mapsText)
 	}
 	if d.sym == nil {
 		maps, err := os.ReadFile(d.mapsFile)
@@ -305,8 +323,19 @@ func (d *decoder) cstack(r *trace.Rec) string {
 		}
 		d.sym = symbolize.New(string(maps))
 	}
+	return d.sym
+}
+
+func (d *decoder) cstack(r *trace.Rec) string {
+	if r.Flags&trace.FCStack == 0 {
+		return ""
+	}
+	key := string(r.Payload)
+	if s, ok := d.stackMemo[key]; ok {
+		return s
+	}
 	cframes, _ := r.Stacks()
-	frames := d.sym.Frames(cframes)
+	frames := d.symbolizer().Frames(cframes)
 	for i := range frames {
 		frames[i] = strings.ReplaceAll(frames[i], ";", ",")
 	}
@@ -444,6 +473,7 @@ func (d *decoder) malloc(r *trace.Rec, e *trace.Event) *trace.Event {
 		e.Owner += "@" + s[len(s)-1] // inside `with msmemscope.describe(owner=...)`
 	}
 	e.CStack = d.cstack(r)
+	e.Site = d.site(r.Site)
 	e.PyStack = d.pystack(r)
 	return e
 }

@@ -18,7 +18,11 @@ func (s *spoolStream) Close() error                { return s.sp.Close() }
 
 // OpenStream decodes a capture folder's spool as a stream of events, in the
 // same order and with the same ids as its dump. Close it when done.
-func OpenStream(dir string) (trace.Stream, func() error, error) {
+func OpenStream(dir string) (trace.Stream, func() error, error) { return OpenStreamMaps(dir, "") }
+
+// OpenStreamMaps is OpenStream for a capture still being recorded: maps is
+// the process's current /proc/self/maps text, used to symbolize.
+func OpenStreamMaps(dir, maps string) (trace.Stream, func() error, error) {
 	meta, err := ReadMeta(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s is not a capture folder: %v", dir, err)
@@ -28,5 +32,6 @@ func OpenStream(dir string) (trace.Stream, func() error, error) {
 		return nil, nil, err
 	}
 	s := &spoolStream{sp: sp, dec: newDecoder(sp, dir, meta, meta.Config)}
+	s.dec.mapsText = maps
 	return s, s.Close, nil
 }

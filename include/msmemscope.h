@@ -15,6 +15,12 @@ int msmemscope_start(void);
 int msmemscope_stop(void);
 /* Ends the current step and starts the next (SYSTEM STEP, SPEC §3). */
 int msmemscope_step(void);
+/* The live report (SPEC §7): writes JSON {"total_size": N, "mem_report":
+ * [{"site": "file:line", "function": "...", "size": N, "count": N}, ...]},
+ * largest site first, into buf (n bytes, NUL-terminated). Returns the JSON's
+ * length: when that is n or more, call again with a larger buffer to get the
+ * same report. Returns -1 on error, with the message in buf. */
+int msmemscope_get_mem_report(char *buf, int n);
 
 #ifdef __cplusplus
 }

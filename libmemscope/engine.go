@@ -75,10 +75,10 @@ func begin(cfg config.Config) error {
 }
 
 // drainLoop moves ring contents to the spool every millisecond, so a run
-// killed with SIGKILL loses at most the last few milliseconds.
+// killed with SIGKILL loses at most the last few milliseconds. Each pass also
+// starts a new timestamp epoch with a clock calibration point (hook.c).
 func drainLoop() {
 	defer close(eng.done)
-	lastCal := time.Now()
 	for {
 		select {
 		case <-eng.stop:
@@ -87,10 +87,6 @@ func drainLoop() {
 		}
 		if C.ms_drain() < 0 {
 			eng.proc.NoteDrainError()
-		}
-		if time.Since(lastCal) >= 100*time.Millisecond {
-			C.ms_calibrate()
-			lastCal = time.Now()
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -239,12 +239,12 @@ static inline void ring_commit(ms_thr *t, uint32_t n) {
 }
 
 // After the final drain: one event straight to the spool.
-static __attribute__((noinline)) void emit_direct(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
+static __attribute__((noinline)) void emit_direct(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t hi) {
 	uint32_t n = (plen + sizeof(ms_rec) - 1) / sizeof(ms_rec);
 	{
 		ms_rec buf[1 + 256];
 		if (n > 256) n = 256, plen = 256 * sizeof(ms_rec);
-		buf[0] = (ms_rec){ts, a, b, kind, flags, n};
+		buf[0] = (ms_rec){ts, a, b, kind, flags, n | hi << 16};
 		if (n) {
 			memset(&buf[1], 0, n * sizeof(ms_rec));
 			memcpy(&buf[1], payload, plen);
@@ -254,11 +254,12 @@ static __attribute__((noinline)) void emit_direct(uint16_t kind, uint16_t flags,
 	}
 }
 
-// Appends an event and its payload. Caller holds tls_guard.
-static void emit(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
+// Appends an event and its payload; hi goes into the upper half of the
+// record's n (a MALLOC's site id). Caller holds tls_guard.
+static void emit_n(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t hi) {
 	uint32_t n = (plen + sizeof(ms_rec) - 1) / sizeof(ms_rec);
 	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) {
-		emit_direct(kind, flags, ts, a, b, payload, plen);
+		emit_direct(kind, flags, ts, a, b, payload, plen, hi);
 		return;
 	}
 	ms_thr *t = tls_thr;
@@ -274,7 +275,7 @@ static void emit(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_
 		atomic_fetch_add(&ms_lost_count, 1);
 		return;
 	}
-	r[0] = (ms_rec){ts, a, b, kind, flags, n};
+	r[0] = (ms_rec){ts, a, b, kind, flags, n | hi << 16};
 	if (n) {
 		memset(&r[1], 0, n * sizeof(ms_rec));
 		memcpy(&r[1], payload, plen);
@@ -283,6 +284,10 @@ static void emit(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_
 	// The final drain may have run between our check of ms_direct and the
 	// commit: then nobody will drain this ring again, so drain it now.
 	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
+}
+
+static void emit(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
+	emit_n(kind, flags, ts, a, b, payload, plen, 0);
 }
 
 // ---- stacks ----
@@ -309,7 +314,7 @@ static __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 	uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
 	uintptr_t lo = fp, first = 0;
 	// Find the first frame outside this library.
-	while (t && fp >= lo && fp + 16 <= t->stack_hi && !(fp & 7)) {
+	while (t && fp >= lo && fp <= t->stack_hi - 16 && !(fp & 7)) {
 		uintptr_t ra = ((uintptr_t *)fp)[1];
 		uintptr_t next = ((uintptr_t *)fp)[0];
 		if (!in_self(ra)) {
@@ -330,7 +335,7 @@ static __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		for (; i < got && n < max; i++) out[n++] = (uintptr_t)buf[i];
 		return n;
 	}
-	while (t && n < max && fp >= lo && fp + 16 <= t->stack_hi && !(fp & 7)) {
+	while (t && n < max && fp >= lo && fp <= t->stack_hi - 16 && !(fp & 7)) {
 		uintptr_t ra = ((uintptr_t *)fp)[1];
 		uintptr_t next = ((uintptr_t *)fp)[0];
 		if (ra < 4096) break;
@@ -419,7 +424,8 @@ __attribute__((constructor(101))) static void ms_ctor(void) {
 	ready();
 	tls_guard++;
 	dl_iterate_phdr(phdr_cb, NULL);
-	if (cfg_cstack > 0) {
+	if (cfg_heap) {
+		// C stacks, and sites of allocations made through libc/libstdc++ wrappers.
 		unw_lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
 		if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
 	}
@@ -437,53 +443,105 @@ static inline ms_thr *cur_thr(void) {
 }
 
 // The hot path's append: one record, no payload, room in the current segment.
-static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b) {
+static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
 	ms_seg *s = t->wseg;
 	if (likely(s != NULL && !atomic_load_explicit(&ms_direct, memory_order_relaxed))) {
 		uint32_t h = atomic_load_explicit(&s->head, memory_order_relaxed);
 		if (likely(h < s->cap)) {
-			s->rec[h] = (ms_rec){ts, a, b, kind, flags, 0};
+			s->rec[h] = (ms_rec){ts, a, b, kind, flags, site << 16};
 			atomic_store_explicit(&s->head, h + 1, memory_order_release);
 			if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
 			return;
 		}
 	}
-	emit(kind, flags, ts, a, b, NULL, 0);
+	emit_n(kind, flags, ts, a, b, NULL, 0, site);
 }
 
-static __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b) {
+static __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
 	uintptr_t frames[MAX_FRAMES];
 	int n = capture_c(frames, cfg_cstack);
-	emit(kind, flags | (n ? F_CSTACK : 0), ts, a, b, frames, n * sizeof(uintptr_t));
+	emit_n(kind, flags | (n ? F_CSTACK : 0), ts, a, b, frames, n * sizeof(uintptr_t), site);
+}
+
+// ---- allocation sites: every MALLOC names its caller, stacks or not ----
+// A site is the allocator's caller (the first frame outside libc, libstdc++
+// and msmemscope when the caller is a wrapper such as operator new or strdup),
+// interned in a lock-free table; its 16-bit id rides in the record's n and
+// the address is written once, as an R_SITE record (SPEC §7 live report).
+#define SITE_SLOTS 65536
+static uintptr_t *_Atomic site_tab;
+
+static __attribute__((noinline)) uintptr_t site_through_wrapper(uintptr_t ra) {
+	void *buf[24]; // stdio's buffer allocation sits ~7 libc frames deep
+	int got = unw_backtrace_fn(buf, 24);
+	for (int i = 0; i < got; i++)
+		if (!is_leading_skip((uintptr_t)buf[i])) return (uintptr_t)buf[i];
+	return ra;
+}
+
+static __attribute__((noinline)) uint32_t site_insert(uintptr_t *tab, uintptr_t ra, uint32_t h) {
+	for (uint32_t i = 0; i < 16; i++) {
+		uint32_t idx = (h + i) & (SITE_SLOTS - 1);
+		if (idx == 0) continue; // id 0 means "no site"
+		uintptr_t cur = atomic_load_explicit((_Atomic uintptr_t *)&tab[idx], memory_order_acquire);
+		if (cur == ra) return idx;
+		if (cur == 0) {
+			uintptr_t zero = 0;
+			if (atomic_compare_exchange_strong((_Atomic uintptr_t *)&tab[idx], &zero, ra)) {
+				emit(R_SITE, 0, stamp_after(), ra, idx, NULL, 0);
+				return idx;
+			}
+			if (zero == ra) return idx;
+		}
+	}
+	return 0; // crowded: the site stays unknown
+}
+
+static inline uint32_t site_id(uintptr_t ra) {
+	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_acquire);
+	if (unlikely(!tab)) {
+		tab = raw_mmap(SITE_SLOTS * sizeof(uintptr_t));
+		uintptr_t *none = NULL;
+		if (!tab || !atomic_compare_exchange_strong(&site_tab, &none, tab)) {
+			if (tab) raw_munmap(tab, SITE_SLOTS * sizeof(uintptr_t));
+			tab = atomic_load(&site_tab);
+			if (!tab) return 0;
+		}
+	}
+	if (unlikely(nofp(ra)) && unw_backtrace_fn) ra = site_through_wrapper(ra);
+	uint32_t h = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48);
+	if (likely(h != 0 && atomic_load_explicit((_Atomic uintptr_t *)&tab[h], memory_order_relaxed) == ra)) return h;
+	return site_insert(tab, ra, h);
 }
 
 // A MALLOC with a Python stack (and a C stack when asked for): see pystack.h.
-static __attribute__((noinline)) void emit_with_stacks(uint16_t flags, uint64_t ts, uint64_t a, uint64_t b) {
+static __attribute__((noinline)) void emit_with_stacks(uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
 	int maxc = cfg_cstack > 0 ? cfg_cstack : 0, maxp = ms_py_depth;
 	uint64_t buf[1 + maxc + maxp];
 	int nc = maxc ? capture_c((uintptr_t *)&buf[1], maxc) : 0;
 	int np = ms_py_capture(&buf[1 + nc], maxp);
 	if (!np) {
-		emit(R_MALLOC, flags | (nc ? F_CSTACK : 0), ts, a, b, &buf[1], nc * sizeof(uint64_t));
+		emit_n(R_MALLOC, flags | (nc ? F_CSTACK : 0), ts, a, b, &buf[1], nc * sizeof(uint64_t), site);
 		return;
 	}
 	buf[0] = (uint64_t)nc | (uint64_t)np << 32;
-	emit(R_MALLOC, flags | F_PYSTACK | (nc ? F_CSTACK : 0), ts, a, b, buf, (1 + nc + np) * sizeof(uint64_t));
+	emit_n(R_MALLOC, flags | F_PYSTACK | (nc ? F_CSTACK : 0), ts, a, b, buf, (1 + nc + np) * sizeof(uint64_t), site);
 }
 
-static void rec_alloc(void *p, size_t size, uint16_t sub) {
+static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 	tls_guard++;
 	ms_thr *t = cur_thr();
 	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
+	uint32_t site = site_id(ra);
 	if (unlikely(ms_py_depth > 0))
-		emit_with_stacks(fl, ts, (uint64_t)p, size);
+		emit_with_stacks(fl, ts, (uint64_t)p, size, site);
 	else if (cfg_cstack > 0)
-		emit_with_cstack(R_MALLOC, fl, ts, (uint64_t)p, size);
+		emit_with_cstack(R_MALLOC, fl, ts, (uint64_t)p, size, site);
 	else if (likely(t != NULL))
-		emit1(t, R_MALLOC, fl, ts, (uint64_t)p, size);
+		emit1(t, R_MALLOC, fl, ts, (uint64_t)p, size, site);
 	else
-		emit(R_MALLOC, fl, ts, (uint64_t)p, size, NULL, 0);
+		emit_n(R_MALLOC, fl, ts, (uint64_t)p, size, NULL, 0, site);
 	tls_guard--;
 }
 
@@ -493,18 +551,22 @@ static void rec_free(void *p, size_t size, uint16_t sub) {
 	uint64_t ts = t ? ev_stamp(t, 0) : stamp_before();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
 	if (likely(t != NULL))
-		emit1(t, R_FREE, fl, ts, (uint64_t)p, size);
+		emit1(t, R_FREE, fl, ts, (uint64_t)p, size, 0);
 	else
 		emit(R_FREE, fl, ts, (uint64_t)p, size, NULL, 0);
 	tls_guard--;
 }
 
 // ---- the host allocator family (SPEC §4.1) ----
-void *malloc(size_t n) {
+// The public entry points pass their caller's return address down: it is the
+// allocation site (an inlined helper would otherwise name msmemscope itself).
+static inline __attribute__((always_inline)) void *malloc_at(size_t n, uintptr_t ra) {
 	void *p = __libc_malloc(n);
-	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, ra);
 	return p;
 }
+
+void *malloc(size_t n) { return malloc_at(n, (uintptr_t)__builtin_return_address(0)); }
 
 void free(void *p) {
 	if (!p) return;
@@ -514,20 +576,20 @@ void free(void *p) {
 
 void *calloc(size_t n, size_t m) {
 	void *p = __libc_calloc(n, m);
-	if (ready() && should_record() && p) rec_alloc(p, n * m, F_HOST);
+	if (ready() && should_record() && p) rec_alloc(p, n * m, F_HOST, (uintptr_t)__builtin_return_address(0));
 	return p;
 }
 
-void *realloc(void *old, size_t n) {
-	if (!old) return malloc(n);
+static inline __attribute__((always_inline)) void *realloc_at(void *old, size_t n, uintptr_t ra) {
+	if (!old) return malloc_at(n, ra);
 	int rec = ready() && should_record();
 	if (rec) rec_free(old, 0, F_HOST);
 	void *p = __libc_realloc(old, n);
 	if (rec) {
 		if (p)
-			rec_alloc(p, n, F_HOST);
+			rec_alloc(p, n, F_HOST, ra);
 		else if (n != 0)
-			rec_alloc(old, 0, F_HOST | F_UNDO); // failed: the old block lives on
+			rec_alloc(old, 0, F_HOST | F_UNDO, ra); // failed: the old block lives on
 	}
 	return p;
 }
@@ -538,37 +600,39 @@ void *reallocarray(void *old, size_t n, size_t m) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	return realloc(old, bytes);
+	return realloc_at(old, bytes, (uintptr_t)__builtin_return_address(0));
 }
 
-static void *aligned(size_t align, size_t n) {
+void *realloc(void *old, size_t n) { return realloc_at(old, n, (uintptr_t)__builtin_return_address(0)); }
+
+static inline __attribute__((always_inline)) void *aligned(size_t align, size_t n, uintptr_t ra) {
 	void *p = __libc_memalign(align, n);
-	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, ra);
 	return p;
 }
 
 int posix_memalign(void **out, size_t align, size_t n) {
 	if (align % sizeof(void *) || (align & (align - 1)) || align == 0) return EINVAL;
 	int saved = errno;
-	void *p = aligned(align, n);
+	void *p = aligned(align, n, (uintptr_t)__builtin_return_address(0));
 	if (!p) return ENOMEM;
 	errno = saved;
 	*out = p;
 	return 0;
 }
 
-void *aligned_alloc(size_t align, size_t n) { return aligned(align, n); }
-void *memalign(size_t align, size_t n) { return aligned(align, n); }
+void *aligned_alloc(size_t align, size_t n) { return aligned(align, n, (uintptr_t)__builtin_return_address(0)); }
+void *memalign(size_t align, size_t n) { return aligned(align, n, (uintptr_t)__builtin_return_address(0)); }
 
 void *valloc(size_t n) {
 	void *p = __libc_valloc(n);
-	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, (uintptr_t)__builtin_return_address(0));
 	return p;
 }
 
 void *pvalloc(size_t n) {
 	void *p = __libc_pvalloc(n);
-	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, (uintptr_t)__builtin_return_address(0));
 	return p;
 }
 
@@ -581,7 +645,7 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 	}
 	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 	void *p = (void *)r;
-	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && ready() && should_record()) rec_alloc(p, len, F_MMAP);
+	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && ready() && should_record()) rec_alloc(p, len, F_MMAP, (uintptr_t)__builtin_return_address(0));
 	return p;
 }
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
@@ -930,7 +994,19 @@ void ms_set_hook(int heap, int cstack) {
 }
 
 extern void *ms_own_malloc(size_t) __attribute__((alias("malloc"), copy(malloc), visibility("hidden")));
-int ms_interposed(void) { return dlsym(RTLD_DEFAULT, "malloc") == (void *)ms_own_malloc; }
+// The main program's handle searches the global scope in order: our malloc
+// comes first only if this copy was preloaded or linked (RTLD_DEFAULT would
+// search this object's own scope first when it was dlopen'ed).
+// Computed once, at load (pystack.c's constructor), while the loader runs.
+int ms_interposed(void) {
+	static int known = -1;
+	if (known < 0) {
+		void *self = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
+		known = self && dlsym(self, "malloc") == (void *)ms_own_malloc;
+		if (self) dlclose(self);
+	}
+	return known;
+}
 
 // ---- public C API (include/msmemscope.h); C shims that never enter Go in a child ----
 static int api_event(uint16_t kind, uint16_t flags, uint64_t a, const char *text) {

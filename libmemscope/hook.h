@@ -32,6 +32,7 @@ enum {
 	R_EXEC = 11,  // payload: program path
 	R_FORK = 12,  // a = child pid
 	R_LOST = 13,  // a = events lost
+	R_SITE = 14,  // a = allocation site (return address), b = its id (the upper half of a MALLOC's n)
 	// Python (pystack.c, libmemscope/api.go)
 	R_PYCODE = 32,     // a = code id; payload: ms_pycode + file, name, qualname, line table
 	R_PYSKIP = 33,     // payload: a folder whose Python frames are msmemscope's own

@@ -105,6 +105,10 @@ type Event struct {
 	// fill it in; it is not a column.
 	Step int
 
+	// Site is the allocation site of a MALLOC even without stacks (the
+	// allocator's caller as a C frame); not a column.
+	Site string
+
 	Extra   []KV   // other Attr pairs, in file order
 	PyStack string // "" is N/A
 	CStack  string // "" is N/A

@@ -40,6 +40,7 @@ const (
 	RExec
 	RFork
 	RLost
+	RSite // a = allocation site address, b = its id
 )
 
 // Record flags (F_* in hook.h).
@@ -65,6 +66,7 @@ type Rec struct {
 	Tid         int32
 	Payload     []byte // continuation records, raw
 	Forced      bool   // delivered after a Park timed out (see SpoolReader.Park)
+	Site        uint32 // MALLOC: id of its allocation site (Spool.Sites), 0 unknown
 }
 
 // Frames decodes a C-stack payload.
@@ -115,6 +117,7 @@ type Spool struct {
 	threads   map[int32][]chunkRef
 	calib     []calibPoint
 	epochNs   map[uint64]uint64 // epoch -> CLOCK_MONOTONIC ns at its start
+	Sites     map[uint32]uint64 // site id -> return address of the allocator's caller
 	slope     float64           // ns per tick outside the calibrated span
 	Records   uint64            // events (not continuation records)
 	HasStep   bool              // the process called step()
@@ -130,7 +133,7 @@ func OpenSpool(path string) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Spool{f: f, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}}
+	s := &Spool{f: f, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}}
 	if err := s.index(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %v", path, err)
@@ -182,7 +185,7 @@ func (s *Spool) index() error {
 		var whole uint32
 		for whole < nrec {
 			r := buf[int(whole)*RecSize:]
-			cont := binary.LittleEndian.Uint32(r[28:])
+			cont := binary.LittleEndian.Uint32(r[28:]) & 0xffff
 			if uint64(whole)+1+uint64(cont) > uint64(nrec) {
 				s.Truncated = true
 				break
@@ -196,6 +199,8 @@ func (s *Spool) index() error {
 				}
 			case RStep:
 				s.HasStep = true
+			case RSite:
+				s.Sites[uint32(binary.LittleEndian.Uint64(r[16:]))] = binary.LittleEndian.Uint64(r[8:])
 			case RPyCode, RPySkip, RConfig:
 				s.Py.note(binary.LittleEndian.Uint16(r[24:]), binary.LittleEndian.Uint64(r[0:]),
 					binary.LittleEndian.Uint64(r[8:]), binary.LittleEndian.Uint64(r[16:]), r[RecSize:RecSize*(1+int(cont))])
@@ -290,7 +295,8 @@ func (c *threadCursor) raw(f *os.File) (Rec, bool, error) {
 		c.pos = 0
 	}
 	r := c.buf[c.pos:]
-	cont := int(binary.LittleEndian.Uint32(r[28:]))
+	n := binary.LittleEndian.Uint32(r[28:])
+	cont := int(n & 0xffff) // the upper half is a MALLOC's site id
 	rec := Rec{
 		TS:      binary.LittleEndian.Uint64(r[0:]),
 		A:       binary.LittleEndian.Uint64(r[8:]),
@@ -298,6 +304,7 @@ func (c *threadCursor) raw(f *os.File) (Rec, bool, error) {
 		Kind:    binary.LittleEndian.Uint16(r[24:]),
 		Flags:   binary.LittleEndian.Uint16(r[26:]),
 		Tid:     c.tid,
+		Site:    n >> 16,
 		Payload: r[RecSize : RecSize*(1+cont)],
 	}
 	c.pos += RecSize * (1 + cont)
