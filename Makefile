@@ -14,7 +14,7 @@ PYTHON := $(abspath $(VENV))/bin/python
 APT_PKGS := valgrind heaptrack libunwind8 gcc g++ sqlite3
 export PYTHON
 
-.PHONY: all build deps venv test unit e2e fuzz demo bench clean fmt vet
+.PHONY: all build deps venv test unit e2e fuzz demo bench clean fmt vet pyinstall
 
 all: build
 
@@ -42,7 +42,7 @@ $(VENV)/.ok: Makefile
 	@test -n "$(PYTHON_REAL)" || { echo "python3 not found"; exit 1; }
 	$(PYTHON_REAL) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q pytest
+	$(PYTHON) -m pip install -q pytest torch numpy
 	@touch $@
 
 venv: $(VENV)/.ok
@@ -59,6 +59,17 @@ test: deps build venv fmt vet
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /tests)
 	MSMEMSCOPE_BUILD=$(abspath $(BUILD)) $(GO) test -count=1 -timeout 15m -v ./tests/ 2>&1 | tee $(BUILD)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
 	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory pyinstall && cd $(BUILD) && $(PYTHON) -m pytest -q -p no:cacheprovider $(abspath python/tests)
+
+# pip install . (setup.py builds the library and the CLI with go build) in a
+# fresh virtual environment gives a working package; then into $(VENV) for pytest.
+pyinstall: venv
+	rm -rf $(BUILD)/pyvenv $(BUILD)/pyinstall_out && mkdir -p $(BUILD) && $(PYTHON_REAL) -m venv $(BUILD)/pyvenv
+	$(BUILD)/pyvenv/bin/python -m pip install -q .
+	cd $(BUILD) && printf 'import msmemscope\nmsmemscope.mstx.mark("installed")\n' > pyinstall_check.py && \
+	pyvenv/bin/python -m msmemscope run --output=pyinstall_out pyinstall_check.py && \
+	grep -q 'MSTX,Mark,installed,' pyinstall_out/msmemscope_*/dump/memscope_dump_*.csv && echo "pyinstall: ok"
+	$(PYTHON) -m pip install -q .
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseAttr -fuzztime=5s ./trace/

@@ -45,7 +45,7 @@
 #define MAX_FILE 1024
 #define MAX_NAME 256
 #define MAX_QUALNAME 512
-#define MAX_LINETABLE (1u << 20)
+#define MAX_LINETABLE (1u << 18) // 8192 continuation records at most
 #define MAX_WALK 100000 // frames walked at most (a cycle would be a bug; never loop forever)
 
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -273,4 +273,13 @@ int msmemscope_describe_pop(void) { return ms_py_event(R_OWNER_POP, 0, NULL, 0);
 // Frames from files under this folder are msmemscope's own: left out of stacks.
 int msmemscope_python_package(const char *dir) {
 	return ms_py_event(R_PYSKIP, 0, dir, dir ? (uint32_t)strnlen(dir, 4000) : 0);
+}
+
+// Learn at load time, inside the loader, whether this copy interposes (see
+// ms_interposed): later, from a Go thread, dlopen could wait on the loader
+// lock of a thread that is waiting for Go.
+__attribute__((constructor(102))) static void py_ctor(void) {
+	ms_guard_enter();
+	ms_interposed();
+	ms_guard_leave();
 }

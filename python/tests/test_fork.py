@@ -1,0 +1,68 @@
+"""Forked children (SPEC §4.5): a DataLoader with fork workers and a
+multiprocessing Pool run to the end under tracing, with Python stacks on;
+the children are not traced and are counted."""
+import json
+import os
+
+from conftest import run_traced
+
+TIMEOUT = 240
+
+DATALOADER = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+import msmemscope
+
+class Squares(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        msmemscope.mstx.mark("item")          # a C shim: safe in the child
+        return torch.full((256,), float(i * i))
+
+def main():
+    dl = DataLoader(Squares(), batch_size=8, num_workers=2, multiprocessing_context="fork")
+    total = 0.0
+    for epoch in range(2):
+        for b in dl:
+            total += float(b.sum())
+            msmemscope.step()
+    print("total", total)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_dataloader_fork_workers(tmp_path, torch_available):
+    run = run_traced(tmp_path, DATALOADER, "--call-stack=python:16", timeout=TIMEOUT).check()
+    want = 2 * 256 * sum(i * i for i in range(64))
+    assert "total %.1f" % want in run.stdout
+    with open(os.path.join(run.main_folder(), "config.json")) as f:
+        assert json.load(f)["forked_children_untraced"] >= 4  # 2 workers x 2 epochs
+    rows = run.rows()
+    assert len([r for r in rows if r["Event Type"] == "STEP"]) == 16
+
+
+POOL = """
+import multiprocessing as mp
+import msmemscope
+
+def work(n):
+    return sum(bytearray(n))
+
+if __name__ == "__main__":
+    msmemscope.config(call_stack="python:16")
+    with mp.get_context("fork").Pool(2) as pool:
+        print("sum", sum(pool.map(work, [1000 + i for i in range(50)])))
+    msmemscope.mstx.mark("done")
+"""
+
+
+def test_multiprocessing_pool(tmp_path):
+    run = run_traced(tmp_path, POOL, timeout=TIMEOUT).check()
+    assert "sum 0" in run.stdout
+    rows = run.rows()
+    assert [r for r in rows if r["Event"] == "MSTX" and r["Name"] == "done"]
+    with open(os.path.join(run.main_folder(), "config.json")) as f:
+        assert json.load(f)["forked_children_untraced"] >= 2
