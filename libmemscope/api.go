@@ -89,8 +89,11 @@ func warnOnce(key, msg string) {
 func enablePyStack(depth int) {
 	switch C.ms_py_enable(C.int(depth)) {
 	case -2:
-		v := uint64(C.ms_py_version())
-		warnOnce("pyversion", fmt.Sprintf("Python %d.%d: no supported frame layout, so MALLOC rows carry no Python stack (CPython 3.11 is supported)", v>>24, (v>>16)&0xff))
+		which := "this Python (before 3.11)"
+		if v := uint64(C.ms_py_version()); v != 0 {
+			which = fmt.Sprintf("Python %d.%d", v>>24, (v>>16)&0xff)
+		}
+		warnOnce("pyversion", which+": no supported frame layout, so MALLOC rows carry no Python stack (CPython 3.11 is supported)")
 	}
 }
 
