@@ -52,6 +52,7 @@
 
 HIDDEN int ms_py_depth;
 static void *(*tstate_fn)(void); // PyGILState_GetThisThreadState
+static int (*finalizing_fn)(void); // _Py_IsFinalizing
 static uintptr_t code_type, unicode_type, bytes_type;
 static unsigned long py_version;
 
@@ -194,6 +195,9 @@ static uint32_t code_id(uintptr_t code) {
 int ms_py_capture(uint64_t *out, int max) {
 	void *(*fn)(void) = tstate_fn;
 	if (!fn) return 0;
+	// Once the interpreter finalizes, it frees other threads' states and
+	// frame stacks while daemon threads may still run C code: no stacks.
+	if (finalizing_fn && finalizing_fn()) return 0;
 	uintptr_t ts = (uintptr_t)fn();
 	if (!ts) return 0;
 	uintptr_t cf = ld(ts + TS_CFRAME);
@@ -238,6 +242,7 @@ int ms_py_enable(int depth) {
 		code_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyCode_Type");
 		unicode_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyUnicode_Type");
 		bytes_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyBytes_Type");
+		finalizing_fn = (int (*)(void))dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
 		if (!code_type || !unicode_type || !bytes_type) return -1;
 		if (!seen) {
 			void *m = (void *)syscall(SYS_mmap, 0, SLOTS * sizeof(slot), PROT_READ | PROT_WRITE,
