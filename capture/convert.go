@@ -76,7 +76,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if opt.Config != nil {
 		cfg = *opt.Config
 	}
-	sp, err := trace.OpenSpool(filepath.Join(dir, SpoolDir, trace.SpoolFileName))
+	sp, err := openCaptureSpool(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -448,7 +448,11 @@ func (d *decoder) malloc(r *trace.Rec, e *trace.Event) *trace.Event {
 		}
 		size = d.lastSize[r.Tid]
 	}
-	if old, ok := d.live[key]; ok && old.tid != r.Tid && !r.Forced {
+	inherited := r.Flags&FInherit != 0
+	if _, ok := d.live[key]; ok && inherited {
+		return nil // a later rotated log repeats a block already live
+	}
+	if old, ok := d.live[key]; ok && old.tid != r.Tid && !r.Forced && !inherited {
 		// Another thread has not freed this address yet in merged order:
 		// its FREE is just ahead (sampled times). Hold this thread back.
 		d.r.Park(key)
@@ -475,6 +479,9 @@ func (d *decoder) malloc(r *trace.Rec, e *trace.Event) *trace.Event {
 	e.CStack = d.cstack(r)
 	e.Site = d.site(r.Site)
 	e.PyStack = d.pystack(r)
+	// Allocated before the oldest rotated log still kept: like a block
+	// allocated while collection was off, it gets a shadow MALLOC.
+	e.Shadow = inherited
 	return e
 }
 

@@ -2,10 +2,26 @@ package capture
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"time"
 
 	"msmemscope/trace"
 )
+
+// openCaptureSpool opens a capture's spool: spool.bin, or, for a rotating
+// capture, its logs and late.bin combined into one temporary raw spool.
+func openCaptureSpool(dir string) (*trace.Spool, error) {
+	if len(LogFiles(dir)) == 0 {
+		return trace.OpenSpool(filepath.Join(dir, SpoolDir, trace.SpoolFileName))
+	}
+	tmp := filepath.Join(dir, SpoolDir, fmt.Sprintf(".combined-%d-%d.bin", os.Getpid(), time.Now().UnixNano()))
+	defer os.Remove(tmp) // the open spool keeps it readable
+	if err := combineLogs(dir, tmp); err != nil {
+		return nil, err
+	}
+	return trace.OpenSpool(tmp)
+}
 
 // spoolStream is a capture's spool decoded into dump events (trace.Stream).
 type spoolStream struct {
@@ -27,7 +43,7 @@ func OpenStreamMaps(dir, maps string) (trace.Stream, func() error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s is not a capture folder: %v", dir, err)
 	}
-	sp, err := trace.OpenSpool(filepath.Join(dir, SpoolDir, trace.SpoolFileName))
+	sp, err := openCaptureSpool(dir)
 	if err != nil {
 		return nil, nil, err
 	}

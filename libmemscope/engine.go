@@ -14,8 +14,10 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
+	"unsafe"
 
 	"msmemscope/capture"
 	"msmemscope/config"
@@ -28,6 +30,8 @@ var eng struct {
 	finished   bool
 	cfg        config.Config
 	proc       *capture.Process
+	rot        *capture.Rotator // --log-mode=rotate
+	buf        []byte
 	stop, done chan struct{}
 }
 
@@ -66,6 +70,13 @@ func begin(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.LogMode == "rotate" {
+		rot, err := capture.NewRotator(filepath.Join(p.Dir, capture.SpoolDir), int(C.ms_pid()), cfg.LogFiles, cfg.LogFileMB)
+		if err != nil {
+			return err
+		}
+		eng.rot, eng.buf = rot, make([]byte, 8<<20)
+	}
 	eng.cfg, eng.proc, eng.started = cfg, p, true
 	C.ms_set_spool(C.int(p.SpoolFD()))
 	C.ms_calibrate()
@@ -85,11 +96,31 @@ func drainLoop() {
 			return
 		default:
 		}
-		if C.ms_drain() < 0 {
+		if eng.rot != nil {
+			if drainRotate() {
+				continue // more is waiting in the rings
+			}
+		} else if C.ms_drain() < 0 {
 			eng.proc.NoteDrainError()
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// drainRotate moves ring contents into the rotating logs; it reports whether
+// the buffer filled up (drain again at once).
+func drainRotate() bool {
+	n := C.ms_drain_into(unsafe.Pointer(&eng.buf[0]), C.long(len(eng.buf)))
+	if n < 0 {
+		eng.proc.NoteDrainError()
+		return false
+	}
+	if n > 0 {
+		if err := eng.rot.Write(eng.buf[:n]); err != nil {
+			eng.proc.NoteDrainError()
+		}
+	}
+	return int(n) > len(eng.buf)/2
 }
 
 //export msGoAtExit
@@ -102,6 +133,11 @@ func msGoAtExit() {
 	eng.finished = true
 	close(eng.stop)
 	<-eng.done
+	if eng.rot != nil {
+		for drainRotate() {
+		}
+		eng.rot.Close()
+	}
 	C.ms_finish()
 	eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
 	if eng.proc.Standalone() && exitConvertWanted() {

@@ -833,8 +833,21 @@ static void seg_release(ms_thr *t, ms_seg *s) {
 	raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * sizeof(ms_rec));
 }
 
+// Rotating logs (--log-mode=rotate): the Go engine drains into memory
+// (ms_drain_into), compresses and rotates; the sink replaces the file.
+static char *sink;
+static size_t sink_cap, sink_used, iov_pending;
+
 static int iov_flush(int fd) {
 	int rc = 0, i = 0;
+	if (sink) {
+		for (; i < niov; i++) {
+			memcpy(sink + sink_used, iov[i].iov_base, iov[i].iov_len);
+			sink_used += iov[i].iov_len;
+		}
+		drained_bytes += (long)iov_pending;
+	}
+	iov_pending = 0;
 	while (i < niov) {
 		int cnt = niov - i;
 		ssize_t w = writev(fd, &iov[i], cnt);
@@ -861,7 +874,34 @@ static int add_chunk(int fd, int32_t tid, const ms_rec *r, uint32_t n) {
 	hdrs[nhdr] = (ms_chunk){MS_CHUNK_MAGIC, n, tid, ms_mypid};
 	iov[niov++] = (struct iovec){&hdrs[nhdr++], sizeof(ms_chunk)};
 	iov[niov++] = (struct iovec){(void *)r, (size_t)n * sizeof(ms_rec)};
+	iov_pending += sizeof(ms_chunk) + (size_t)n * sizeof(ms_rec);
 	return 0;
+}
+
+// How many of n records (whole events only) still fit in the sink.
+static uint32_t sink_fit(const ms_rec *r, uint32_t n) {
+	size_t room = sink_cap - sink_used - iov_pending;
+	if (room < sizeof(ms_chunk) + sizeof(ms_rec)) return 0;
+	size_t maxrec = (room - sizeof(ms_chunk)) / sizeof(ms_rec);
+	if (n <= maxrec) return n;
+	uint32_t take = 0;
+	while (take < n) {
+		uint32_t ev = 1 + (r[take].n & 0xffff);
+		if (take + ev > maxrec) break;
+		take += ev;
+	}
+	return take;
+}
+
+// Moves a thread's published records [tail, h) of s out: 0 done, 1 the sink
+// is full (the rest stays in the ring), -1 error.
+static int drain_range(int fd, ms_thr *t, ms_seg *s, uint32_t h) {
+	if (h <= s->tail) return 0;
+	uint32_t take = h - s->tail;
+	if (sink) take = sink_fit(&s->rec[s->tail], take);
+	if (take && add_chunk(fd, t->tid, &s->rec[s->tail], take)) return -1;
+	s->tail += take;
+	return s->tail < h ? 1 : 0;
 }
 
 static int seg_done(int fd, ms_thr *t, ms_seg *s) {
@@ -888,19 +928,13 @@ static long write_direct(const ms_rec *r, uint32_t n, int32_t tid) {
 static int drain_thread(int fd, ms_thr *t) {
 	ms_seg *s = t->rseg;
 	while (s) {
-		uint32_t h = atomic_load_explicit(&s->head, memory_order_acquire);
-		if (h > s->tail) {
-			if (add_chunk(fd, t->tid, &s->rec[s->tail], h - s->tail)) return -1;
-			s->tail = h;
-		}
+		int rc = drain_range(fd, t, s, atomic_load_explicit(&s->head, memory_order_acquire));
+		if (rc) return rc;
 		ms_seg *next = atomic_load_explicit(&s->next, memory_order_acquire);
 		if (!next) break;
 		// The writer moved on: whatever it published in s is final.
-		h = atomic_load_explicit(&s->head, memory_order_acquire);
-		if (h > s->tail) {
-			if (add_chunk(fd, t->tid, &s->rec[s->tail], h - s->tail)) return -1;
-			s->tail = h;
-		}
+		rc = drain_range(fd, t, s, atomic_load_explicit(&s->head, memory_order_acquire));
+		if (rc) return rc;
 		t->rseg = next;
 		if (seg_done(fd, t, s)) return -1;
 		s = next;
@@ -938,6 +972,32 @@ long ms_drain(void) {
 	}
 	if (iov_flush(fd)) rc = -1;
 	long out = rc ? -1 : drained_bytes - before;
+	pthread_mutex_unlock(&ms_drain_lock);
+	tls_guard--;
+	return out;
+}
+
+// Drains into buf (cap bytes, at least 64 KiB) instead of the spool file, in
+// the spool's chunk format, whole events only. Returns the bytes written;
+// when close to cap, call again: the rest is still in the rings.
+long ms_drain_into(void *buf, long cap) {
+	if (ms_child || cap < 4096) return -1;
+	tls_guard++;
+	pthread_mutex_lock(&ms_drain_lock);
+	sink = buf;
+	sink_cap = (size_t)cap;
+	sink_used = iov_pending = 0;
+	uint64_t e = atomic_load(&ms_epoch) + 1;
+	cal_rec = (ms_rec){stamp_after(), mono_ns(), e, R_CALIB, F_EPOCH, 0};
+	atomic_store(&ms_epoch, e);
+	int rc = add_chunk(-1, 0, &cal_rec, 1);
+	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
+		if (atomic_load(&t->state) == 2) continue;
+		rc = drain_thread(-1, t);
+	}
+	if (iov_flush(-1)) rc = -1;
+	long out = rc < 0 ? -1 : (long)sink_used;
+	sink = NULL;
 	pthread_mutex_unlock(&ms_drain_lock);
 	tls_guard--;
 	return out;

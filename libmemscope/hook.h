@@ -52,6 +52,7 @@ enum {
 #define F_UNDO 0x0080   // MALLOC: a failed realloc; the block just freed lives on
 #define F_PYSTACK 0x0100 // MALLOC: payload has a Python stack (see pystack.h)
 #define F_EPOCH 0x0001  // R_CALIB: a drain epoch starts at this point
+#define F_INHERIT 0x0200 // MALLOC: a block live when this rotated log began (allocated earlier)
 
 // Spool chunk header: nrec records of one thread follow.
 typedef struct {
@@ -66,6 +67,7 @@ typedef struct {
 // Called by the Go engine.
 void ms_set_spool(int fd);
 long ms_drain(void);          // writes pending events; returns bytes written, -1 on error
+long ms_drain_into(void *buf, long cap); // the same into memory (rotating logs)
 void ms_finish(void);         // PROCESS_EXIT, final drain, then direct writes
 void ms_calibrate(void);      // adds a clock calibration point to the spool
 int ms_pid(void);

@@ -112,7 +112,9 @@ type calibPoint struct{ tick, ns uint64 }
 
 // Spool is an indexed spool file, ready to be read in time order.
 type Spool struct {
-	f         *os.File
+	f         io.ReaderAt
+	closer    io.Closer
+	size      int64
 	Pid       int
 	threads   map[int32][]chunkRef
 	calib     []calibPoint
@@ -133,25 +135,42 @@ func OpenSpool(path string) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Spool{f: f, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}}
-	if err := s.index(); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	s, err := NewSpool(f, fi.Size())
+	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	s.closer = f
+	return s, nil
+}
+
+// NewSpool indexes a spool held in memory or elsewhere (a decompressed
+// rotated log, say).
+func NewSpool(ra io.ReaderAt, size int64) (*Spool, error) {
+	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}}
+	if err := s.index(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Spool) Close() error { return s.f.Close() }
+func (s *Spool) Close() error {
+	if s.closer == nil {
+		return nil
+	}
+	return s.closer.Close()
+}
 
 func (s *Spool) index() error {
-	fi, err := s.f.Stat()
-	if err != nil {
-		return err
-	}
-	size := fi.Size()
+	size := s.size
 	s.Bytes = size
 	var hdr [SpoolHdrSize]byte
-	if _, err := io.ReadFull(s.f, hdr[:]); err != nil || string(hdr[:8]) != SpoolMagic {
+	if _, err := s.f.ReadAt(hdr[:], 0); err != nil || string(hdr[:8]) != SpoolMagic {
 		return errors.New("not an msmemscope spool (bad header)")
 	}
 	s.Pid = int(binary.LittleEndian.Uint64(hdr[16:]))
@@ -281,7 +300,7 @@ type threadCursor struct {
 
 // raw reads the next record of the thread; its payload stays valid because
 // every chunk gets a fresh buffer.
-func (c *threadCursor) raw(f *os.File) (Rec, bool, error) {
+func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 	for c.pos >= len(c.buf) {
 		if len(c.chunks) == 0 {
 			return Rec{}, false, nil
@@ -338,6 +357,12 @@ func (c *threadCursor) load(s *Spool) (bool, error) {
 	c.qi++
 	if c.ns < c.floor {
 		c.ns = c.floor
+	}
+	// A thread's records are in program order, but their stamps need not be
+	// (an R_SITE stamped after the MALLOC that follows it): never go back in
+	// time within a thread, so the merged stream stays ordered (SPEC §2.1).
+	if c.ns < c.prevNs {
+		c.ns = c.prevNs
 	}
 	c.prevNs = c.ns
 	return true, nil

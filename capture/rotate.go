@@ -1,0 +1,276 @@
+package capture
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+
+	"msmemscope/internal/safefs"
+	"msmemscope/trace"
+)
+
+// Rotating logs (--log-mode=rotate, SPEC §7): bounded disk for long runs.
+// The engine drains the rings into memory and hands the chunks to a Rotator,
+// which appends them to spool/log_NNNNNN.zst as independent zstd frames (a
+// killed run leaves whole frames) and starts a new file past --log-file-mb,
+// deleting the oldest beyond --log-files. Each file is self-contained: it
+// starts with a spool header, the records every reader needs (allocation
+// sites, Python code objects, the configuration, a clock calibration) and the
+// blocks live at that moment (MALLOCs flagged FInherit). Events written
+// after the final drain go to the raw spool.bin, read after the logs.
+
+// FInherit marks a MALLOC a rotated log inherited from earlier ones.
+const FInherit = 0x0200
+
+// LogPrefix and LogSuffix name the rotated logs inside the spool folder.
+const (
+	LogPrefix = "log_"
+	LogSuffix = ".zst"
+	// In rotate mode spool.bin receives only what bypasses the logs: events
+	// after the final drain (destructors) and at exec.
+	LateFile = trace.SpoolFileName
+)
+
+// Rotator writes drained chunks to rotating, compressed, self-contained logs.
+type Rotator struct {
+	dir      string
+	pid      int
+	maxFiles int
+	maxBytes int64
+	seq      int
+	cur      *os.File
+	curBytes int64
+	enc      *zstd.Encoder
+	live     map[trace.BlockKey][]byte // a live block's MALLOC record and payload
+	globals  [][]byte                  // records every log repeats
+	calib    []byte                    // the latest clock calibration record
+	files    []string
+	// Totals for reports and tests.
+	Events, RawBytes, Written uint64
+}
+
+// NewRotator starts the first log in the spool folder dir.
+func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
+	if maxFiles < 1 || maxMB < 1 {
+		return nil, fmt.Errorf("rotate needs at least 1 file of at least 1 MiB")
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
+		live: map[trace.BlockKey][]byte{}}
+	return r, r.open()
+}
+
+// Files lists the logs kept, oldest first.
+func (r *Rotator) Files() []string { return append([]string(nil), r.files...) }
+
+func (r *Rotator) open() error {
+	r.seq++
+	p := filepath.Join(r.dir, fmt.Sprintf("%s%06d%s", LogPrefix, r.seq, LogSuffix))
+	f, err := safefs.CreateNew(p, 0)
+	if err != nil {
+		return err
+	}
+	r.cur, r.curBytes = f, 0
+	r.files = append(r.files, p)
+	for len(r.files) > r.maxFiles {
+		os.Remove(r.files[0])
+		r.files = r.files[1:]
+	}
+	// The prologue: header, then one chunk of the records a reader needs.
+	var pro bytes.Buffer
+	_ = trace.WriteSpoolHeader(&pro, r.pid)
+	var body bytes.Buffer
+	n := 0
+	add := func(rec []byte) {
+		body.Write(rec)
+		n += len(rec) / trace.RecSize
+	}
+	if r.calib != nil {
+		add(r.calib)
+	}
+	for _, g := range r.globals {
+		add(g)
+	}
+	keys := make([]trace.BlockKey, 0, len(r.live))
+	for k := range r.live {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Ptr < keys[j].Ptr })
+	var tick uint64
+	if r.calib != nil {
+		tick = binary.LittleEndian.Uint64(r.calib[0:])
+	}
+	for _, k := range keys {
+		rec := append([]byte(nil), r.live[k]...)
+		binary.LittleEndian.PutUint64(rec[0:], tick) // live when this log began
+		binary.LittleEndian.PutUint16(rec[26:], binary.LittleEndian.Uint16(rec[26:])|FInherit)
+		add(rec)
+	}
+	if n > 0 {
+		writeChunkHeader(&pro, uint32(n), 0, r.pid)
+		pro.Write(body.Bytes())
+	}
+	return r.frame(pro.Bytes())
+}
+
+func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
+	var h [trace.ChunkHdrSize]byte
+	binary.LittleEndian.PutUint32(h[0:], 0x4b4e4843)
+	binary.LittleEndian.PutUint32(h[4:], nrec)
+	binary.LittleEndian.PutUint32(h[8:], uint32(tid))
+	binary.LittleEndian.PutUint32(h[12:], uint32(pid))
+	w.Write(h[:])
+}
+
+func (r *Rotator) frame(raw []byte) error {
+	z := r.enc.EncodeAll(raw, nil)
+	if _, err := r.cur.Write(z); err != nil {
+		return err
+	}
+	r.curBytes += int64(len(z))
+	r.Written += uint64(len(z))
+	return nil
+}
+
+// Write takes drained chunks (the spool's chunk format), notes what later
+// logs must repeat, and appends them to the current log.
+func (r *Rotator) Write(chunks []byte) error {
+	// Rotate before, not after: the new log's prologue is the state these
+	// chunks start from, and the last log never ends empty.
+	if r.curBytes >= r.maxBytes {
+		if err := r.cur.Close(); err != nil {
+			return err
+		}
+		if err := r.open(); err != nil {
+			return err
+		}
+	}
+	if err := r.observe(chunks); err != nil {
+		return err
+	}
+	r.RawBytes += uint64(len(chunks))
+	return r.frame(chunks)
+}
+
+func (r *Rotator) observe(b []byte) error {
+	for len(b) > 0 {
+		if len(b) < trace.ChunkHdrSize || binary.LittleEndian.Uint32(b) != 0x4b4e4843 {
+			return fmt.Errorf("rotate: bad chunk")
+		}
+		nrec := int(binary.LittleEndian.Uint32(b[4:]))
+		b = b[trace.ChunkHdrSize:]
+		if len(b) < nrec*trace.RecSize {
+			return fmt.Errorf("rotate: short chunk")
+		}
+		recs := b[:nrec*trace.RecSize]
+		b = b[nrec*trace.RecSize:]
+		for len(recs) > 0 {
+			cont := int(binary.LittleEndian.Uint32(recs[28:]) & 0xffff)
+			ev := recs[:(1+cont)*trace.RecSize]
+			recs = recs[len(ev):]
+			r.Events++
+			kind := binary.LittleEndian.Uint16(ev[24:])
+			flags := binary.LittleEndian.Uint16(ev[26:])
+			key := trace.BlockKey{Sub: flags & trace.FSubMask, Ptr: binary.LittleEndian.Uint64(ev[8:])}
+			switch kind {
+			case trace.RMalloc:
+				if flags&trace.FUndo == 0 {
+					r.live[key] = append([]byte(nil), ev...)
+				}
+			case trace.RFree:
+				delete(r.live, key)
+			case trace.RCalib:
+				r.calib = append(r.calib[:0], ev...)
+			case trace.RSite, trace.RPyCode, trace.RPySkip, trace.RConfig:
+				r.globals = append(r.globals, append([]byte(nil), ev...))
+			}
+		}
+	}
+	return nil
+}
+
+// Close ends the current log.
+func (r *Rotator) Close() error {
+	if r.cur == nil {
+		return nil
+	}
+	err := r.cur.Close()
+	r.cur = nil
+	return err
+}
+
+// LogFiles lists a capture's rotated logs, oldest first.
+func LogFiles(dir string) []string {
+	m, _ := filepath.Glob(filepath.Join(dir, SpoolDir, LogPrefix+"*"+LogSuffix))
+	sort.Strings(m)
+	return m
+}
+
+// ReadLog decompresses one rotated log (whole frames; a frame cut off by a
+// kill ends it).
+func ReadLog(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	d, err := zstd.NewReader(f, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	var out bytes.Buffer
+	_, err = io.Copy(&out, d)
+	if err != nil && out.Len() < trace.SpoolHdrSize {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	// A truncated last frame: keep what decoded (the spool reader keeps whole
+	// events only).
+	return out.Bytes(), nil
+}
+
+// combineLogs writes the rotated logs still on disk and late.bin into one raw
+// spool (dst), oldest first: what Convert reads for a rotating capture.
+func combineLogs(dir, dst string) error {
+	files := LogFiles(dir)
+	if len(files) == 0 {
+		return fmt.Errorf("%s: no rotated logs", dir)
+	}
+	out, err := safefs.CreateNew(dst, 0)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	for i, f := range files {
+		b, err := ReadLog(f)
+		if err != nil {
+			return err
+		}
+		if len(b) < trace.SpoolHdrSize || string(b[:8]) != trace.SpoolMagic {
+			return fmt.Errorf("%s: not an msmemscope log", f)
+		}
+		if i > 0 {
+			b = b[trace.SpoolHdrSize:]
+		}
+		if _, err := out.Write(b); err != nil {
+			return err
+		}
+	}
+	late, err := os.ReadFile(filepath.Join(dir, SpoolDir, LateFile))
+	if err == nil && len(late) > trace.SpoolHdrSize && strings.HasPrefix(string(late), trace.SpoolMagic) {
+		if _, err := out.Write(late[trace.SpoolHdrSize:]); err != nil {
+			return err
+		}
+	}
+	return out.Close()
+}
