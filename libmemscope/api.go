@@ -255,7 +255,7 @@ func msmemscope_py_stop(path *C.char, pathlen C.int) C.int {
 	if !eng.started || eng.finished || !eng.proc.Standalone() {
 		return 0
 	}
-	C.ms_drain()
+	drainNow()
 	api.stops++
 	opt := capture.Options{Console: os.Stderr, MapsFile: snapshotMaps(eng.proc.Dir, api.stops)}
 	res, e := capture.Convert(eng.proc.Dir, opt)
@@ -266,6 +266,22 @@ func msmemscope_py_stop(path *C.char, pathlen C.int) C.int {
 	api.converted.Store(true)
 	putString(path, pathlen, res.DumpPath)
 	return 0
+}
+
+// drainNow writes what the rings hold so far to the capture (eng.mu held).
+// With rotating logs the drain loop owns the rotator: it is stopped, the
+// rest drained in order, and started again.
+func drainNow() {
+	if eng.rot == nil {
+		C.ms_drain()
+		return
+	}
+	close(eng.stop)
+	<-eng.done
+	for drainRotate() {
+	}
+	eng.stop, eng.done = make(chan struct{}), make(chan struct{})
+	go drainLoop()
 }
 
 // snapshotMaps copies the process's mappings now, for symbolizing C stacks
