@@ -137,8 +137,9 @@ func (l *LiveSet) Report() MemReport {
 	return r
 }
 
-// TimePoint is one interval of the timeline: its start (ms from the first
-// event) and the largest live byte count reached inside it.
+// TimePoint is one interval of the timeline: its start (ms from the start of
+// the first interval, which is aligned to a multiple of the interval on the
+// monotonic clock) and the largest live byte count reached inside it.
 type TimePoint struct {
 	Ms      uint64
 	MaxLive uint64
@@ -175,7 +176,9 @@ func BuildTimeline(s trace.Stream, intervalMs uint64) (*Timeline, error) {
 		pos++
 		if !started {
 			started = true
-			tl.StartNs = e.Timestamp
+			// Intervals are aligned to the clock (multiples of the interval),
+			// so timelines of separately parsed logs line up.
+			tl.StartNs = e.Timestamp / step * step
 			tl.Points = append(tl.Points, TimePoint{Ms: 0})
 		}
 		var idx uint64

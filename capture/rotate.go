@@ -26,6 +26,9 @@ import (
 // blocks live at that moment (MALLOCs flagged FInherit). Events written
 // after the final drain go to the raw spool.bin, read after the logs.
 
+// maxCalibs is how many recent calibration records a new log repeats.
+const maxCalibs = 256
+
 // FInherit marks a MALLOC a rotated log inherited from earlier ones.
 const FInherit = 0x0200
 
@@ -50,7 +53,7 @@ type Rotator struct {
 	enc      *zstd.Encoder
 	live     map[trace.BlockKey][]byte // a live block's MALLOC record and payload
 	globals  [][]byte                  // records every log repeats
-	calib    []byte                    // the latest clock calibration record
+	calibs   [][]byte                  // the latest clock calibration records (epoch starts)
 	files    []string
 	// Totals for reports and tests.
 	Events, RawBytes, Written uint64
@@ -95,8 +98,10 @@ func (r *Rotator) open() error {
 		body.Write(rec)
 		n += len(rec) / trace.RecSize
 	}
-	if r.calib != nil {
-		add(r.calib)
+	// Records drained late (a lagging drain) can carry an epoch that began
+	// several passes ago: repeat the recent epoch starts.
+	for _, c := range r.calibs {
+		add(c)
 	}
 	for _, g := range r.globals {
 		add(g)
@@ -107,8 +112,8 @@ func (r *Rotator) open() error {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].Ptr < keys[j].Ptr })
 	var tick uint64
-	if r.calib != nil {
-		tick = binary.LittleEndian.Uint64(r.calib[0:])
+	if n := len(r.calibs); n > 0 {
+		tick = binary.LittleEndian.Uint64(r.calibs[n-1][0:])
 	}
 	for _, k := range keys {
 		rec := append([]byte(nil), r.live[k]...)
@@ -190,7 +195,10 @@ func (r *Rotator) observe(b []byte) error {
 			case trace.RFree:
 				delete(r.live, key)
 			case trace.RCalib:
-				r.calib = append(r.calib[:0], ev...)
+				if len(r.calibs) >= maxCalibs {
+					r.calibs = r.calibs[1:]
+				}
+				r.calibs = append(r.calibs, append([]byte(nil), ev...))
 			case trace.RSite, trace.RPyCode, trace.RPySkip, trace.RConfig:
 				r.globals = append(r.globals, append([]byte(nil), ev...))
 			}

@@ -387,6 +387,9 @@ func (c *threadCursor) times(s *Spool) {
 		if st, ok := s.epochNs[e]; ok && st > lo {
 			lo = st
 		}
+		if lo == 0 && hasQ {
+			lo = q // the epoch's start is unknown (not in this file): no earlier than needed
+		}
 		hi, ok := s.epochEnd(e)
 		if hasQ && (!ok || q < hi) {
 			hi, ok = q, true

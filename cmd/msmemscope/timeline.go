@@ -12,17 +12,18 @@ import (
 	"msmemscope/trace"
 )
 
-// openTimelineInput opens --input for --timeline: a capture folder (its spool),
-// an output folder holding exactly one capture, or a dump CSV file. It can be
-// called twice: the report at the peak replays the stream.
-func openTimelineInput(in string) (func() (trace.Stream, func() error, error), error) {
+// openTimelineInput resolves --input for --timeline: a capture folder (its
+// spool or rotating logs; returned as dir), an output folder holding exactly
+// one capture, or a dump CSV file (opened by the returned function, which can
+// be called twice: the report at the peak replays the stream).
+func openTimelineInput(in string) (func() (trace.Stream, func() error, error), string, error) {
 	fi, err := os.Stat(in)
 	if err != nil {
-		return nil, fmt.Errorf("--input %s: %v", in, err)
+		return nil, "", fmt.Errorf("--input %s: %v", in, err)
 	}
 	if !fi.IsDir() {
 		if !strings.HasSuffix(in, ".csv") {
-			return nil, fmt.Errorf("--input %s: expected a capture folder or a memscope_dump CSV file", in)
+			return nil, "", fmt.Errorf("--input %s: expected a capture folder or a memscope_dump CSV file", in)
 		}
 		return func() (trace.Stream, func() error, error) {
 			f, err := os.Open(in)
@@ -35,7 +36,7 @@ func openTimelineInput(in string) (func() (trace.Stream, func() error, error), e
 				return nil, nil, err
 			}
 			return r, f.Close, nil
-		}, nil
+		}, "", nil
 	}
 	dir := in
 	if _, err := capture.ReadMeta(dir); err != nil {
@@ -48,26 +49,32 @@ func openTimelineInput(in string) (func() (trace.Stream, func() error, error), e
 			}
 		}
 		if len(found) != 1 {
-			return nil, fmt.Errorf("--input %s: holds %d captures; name one msmemscope_{pid}_{timestamp} folder", in, len(found))
+			return nil, "", fmt.Errorf("--input %s: holds %d captures; name one msmemscope_{pid}_{timestamp} folder", in, len(found))
 		}
 		dir = found[0]
 	}
-	return func() (trace.Stream, func() error, error) { return capture.OpenStream(dir) }, nil
+	return func() (trace.Stream, func() error, error) { return capture.OpenStream(dir) }, dir, nil
 }
 
 // timeline prints the peak timeline of a capture and the per-site report at
-// its peak (SPEC §7).
+// its peak (SPEC §7). Rotating logs are parsed in parallel.
 func timeline(inv *cli.Invocation) int {
-	open, err := openTimelineInput(inv.Inputs[0])
+	iv := uint64(inv.IntervalMs)
+	open, dir, err := openTimelineInput(inv.Inputs[0])
 	if err != nil {
 		return usage(err)
 	}
-	s, closeFn, err := open()
-	if err != nil {
-		return usage(err)
+	var tl *analyzer.Timeline
+	if dir != "" {
+		tl, err = capture.Timeline(dir, iv, 0)
+	} else {
+		var s trace.Stream
+		var closeFn func() error
+		if s, closeFn, err = open(); err == nil {
+			tl, err = analyzer.BuildTimeline(s, iv)
+			closeFn()
+		}
 	}
-	tl, err := analyzer.BuildTimeline(s, uint64(inv.IntervalMs))
-	closeFn()
 	if err != nil {
 		return fail(err)
 	}
@@ -75,12 +82,17 @@ func timeline(inv *cli.Invocation) int {
 	if !ok {
 		return fail(fmt.Errorf("%s holds no events", inv.Inputs[0]))
 	}
-	s, closeFn, err = open()
-	if err != nil {
-		return fail(err)
+	var rep analyzer.MemReport
+	if dir != "" {
+		rep, err = capture.ReportWithTime(dir, iv, peak.Ms)
+	} else {
+		var s trace.Stream
+		var closeFn func() error
+		if s, closeFn, err = open(); err == nil {
+			rep, err = tl.ReportAt(s, peak.Ms)
+			closeFn()
+		}
 	}
-	rep, err := tl.ReportAt(s, peak.Ms)
-	closeFn()
 	if err != nil {
 		return fail(err)
 	}

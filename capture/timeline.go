@@ -1,0 +1,254 @@
+package capture
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"msmemscope/analyzer"
+	"msmemscope/trace"
+)
+
+// The peak timeline of a capture (SPEC §7: get_all_time_size,
+// get_mem_report_with_time, msmemscope --timeline), for a plain spool or for
+// rotating logs, which are parsed in parallel, one goroutine per file: each
+// log is self-contained, so each gives the exact live bytes of its span.
+
+// Timeline returns the local maximum of live bytes in each interval.
+// workers <= 0 uses one goroutine per CPU.
+func Timeline(dir string, intervalMs uint64, workers int) (*analyzer.Timeline, error) {
+	if intervalMs == 0 {
+		return nil, fmt.Errorf("interval must be at least 1 ms")
+	}
+	if files := LogFiles(dir); len(files) > 0 {
+		tl, _, err := logTimeline(files, intervalMs, workers)
+		return tl, err
+	}
+	s, closeFn, err := OpenStream(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	return analyzer.BuildTimeline(s, intervalMs)
+}
+
+// ReportWithTime returns the live bytes per site at the maximum of the
+// interval holding tMs (ms from the timeline's start).
+func ReportWithTime(dir string, intervalMs, tMs uint64) (analyzer.MemReport, error) {
+	tl, err := Timeline(dir, intervalMs, 0)
+	if err != nil {
+		return analyzer.MemReport{}, err
+	}
+	if tMs/intervalMs >= uint64(len(tl.Points)) {
+		return analyzer.MemReport{}, fmt.Errorf("%d ms is past the end of the capture (%d ms)", tMs, uint64(len(tl.Points))*intervalMs)
+	}
+	target := tl.StartNs + tMs/intervalMs*intervalMs*1_000_000
+	open := func() (trace.Stream, func() error, error) { return OpenStream(dir) }
+	if files := LogFiles(dir); len(files) > 0 {
+		// The log that reached the interval's maximum rebuilds its report.
+		_, spans, err := logTimeline(files, intervalMs, 0)
+		if err != nil {
+			return analyzer.MemReport{}, err
+		}
+		file, best := "", uint64(0)
+		bucket := target / (intervalMs * 1_000_000)
+		for _, sp := range spans {
+			if bucket < sp.startBucket || bucket-sp.startBucket >= uint64(len(sp.max)) {
+				continue
+			}
+			if m := sp.max[bucket-sp.startBucket]; file == "" || m >= best {
+				file, best = sp.path, m
+			}
+		}
+		if file == "" {
+			return analyzer.MemReport{}, fmt.Errorf("no kept log covers %d ms", tMs)
+		}
+		open = func() (trace.Stream, func() error, error) { return openLogStream(dir, file) }
+	}
+	s, closeFn, err := open()
+	if err != nil {
+		return analyzer.MemReport{}, err
+	}
+	local, err := analyzer.BuildTimeline(s, intervalMs)
+	closeFn()
+	if err != nil {
+		return analyzer.MemReport{}, err
+	}
+	if target < local.StartNs {
+		return analyzer.MemReport{}, fmt.Errorf("no events at %d ms", tMs)
+	}
+	s, closeFn, err = open()
+	if err != nil {
+		return analyzer.MemReport{}, err
+	}
+	defer closeFn()
+	return local.ReportAt(s, (target-local.StartNs)/1_000_000)
+}
+
+// openLogStream decodes one rotated log alone as dump events.
+func openLogStream(dir, path string) (trace.Stream, func() error, error) {
+	meta, err := ReadMeta(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := ReadLog(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %v", path, err)
+	}
+	s := &spoolStream{sp: sp, dec: newDecoder(sp, dir, meta, meta.Config)}
+	return s, s.Close, nil
+}
+
+type logSpan struct {
+	path            string
+	firstNs, lastNs uint64
+	startBucket     uint64
+	max             []uint64 // per interval from startBucket
+	events          uint64
+	err             error
+}
+
+// LogParseStats reports the work of the last parallel parse (for make bench).
+type LogParseStats struct{ Files, Events uint64 }
+
+// ParseLogs runs the parallel timeline over a rotating capture's logs and
+// returns how many events it read (benchmarks compare worker counts).
+func ParseLogs(dir string, intervalMs uint64, workers int) (LogParseStats, error) {
+	files := LogFiles(dir)
+	_, spans, err := logTimeline(files, intervalMs, workers)
+	st := LogParseStats{Files: uint64(len(files))}
+	for _, s := range spans {
+		st.Events += s.events
+	}
+	return st, err
+}
+
+func logTimeline(files []string, intervalMs uint64, workers int) (*analyzer.Timeline, []logSpan, error) {
+	if workers <= 0 {
+		workers = runtime.NumCPU()
+	}
+	step := intervalMs * 1_000_000
+	spans := make([]logSpan, len(files))
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for i, f := range files {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int, f string) {
+			defer wg.Done()
+			spans[i] = parseLog(f, step)
+			<-sem
+		}(i, f)
+	}
+	wg.Wait()
+	tl := &analyzer.Timeline{IntervalMs: intervalMs}
+	first := true
+	var start uint64
+	for _, s := range spans {
+		if s.err != nil {
+			return nil, nil, s.err
+		}
+		if len(s.max) > 0 && (first || s.startBucket < start) {
+			start, first = s.startBucket, false
+		}
+	}
+	if first {
+		return nil, nil, fmt.Errorf("the logs hold no events")
+	}
+	tl.StartNs = start * step
+	var max []uint64
+	for _, s := range spans {
+		off := int(s.startBucket - start)
+		for len(max) < off+len(s.max) {
+			max = append(max, 0)
+		}
+		for j, v := range s.max {
+			if v > max[off+j] {
+				max[off+j] = v
+			}
+		}
+	}
+	for j, v := range max {
+		tl.Points = append(tl.Points, analyzer.TimePoint{Ms: uint64(j) * intervalMs, MaxLive: v})
+	}
+	return tl, spans, nil
+}
+
+type liveRec struct {
+	size uint64
+	tid  int32
+}
+
+// parseLog computes one log's per-interval maxima of live bytes from its raw
+// records (no symbolization: fast), inherited blocks included.
+func parseLog(path string, step uint64) logSpan {
+	span := logSpan{path: path}
+	b, err := ReadLog(path)
+	if err != nil {
+		span.err = err
+		return span
+	}
+	sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		span.err = fmt.Errorf("%s: %v", path, err)
+		return span
+	}
+	rd := sp.Reader()
+	live := map[trace.BlockKey]liveRec{}
+	var total uint64
+	for {
+		r, ns, err := rd.Next()
+		if err != nil {
+			span.err = err
+			return span
+		}
+		if r == nil {
+			break
+		}
+		span.events++
+		if r.Kind != trace.RMalloc && r.Kind != trace.RFree {
+			continue
+		}
+		bucket := ns / step
+		if len(span.max) > 0 && bucket < span.startBucket {
+			bucket = span.startBucket
+		}
+		if len(span.max) == 0 {
+			span.startBucket, span.firstNs = bucket, ns
+			span.max = append(span.max, total)
+		}
+		for uint64(len(span.max)) <= bucket-span.startBucket {
+			span.max = append(span.max, total) // an interval starts at the level it inherits
+		}
+		span.lastNs = ns
+		k := trace.BlockKey{Sub: r.Flags & trace.FSubMask, Ptr: r.A}
+		if r.Kind == trace.RMalloc {
+			if r.Flags&trace.FUndo != 0 {
+				continue
+			}
+			if old, ok := live[k]; ok {
+				if old.tid != r.Tid && !r.Forced && r.Flags&FInherit == 0 {
+					rd.Park(k) // another thread's FREE of this address is just ahead
+					span.events--
+					continue
+				}
+				total -= old.size
+			}
+			live[k] = liveRec{r.B, r.Tid}
+			total += r.B
+		} else if old, ok := live[k]; ok {
+			delete(live, k)
+			total -= old.size
+			rd.Wake(k, ns)
+		}
+		if m := &span.max[bucket-span.startBucket]; total > *m {
+			*m = total
+		}
+	}
+	return span
+}
