@@ -208,3 +208,12 @@ def test_run_forwards_exit_code_and_module(tmp_path):
     proc = subprocess.run([PY, "-m", "msmemscope", "run", "--output=%s" % (tmp_path / "o2"), "-m", "modx"],
                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3 and "ran as __main__" in proc.stdout
+
+
+def test_standalone_stop_with_rotating_logs(tmp_path):
+    script = STANDALONE.replace('output="./out"', 'output="./out", log_mode="rotate", log_files=2, log_file_mb=1')
+    run = run_plain(tmp_path, script).check()
+    p1, p2 = run.stdout.split()
+    kinds = [(r["Event Type"], r["Name"]) for r in run.rows(p2)]
+    assert kinds == [("START", "N/A"), ("Mark", "one"), ("STOP", "N/A"),
+                     ("START", "N/A"), ("Mark", "two"), ("STOP", "N/A")], kinds
