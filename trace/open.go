@@ -1,0 +1,919 @@
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"msmemscope/internal/safefs"
+)
+
+// Input is a dump file opened for reading (CSV, SPEC §2.1, or SQLite, §2.2):
+// a Stream of its rows in ID order, plus what offline tools need.
+//
+// Events returned by Next are not shared with later calls and may be kept,
+// but an Input hands them out in blocks of a few thousand that stay in memory
+// as long as one of them is referenced: keep copies of what you need rather
+// than many *Event.
+type Input interface {
+	Stream
+	Path() string
+	Format() string // "csv" or "db"
+	// Progress reports how far reading has got: done of total (bytes for
+	// CSV, row IDs for SQLite); total may be 0 when unknown.
+	Progress() (done, total int64)
+	// Lookup calls fn, in file order, with the complete event (every column)
+	// of each row whose ID is in ids, which must be sorted. It reads the
+	// file again and leaves Next's position alone.
+	Lookup(ids []uint64, fn func(*Event) error) error
+	Close() error
+}
+
+// OpenOptions tune Open.
+type OpenOptions struct {
+	// Lean leaves out what analyses rarely need and what costs most to read:
+	// Extra (the Attr pairs other than the typed ones), PyStack and CStack.
+	// Every column is still checked. Lookup gives complete rows.
+	Lean bool
+	// Workers is the number of goroutines parsing CSV (0: GOMAXPROCS, at
+	// most 4).
+	Workers int
+}
+
+// Formats of dump files.
+const (
+	FormatCSV = "csv"
+	FormatDB  = "db"
+)
+
+// Open opens a dump file, CSV or SQLite (told apart by content, not by
+// name). Errors are one line naming the file: a missing file, a folder, a
+// header without the columns of SPEC §2.1, a database without the table.
+func Open(path string, opt OpenOptions) (Input, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if fi.IsDir() {
+		return nil, fmt.Errorf("%s: %w, not a dump file (memscope_dump_*.csv or .db)", path, syscall.EISDIR)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, errors.Unwrap(err))
+	}
+	var magic [len(sqliteMagic)]byte
+	n, _ := io.ReadFull(f, magic[:])
+	if string(magic[:n]) == sqliteMagic {
+		f.Close()
+		return openSQLiteInput(path, opt)
+	}
+	if strings.EqualFold(filepath.Ext(path), ".db") {
+		f.Close()
+		return nil, fmt.Errorf("%s: not an SQLite database", path)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	in, err := newCSVInput(f, path, fi.Size(), opt)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// DetectFormat tells a dump file's format from its first bytes.
+func DetectFormat(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var magic [len(sqliteMagic)]byte
+	n, _ := io.ReadFull(f, magic[:])
+	if string(magic[:n]) == sqliteMagic {
+		return FormatDB, nil
+	}
+	return FormatCSV, nil
+}
+
+// ---------------------------------------------------------------------------
+// CSV input: records are cut into chunks of whole records by one goroutine
+// and parsed by several; events come out in file order. Each record takes a
+// fast path (fields split in place, one allocation per chunk) and anything
+// unusual (a quoted field holding "" or a line end, a stray quote, a wrong
+// number of fields, a value that does not parse) is handed to CSVReader, so
+// the events and the errors are exactly CSVReader's.
+
+// csvChunkSize is how much a chunk reads at a time (a variable for tests).
+var csvChunkSize = 1 << 20
+
+type csvChunk struct {
+	data []byte // whole records (the last chunk: whatever is left)
+	line int    // the line number of data's first line, 1-based
+	res  chan csvResult
+}
+
+type csvResult struct {
+	events []Event
+	err    error
+}
+
+type csvInput struct {
+	f     io.Closer
+	path  string
+	size  int64
+	read  atomic.Int64
+	lean  bool
+	order chan *csvChunk
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+
+	cur     []Event
+	i       int
+	pending error
+	err     error
+	done    bool
+}
+
+func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*csvInput, error) {
+	in := &csvInput{f: f, path: path, size: size, lean: opt.Lean, stop: make(chan struct{})}
+	br := bufio.NewReaderSize(f, 64<<10)
+	// The header, checked as CSVReader checks it.
+	hr, err := NewCSVReader(&headerOnly{br: br}, path)
+	if err != nil {
+		return nil, err
+	}
+	hdrLines := hr.Line()
+	workers := opt.Workers
+	if workers <= 0 {
+		workers = min(runtime.GOMAXPROCS(0), 4)
+	}
+	in.order = make(chan *csvChunk, 2*workers+2)
+	jobs := make(chan *csvChunk, workers)
+	for range workers {
+		in.wg.Add(1)
+		go func() {
+			defer in.wg.Done()
+			p := newChunkParser(path, opt.Lean)
+			for c := range jobs {
+				evs, err := p.parse(c.data, c.line)
+				c.res <- csvResult{evs, err}
+			}
+		}()
+	}
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		defer close(jobs)
+		defer close(in.order)
+		in.produce(br, hdrLines+1, jobs)
+	}()
+	return in, nil
+}
+
+// headerOnly reads one line at most from br: NewCSVReader must consume the
+// header row and nothing else.
+type headerOnly struct {
+	br    *bufio.Reader
+	done  bool
+	quot  bool // inside a quoted field
+	chars int  // characters of the current line other than line ends
+}
+
+func (h *headerOnly) Read(p []byte) (int, error) {
+	if h.done {
+		return 0, io.EOF
+	}
+	n := 0
+	for n < len(p) {
+		c, err := h.br.ReadByte()
+		if err != nil {
+			if n == 0 {
+				return 0, err
+			}
+			return n, nil
+		}
+		p[n] = c
+		n++
+		if c == '"' {
+			h.quot = !h.quot
+		}
+		if c != '\n' && c != '\r' {
+			h.chars++
+		}
+		if c == '\n' && !h.quot {
+			if h.chars > 0 { // CSVReader skips empty lines before the header
+				h.done = true
+				break
+			}
+		}
+	}
+	return n, nil
+}
+
+// produce cuts the file into chunks of whole records.
+func (in *csvInput) produce(br *bufio.Reader, line int, jobs chan<- *csvChunk) {
+	var carry []byte
+	eof := false
+	for !eof {
+		buf := make([]byte, len(carry), max(csvChunkSize, 2*len(carry)))
+		copy(buf, carry)
+		for len(buf) < cap(buf) {
+			n, err := br.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			in.read.Add(int64(n))
+			if err == io.EOF {
+				eof = true
+				break
+			}
+			if err != nil {
+				in.send(&csvChunk{line: line, res: errResult(fmt.Errorf("%s:%d: %v", in.path, line, err))}, jobs)
+				return
+			}
+		}
+		cut, lines := len(buf), 0
+		if !eof {
+			cut, lines = recordsEnd(buf)
+			if cut == 0 && len(buf) > maxLineBytes {
+				cut = len(buf) // let CSVReader report the record that is too long
+			}
+		}
+		if cut == 0 {
+			carry = buf
+			continue
+		}
+		c := &csvChunk{data: buf[:cut], line: line, res: make(chan csvResult, 1)}
+		if !in.send(c, jobs) {
+			return
+		}
+		if eof {
+			return
+		}
+		line += lines
+		carry = buf[cut:]
+	}
+}
+
+func errResult(err error) chan csvResult {
+	ch := make(chan csvResult, 1)
+	ch <- csvResult{err: err}
+	return ch
+}
+
+func (in *csvInput) send(c *csvChunk, jobs chan<- *csvChunk) bool {
+	select {
+	case in.order <- c:
+	case <-in.stop:
+		return false
+	}
+	if c.data == nil {
+		return true // an error: nothing to parse
+	}
+	select {
+	case jobs <- c:
+		return true
+	case <-in.stop:
+		c.res <- csvResult{err: errors.New("closed")}
+		return false
+	}
+}
+
+// recordsEnd returns the length of the longest prefix of b made of whole
+// records (outside quotes, ending with '\n') and the number of lines in it.
+func recordsEnd(b []byte) (cut, lines int) {
+	odd := false
+	n := 0
+	for p := 0; p < len(b); {
+		i := bytes.IndexByte(b[p:], '\n')
+		if i < 0 {
+			break
+		}
+		if bytes.Count(b[p:p+i], quoteByte)&1 == 1 {
+			odd = !odd
+		}
+		p += i + 1
+		n++
+		if !odd {
+			cut, lines = p, n
+		}
+	}
+	return cut, lines
+}
+
+var quoteByte = []byte{'"'}
+
+func (in *csvInput) Next() (*Event, error) {
+	if in.err != nil {
+		return nil, in.err
+	}
+	for in.i >= len(in.cur) {
+		if in.pending != nil {
+			in.err, in.cur = in.pending, nil
+			return nil, in.err
+		}
+		if in.done {
+			return nil, nil
+		}
+		c, ok := <-in.order
+		if !ok {
+			in.done, in.cur = true, nil
+			return nil, nil
+		}
+		r := <-c.res
+		in.cur, in.i, in.pending = r.events, 0, r.err
+	}
+	e := &in.cur[in.i]
+	in.i++
+	return e, nil
+}
+
+func (in *csvInput) Path() string   { return in.path }
+func (in *csvInput) Format() string { return FormatCSV }
+func (in *csvInput) Progress() (int64, int64) {
+	return in.read.Load(), in.size
+}
+
+func (in *csvInput) Close() error {
+	in.once.Do(func() {
+		close(in.stop)
+		go func() { // unblock the producer and the workers
+			for c := range in.order {
+				<-c.res
+			}
+		}()
+		in.wg.Wait()
+		in.f.Close()
+	})
+	return nil
+}
+
+func (in *csvInput) Lookup(ids []uint64, fn func(*Event) error) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	f, err := os.Open(in.path)
+	if err != nil {
+		return fmt.Errorf("%s: %v", in.path, err)
+	}
+	defer f.Close()
+	left := len(ids)
+	p := newChunkParser(in.path, false)
+	return scanCSVRecords(f, in.path, func(raw []byte, line int, id uint64, ok bool) (bool, error) {
+		if !ok {
+			return true, nil
+		}
+		if _, found := slices.BinarySearch(ids, id); !found {
+			return true, nil
+		}
+		e, err := p.one(raw, line)
+		if err != nil {
+			return false, err
+		}
+		if err := fn(e); err != nil {
+			return false, err
+		}
+		left--
+		return left > 0, nil
+	}, nil)
+}
+
+// scanCSVRecords reads a dump CSV record by record without parsing it. fn
+// gets each record's raw bytes (with its line end), the line it starts on,
+// and its ID when the first field is a plain number (ok); it returns whether
+// to go on. header, when set, gets the header row's raw bytes first.
+func scanCSVRecords(r io.Reader, name string, fn func(raw []byte, line int, id uint64, ok bool) (bool, error), header func(raw []byte) error) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	var acc []byte
+	line := 0
+	first := true
+	for {
+		var lines int
+		var eof bool
+		var err error
+		start := line + 1
+		acc, lines, eof, err = readRawRecord(br, acc)
+		line += lines
+		if err != nil {
+			return fmt.Errorf("%s:%d: %v", name, start, err)
+		}
+		if len(acc) > 0 {
+			if first {
+				first = false
+				if header != nil {
+					if err := header(acc); err != nil {
+						return err
+					}
+				}
+			} else {
+				id, ok := leadingID(acc)
+				goOn, err := fn(acc, start, id, ok)
+				if err != nil || !goOn {
+					return err
+				}
+			}
+		}
+		if eof {
+			return nil
+		}
+	}
+}
+
+// readRawRecord reads one record's bytes (lines until the quotes balance)
+// into acc. eof reports that the file ended.
+func readRawRecord(br *bufio.Reader, acc []byte) (rec []byte, lines int, eof bool, err error) {
+	acc = acc[:0]
+	odd := false
+	for {
+		b, err := br.ReadSlice('\n')
+		acc = append(acc, b...)
+		if bytes.Count(b, quoteByte)&1 == 1 {
+			odd = !odd
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			if len(acc) > maxLineBytes {
+				return acc, lines, false, fmt.Errorf("record longer than %d bytes", maxLineBytes)
+			}
+			continue
+		case err == io.EOF:
+			if len(b) > 0 {
+				lines++
+			}
+			return acc, lines, true, nil
+		case err != nil:
+			return acc, lines, false, err
+		}
+		lines++
+		if !odd {
+			return acc, lines, false, nil
+		}
+	}
+}
+
+// leadingID parses the first field of a raw record when it is a number.
+func leadingID(b []byte) (uint64, bool) {
+	i := bytes.IndexByte(b, ',')
+	if i <= 0 {
+		return 0, false
+	}
+	return parseUintDec(b[:i])
+}
+
+// chunkParser parses chunks of records; one per worker.
+type chunkParser struct {
+	name   string
+	lean   bool
+	intern interner
+	last   [numCols]string
+	fb     *CSVReader // the slow path
+	rd     bytes.Reader
+	acc    []byte
+	f      [numCols][]byte
+}
+
+func newChunkParser(name string, lean bool) *chunkParser {
+	p := &chunkParser{name: name, lean: lean, intern: interner{m: make(map[string]string, 256)}}
+	p.fb = &CSVReader{
+		br:     bufio.NewReaderSize(&p.rd, 64<<10),
+		name:   name,
+		rec:    make([]byte, 0, 4096),
+		ends:   make([]int, 0, numCols+1),
+		intern: p.intern,
+	}
+	return p
+}
+
+// parse parses the records of data, whose first line is line number line.
+// It returns the events before the first bad record and its error.
+func (p *chunkParser) parse(data []byte, line int) ([]Event, error) {
+	evs := make([]Event, 0, bytes.Count(data, []byte{'\n'})+1)
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		var ln []byte
+		if i < 0 {
+			ln, data = data, nil
+		} else {
+			ln, data = data[:i+1], data[i+1:]
+		}
+		start := line
+		line++
+		if eolLen(ln) == len(ln) {
+			continue // an empty line
+		}
+		q := bytes.Count(ln, quoteByte)
+		raw := ln
+		if q&1 == 1 { // a record over several lines: the slow path
+			p.acc = append(p.acc[:0], ln...)
+			for len(data) > 0 && q&1 == 1 {
+				i := bytes.IndexByte(data, '\n')
+				if i < 0 {
+					ln, data = data, nil
+				} else {
+					ln, data = data[:i+1], data[i+1:]
+				}
+				line++
+				q += bytes.Count(ln, quoteByte)
+				p.acc = append(p.acc, ln...)
+			}
+			raw = p.acc
+		} else {
+			evs = append(evs, Event{})
+			if p.fast(&evs[len(evs)-1], ln, q) {
+				continue
+			}
+			evs = evs[:len(evs)-1]
+		}
+		e, err := p.slow(raw, start)
+		if err != nil {
+			return evs, err
+		}
+		evs = append(evs, *e)
+	}
+	return evs, nil
+}
+
+// one parses one raw record, whose first line is number line.
+func (p *chunkParser) one(raw []byte, line int) (*Event, error) {
+	if q, nl := bytes.Count(raw, quoteByte), bytes.IndexByte(raw, '\n'); q&1 == 0 && (nl < 0 || nl == len(raw)-1) {
+		e := new(Event)
+		if p.fast(e, raw, q) {
+			return e, nil
+		}
+	}
+	return p.slow(raw, line)
+}
+
+// slow parses one raw record with CSVReader.
+func (p *chunkParser) slow(raw []byte, line int) (*Event, error) {
+	p.rd.Reset(raw)
+	p.fb.br.Reset(&p.rd)
+	p.fb.line, p.fb.err, p.fb.long = line-1, nil, nil
+	e, err := p.fb.Next()
+	if err == nil && e == nil {
+		err = fmt.Errorf("%s:%d: empty record", p.name, line)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.lean {
+		e.Extra, e.PyStack, e.CStack = nil, "", ""
+	}
+	return e, nil
+}
+
+// fast parses a one-line record with quotes quote characters into e, or
+// reports false when it needs the slow path.
+func (p *chunkParser) fast(e *Event, ln []byte, quotes int) bool {
+	ln = ln[:len(ln)-eolLen(ln)]
+	f := &p.f
+	quoted := 0
+	for i := 0; i < numCols; i++ {
+		if len(ln) > 0 && ln[0] == '"' {
+			j := bytes.IndexByte(ln[1:], '"')
+			if j < 0 {
+				return false
+			}
+			f[i] = ln[1 : 1+j]
+			ln = ln[2+j:]
+			quoted++
+		} else {
+			j := bytes.IndexByte(ln, ',')
+			if j < 0 {
+				j = len(ln)
+			}
+			f[i] = ln[:j]
+			ln = ln[j:]
+		}
+		if i == numCols-1 {
+			if len(ln) != 0 {
+				return false
+			}
+			break
+		}
+		if len(ln) == 0 || ln[0] != ',' {
+			return false
+		}
+		ln = ln[1:]
+	}
+	if quotes != 2*quoted { // a quote inside a field
+		return false
+	}
+	var ok bool
+	if e.ID, ok = parseUintDec(f[colID]); !ok {
+		return false
+	}
+	if e.Kind = kindOf(f[colEvent]); e.Kind == 0 {
+		return false
+	}
+	e.Type = p.str(colType, false)
+	e.Name = p.str(colName, true)
+	if e.Timestamp, ok = parseUintDec(f[colTimestamp]); !ok {
+		return false
+	}
+	if e.Pid, ok = parseIntDec(f[colPid]); !ok {
+		return false
+	}
+	if e.Tid, ok = parseIntDec(f[colTid]); !ok {
+		return false
+	}
+	e.Device = p.str(colDevice, true)
+	if string(f[colPtr]) != NA {
+		if e.Ptr, ok = parseHexPtr(f[colPtr]); !ok {
+			return false
+		}
+		e.HasPtr = true
+	}
+	ptr, hasPtr := e.Ptr, e.HasPtr
+	if p.lean {
+		if !leanAttr(e, f[colAttr], p.intern.get) {
+			return false
+		}
+	} else if parseAttr(e, f[colAttr], p.intern.get, bytesString) != nil {
+		return false
+	}
+	if e.IsMemory() && (!hasPtr || ptr != e.Ptr) {
+		return false
+	}
+	if !p.lean {
+		e.PyStack = p.str(colPyStack, true)
+		e.CStack = p.str(colCStack, true)
+	}
+	return true
+}
+
+// str is CSVReader.str over the fast path's fields.
+func (p *chunkParser) str(col int, na bool) string {
+	b := p.f[col]
+	if string(b) == p.last[col] {
+		return p.last[col]
+	}
+	if na && string(b) == NA {
+		return ""
+	}
+	s := p.intern.get(b)
+	p.last[col] = s
+	return s
+}
+
+// leanAttr parses the typed pairs of an Attr column as parseAttr does and
+// skips the others; it reports false for anything parseAttr might refuse
+// (the slow path then says why).
+func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
+	e.AllocID, e.Size, e.Owner, e.Inefficient, e.Shadow, e.MstxID = 0, 0, "", "", false, 0
+	e.Extra = nil
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return false
+	}
+	body := s[1 : len(s)-1]
+	if indexByte(body, '{') >= 0 || indexByte(body, '}') >= 0 {
+		return false
+	}
+	var seen uint16
+	for len(body) > 0 {
+		j := indexByte(body, ',')
+		pair := body
+		if j >= 0 {
+			pair = body[:j]
+		}
+		c := indexByte(pair, ':')
+		if c <= 0 {
+			return false
+		}
+		k, v := pair[:c], pair[c+1:]
+		bit, typed := typedKey(e.Kind, k)
+		if typed {
+			if seen&bit != 0 {
+				return false
+			}
+			seen |= bit
+		}
+		ok := true
+		switch bit {
+		case bitAllocID, bitAccessAllocID:
+			e.AllocID, ok = parseUintDec(v)
+		case bitSize, bitAccessSize:
+			e.Size, ok = parseUintDec(v)
+		case bitMstxID:
+			e.MstxID, ok = parseUintDec(v)
+		case bitAddr:
+			e.Ptr, ok = parseHexPtr(v)
+			e.HasPtr = ok
+		case bitOwner:
+			e.Owner = intern(v)
+		case bitInefficient:
+			e.Inefficient = intern(v)
+		case bitShadow:
+			switch string(v) {
+			case "true":
+				e.Shadow = true
+			case "false":
+				e.Shadow = false
+			default:
+				ok = false
+			}
+		}
+		if !ok {
+			return false
+		}
+		if j < 0 {
+			break
+		}
+		body = body[j+1:]
+		if len(body) == 0 {
+			return false // a trailing ','
+		}
+	}
+	switch e.Kind {
+	case KindMalloc, KindFree:
+		return seen&(bitAllocID|bitAddr|bitSize) == bitAllocID|bitAddr|bitSize
+	case KindMstx:
+		return seen&bitMstxID != 0
+	}
+	return true
+}
+
+func indexByte[T string | []byte](s T, c byte) int {
+	switch v := any(s).(type) {
+	case []byte:
+		return bytes.IndexByte(v, c)
+	case string:
+		return strings.IndexByte(v, c)
+	}
+	return -1
+}
+
+// ---------------------------------------------------------------------------
+// Adding results to a dump in place (check_inefficient, SPEC §5.3).
+
+// IneffMark is inefficiency types found for the block whose MALLOC row has
+// ID ID.
+type IneffMark struct {
+	ID    uint64
+	Types []string
+}
+
+// mergeIneff adds types to the '|'-joined list old, keeping its order and
+// never adding one twice; it returns the new list and how many were added.
+func mergeIneff(old string, types []string) (string, int) {
+	have := []string{}
+	if old != "" {
+		have = strings.Split(old, "|")
+	}
+	n := 0
+	for _, t := range types {
+		if !slices.Contains(have, t) {
+			have = append(have, t)
+			n++
+		}
+	}
+	return strings.Join(have, "|"), n
+}
+
+// AddInefficient adds inefficiency results to the MALLOC rows of a dump file
+// (sorted by ID), keeping the results already there and adding none twice.
+// A CSV is rewritten through a temporary file renamed over it; a database is
+// updated in one transaction. Nothing is written when nothing is new; on an
+// error the file is left as it was. progress, when set, is told how far the
+// rewrite has got (done, total). It returns the number of results added.
+func AddInefficient(path string, marks []IneffMark, progress func(done, total int64)) (int, error) {
+	if len(marks) == 0 {
+		return 0, nil
+	}
+	format, err := DetectFormat(path)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %v", path, err)
+	}
+	if format == FormatDB {
+		return addIneffDB(path, marks)
+	}
+	return addIneffCSV(path, marks, progress)
+}
+
+func findMark(marks []IneffMark, id uint64) (*IneffMark, bool) {
+	i, ok := slices.BinarySearchFunc(marks, id, func(m IneffMark, id uint64) int {
+		switch {
+		case m.ID < id:
+			return -1
+		case m.ID > id:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return nil, false
+	}
+	return &marks[i], true
+}
+
+func addIneffCSV(path string, marks []IneffMark, progress func(done, total int64)) (int, error) {
+	// First pass: is there anything new at all?
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %v", path, err)
+	}
+	fi, _ := f.Stat()
+	total := int64(0)
+	if fi != nil {
+		total = fi.Size()
+	}
+	added := 0
+	p := newChunkParser(path, false)
+	err = scanCSVRecords(f, path, func(raw []byte, line int, id uint64, ok bool) (bool, error) {
+		m, found := findMark(marks, id)
+		if !ok || !found {
+			return true, nil
+		}
+		e, err := p.one(raw, line)
+		if err != nil {
+			return false, err
+		}
+		if e.Kind == KindMalloc {
+			_, n := mergeIneff(e.Inefficient, m.Types)
+			added += n
+		}
+		return true, nil
+	}, nil)
+	f.Close()
+	if err != nil || added == 0 {
+		return 0, err
+	}
+	f, err = os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %v", path, err)
+	}
+	defer f.Close()
+	cr := &countingReader{r: f}
+	err = safefs.Replace(path, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20)
+		cw := NewCSVWriter(bw)
+		cw.header = true
+		rows := 0
+		err := scanCSVRecords(cr, path, func(raw []byte, line int, id uint64, ok bool) (bool, error) {
+			if rows++; progress != nil && rows&0xffff == 0 {
+				progress(cr.n, total)
+			}
+			if m, found := findMark(marks, id); ok && found {
+				e, err := p.one(raw, line)
+				if err != nil {
+					return false, err
+				}
+				if e.Kind == KindMalloc {
+					if s, n := mergeIneff(e.Inefficient, m.Types); n > 0 {
+						e.Inefficient = s
+						if err := cw.Write(e); err != nil {
+							return false, err
+						}
+						return true, cw.flushBuf()
+					}
+				}
+			}
+			_, err := bw.Write(raw)
+			return err == nil, err
+		}, func(raw []byte) error {
+			_, err := bw.Write(raw)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if progress != nil {
+			progress(total, total)
+		}
+		return bw.Flush()
+	})
+	if err != nil {
+		return 0, err
+	}
+	return added, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
