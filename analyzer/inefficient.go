@@ -1,0 +1,401 @@
+package analyzer
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"msmemscope/trace"
+)
+
+// Inefficient memory (SPEC §5.3). The api id of a process counts its
+// ATEN_START launches, plus the PTA and HAL memory events that happen
+// outside any operator (each is an api of its own). Only PTA and HAL blocks
+// of at least MemSize bytes are judged:
+//
+//   - early_allocation: a FREE happens in an api strictly between the
+//     block's MALLOC api and its first ACCESS api (the memory could have
+//     been allocated later, after that FREE);
+//   - late_deallocation: a MALLOC happens in an api strictly between the
+//     block's last ACCESS api and its FREE api (it could have been freed
+//     before that MALLOC);
+//   - temporary_idleness: two consecutive ACCESSes of the block whose api
+//     ids differ by more than IdleThreshold.
+//
+// The FREEs and MALLOCs that count are the PTA and HAL ones of the same
+// process. A type is reported at most once per block. An operator's end is
+// its ATEN_END (operators may nest); ACCESS rows find their block by
+// allocation_id.
+
+// Inefficiency types.
+const (
+	EarlyAllocation   = "early_allocation"
+	LateDeallocation  = "late_deallocation"
+	TemporaryIdleness = "temporary_idleness"
+)
+
+// IneffTypes lists the types in their canonical order.
+var IneffTypes = []string{EarlyAllocation, LateDeallocation, TemporaryIdleness}
+
+const (
+	flagEarly = 1 << iota
+	flagLate
+	flagIdle
+)
+
+// IneffOptions are check_inefficient's parameters.
+type IneffOptions struct {
+	MemSize       uint64   // blocks smaller than this are not judged
+	Types         []string // the types to look for; empty: all
+	IdleThreshold uint64   // temporary_idleness: more than this many apis between accesses (default 3000)
+}
+
+// DefaultIdleThreshold is idle_threshold's default.
+const DefaultIdleThreshold = 3000
+
+// IneffBlock is a block found inefficient.
+type IneffBlock struct {
+	ID             uint64   `json:"id"` // the MALLOC row's ID
+	AllocID        uint64   `json:"allocation_id"`
+	Pid            int64    `json:"pid"`
+	Size           uint64   `json:"size"`
+	EventType      string   `json:"event_type"`
+	Device         string   `json:"device"`
+	Types          []string `json:"inefficient"`
+	MallocAPI      uint64   `json:"malloc_api"`
+	FirstAccessAPI uint64   `json:"first_access_api"`
+	LastAccessAPI  uint64   `json:"last_access_api"`
+	FreeAPI        uint64   `json:"free_api"` // 0: never freed
+	EarlySpan      uint64   `json:"early_api_span,omitempty"`
+	LateSpan       uint64   `json:"late_api_span,omitempty"`
+	IdleSpan       uint64   `json:"idle_api_span,omitempty"`
+}
+
+// IneffTotal sums one type's findings.
+type IneffTotal struct {
+	Blocks  int    `json:"blocks"`
+	Bytes   uint64 `json:"bytes"`
+	APISpan uint64 `json:"api_span"` // apis wasted, summed over the blocks
+}
+
+// IneffReport is check_inefficient's result.
+type IneffReport struct {
+	Input         string                `json:"input_path"`
+	MemSize       uint64                `json:"mem_size"`
+	Types         []string              `json:"inefficient_type"`
+	IdleThreshold uint64                `json:"idle_threshold"`
+	Rows          uint64                `json:"rows_read"`
+	APIs          uint64                `json:"apis"`           // the highest api id seen
+	Judged        int                   `json:"blocks_judged"`  // PTA/HAL blocks of at least mem_size
+	Blocks        []IneffBlock          `json:"blocks"`         // by MALLOC row ID
+	Totals        map[string]IneffTotal `json:"summary"`        // by type
+	Added         int                   `json:"results_added"`  // results written to the file (new ones only)
+	Written       bool                  `json:"file_rewritten"` // whether the file was changed
+}
+
+type ineffProc struct {
+	api                    uint64
+	depth                  int
+	lastFree, prevFree     uint64 // the two latest distinct apis holding a FREE
+	lastMalloc, prevMalloc uint64 // the same for MALLOC
+}
+
+type ineffLive struct {
+	b        IneffBlock
+	flags    uint8
+	accessed bool
+}
+
+// InefficientAnalyzer judges blocks over a stream of events; memory grows
+// with the live judged blocks and the blocks found inefficient.
+type InefficientAnalyzer struct {
+	opt    IneffOptions
+	want   uint8
+	procs  map[int64]*ineffProc
+	live   map[blockKey]*ineffLive
+	found  []IneffBlock
+	rows   uint64
+	apis   uint64
+	judged int
+}
+
+// NewInefficientAnalyzer returns an analyzer for opt (validated by the
+// caller: see CheckIneffTypes).
+func NewInefficientAnalyzer(opt IneffOptions) *InefficientAnalyzer {
+	a := &InefficientAnalyzer{opt: opt, procs: map[int64]*ineffProc{}, live: map[blockKey]*ineffLive{}}
+	if len(opt.Types) == 0 {
+		a.want = flagEarly | flagLate | flagIdle
+	}
+	for _, t := range opt.Types {
+		a.want |= typeFlag(t)
+	}
+	return a
+}
+
+func typeFlag(t string) uint8 {
+	switch t {
+	case EarlyAllocation:
+		return flagEarly
+	case LateDeallocation:
+		return flagLate
+	case TemporaryIdleness:
+		return flagIdle
+	}
+	return 0
+}
+
+// CheckIneffTypes validates an inefficient_type list.
+func CheckIneffTypes(types []string) error {
+	for _, t := range types {
+		if typeFlag(t) == 0 {
+			return fmt.Errorf("unknown inefficient_type %q: valid types are %s", t, strings.Join(IneffTypes, ", "))
+		}
+	}
+	return nil
+}
+
+func judgedType(t string) bool { return t == trace.TypePTA || t == "HAL" }
+
+func (a *InefficientAnalyzer) proc(pid int64) *ineffProc {
+	p := a.procs[pid]
+	if p == nil {
+		p = &ineffProc{}
+		a.procs[pid] = p
+	}
+	return p
+}
+
+// Observe feeds the next event.
+func (a *InefficientAnalyzer) Observe(e *trace.Event) {
+	a.rows++
+	switch e.Kind {
+	case trace.KindOpLaunch:
+		p := a.proc(e.Pid)
+		switch e.Type {
+		case "ATEN_START":
+			p.api++
+			p.depth++
+			a.apis = max(a.apis, p.api)
+		case "ATEN_END":
+			if p.depth > 0 {
+				p.depth--
+			}
+		}
+	case trace.KindMalloc, trace.KindFree:
+		if !judgedType(e.Type) {
+			return
+		}
+		p := a.proc(e.Pid)
+		if p.depth == 0 {
+			p.api++
+			a.apis = max(a.apis, p.api)
+		}
+		api := p.api
+		key := blockKey{e.Pid, e.AllocID}
+		if e.Kind == trace.KindMalloc {
+			if old := a.live[key]; old != nil { // a MALLOC of a live id: the old block is gone
+				a.retire(old)
+			}
+			if e.Size >= a.opt.MemSize {
+				a.judged++
+				a.live[key] = &ineffLive{b: IneffBlock{ID: e.ID, AllocID: e.AllocID, Pid: e.Pid, Size: e.Size,
+					EventType: e.Type, Device: e.Device, MallocAPI: api}}
+			}
+			if api != p.lastMalloc {
+				p.prevMalloc, p.lastMalloc = p.lastMalloc, api
+			}
+			return
+		}
+		if l := a.live[key]; l != nil {
+			l.b.FreeAPI = api
+			if l.accessed {
+				// The latest api before this one holding a MALLOC.
+				m := p.lastMalloc
+				if m >= api {
+					m = p.prevMalloc
+				}
+				if m > l.b.LastAccessAPI {
+					l.flags |= flagLate
+					l.b.LateSpan = api - l.b.LastAccessAPI
+				}
+			}
+			delete(a.live, key)
+			a.retire(l)
+		}
+		if api != p.lastFree {
+			p.prevFree, p.lastFree = p.lastFree, api
+		}
+	case trace.KindAccess:
+		l := a.live[blockKey{e.Pid, e.AllocID}]
+		if l == nil {
+			return
+		}
+		p := a.proc(e.Pid)
+		api := p.api
+		if !l.accessed {
+			l.accessed = true
+			l.b.FirstAccessAPI = api
+			// The latest api before this one holding a FREE.
+			f := p.lastFree
+			if f >= api {
+				f = p.prevFree
+			}
+			if f > l.b.MallocAPI {
+				l.flags |= flagEarly
+				l.b.EarlySpan = api - l.b.MallocAPI
+			}
+		} else if gap := api - l.b.LastAccessAPI; api > l.b.LastAccessAPI && gap > a.opt.IdleThreshold {
+			l.flags |= flagIdle
+			l.b.IdleSpan += gap
+		}
+		l.b.LastAccessAPI = api
+	}
+}
+
+// retire records a block that leaves the live set, if it was found
+// inefficient in a type asked for.
+func (a *InefficientAnalyzer) retire(l *ineffLive) {
+	f := l.flags & a.want
+	if f == 0 {
+		return
+	}
+	b := l.b
+	b.Types = nil
+	for _, t := range IneffTypes {
+		if f&typeFlag(t) != 0 {
+			b.Types = append(b.Types, t)
+		}
+	}
+	if f&flagEarly == 0 {
+		b.EarlySpan = 0
+	}
+	if f&flagLate == 0 {
+		b.LateSpan = 0
+	}
+	if f&flagIdle == 0 {
+		b.IdleSpan = 0
+	}
+	a.found = append(a.found, b)
+}
+
+// Finish judges the blocks still alive and returns the report.
+func (a *InefficientAnalyzer) Finish() *IneffReport {
+	for _, l := range a.live {
+		a.retire(l)
+	}
+	a.live = nil
+	slices.SortFunc(a.found, func(x, y IneffBlock) int { return cmp.Compare(x.ID, y.ID) })
+	r := &IneffReport{MemSize: a.opt.MemSize, Types: a.opt.Types, IdleThreshold: a.opt.IdleThreshold,
+		Rows: a.rows, APIs: a.apis, Judged: a.judged, Blocks: a.found, Totals: map[string]IneffTotal{}}
+	if len(r.Types) == 0 {
+		r.Types = IneffTypes
+	}
+	for _, t := range r.Types {
+		r.Totals[t] = IneffTotal{}
+	}
+	for i := range r.Blocks {
+		b := &r.Blocks[i]
+		for _, t := range b.Types {
+			s := r.Totals[t]
+			s.Blocks++
+			s.Bytes += b.Size
+			switch t {
+			case EarlyAllocation:
+				s.APISpan += b.EarlySpan
+			case LateDeallocation:
+				s.APISpan += b.LateSpan
+			case TemporaryIdleness:
+				s.APISpan += b.IdleSpan
+			}
+			r.Totals[t] = s
+		}
+	}
+	return r
+}
+
+// Marks returns the results to write into the MALLOC rows.
+func (r *IneffReport) Marks() []trace.IneffMark {
+	m := make([]trace.IneffMark, len(r.Blocks))
+	for i := range r.Blocks {
+		m[i] = trace.IneffMark{ID: r.Blocks[i].ID, Types: r.Blocks[i].Types}
+	}
+	return m
+}
+
+// CheckInefficient runs the analysis over a dump file (CSV or SQLite) and
+// adds its results to the file's MALLOC rows, keeping earlier results and
+// adding none twice.
+func CheckInefficient(path string, opt IneffOptions, prog *Progress) (*IneffReport, error) {
+	if err := CheckIneffTypes(opt.Types); err != nil {
+		return nil, err
+	}
+	if opt.IdleThreshold == 0 {
+		return nil, fmt.Errorf("idle_threshold must be a positive integer")
+	}
+	defer prog.Done()
+	r, err := analyzeInefficient(path, opt, prog)
+	if err != nil {
+		return nil, err
+	}
+	prog.Phase("check_inefficient: writing results")
+	r.Added, err = trace.AddInefficient(path, r.Marks(), func(done, total int64) {
+		prog.Func(func() (int64, int64) { return done, total })
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.Written = r.Added > 0
+	return r, nil
+}
+
+func analyzeInefficient(path string, opt IneffOptions, prog *Progress) (*IneffReport, error) {
+	in, err := trace.Open(path, trace.OpenOptions{Lean: true})
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	prog.Track(in)
+	a := NewInefficientAnalyzer(opt)
+	for {
+		e, err := in.Next()
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			break
+		}
+		a.Observe(e)
+	}
+	r := a.Finish()
+	r.Input = path
+	return r, nil
+}
+
+// Summary is the console report of check_inefficient.
+func (r *IneffReport) Summary(top int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "check_inefficient %s: %d rows, %d apis, %d PTA/HAL blocks of at least %d bytes judged (idle_threshold %d)\n",
+		r.Input, r.Rows, r.APIs, r.Judged, r.MemSize, r.IdleThreshold)
+	for _, t := range r.Types {
+		s := r.Totals[t]
+		fmt.Fprintf(&b, "  %-19s %6d block%s %10s  %d api%s wasted\n", t, s.Blocks, leakPlural(s.Blocks), leakHumanBytes(s.Bytes), s.APISpan, leakPlural(int(s.APISpan)))
+	}
+	if len(r.Blocks) > 0 && top > 0 {
+		bs := slices.Clone(r.Blocks)
+		slices.SortStableFunc(bs, func(x, y IneffBlock) int { return cmp.Compare(y.Size, x.Size) })
+		b.WriteString("  largest:\n")
+		for _, x := range bs[:min(top, len(bs))] {
+			fmt.Fprintf(&b, "    ID %d: %s %s (allocation_id %d): %s\n", x.ID, leakHumanBytes(x.Size), x.EventType, x.AllocID, strings.Join(x.Types, "|"))
+		}
+	}
+	switch {
+	case r.Added > 0:
+		fmt.Fprintf(&b, "  %d result%s added to the MALLOC rows of %s\n", r.Added, leakPlural(r.Added), r.Input)
+	case len(r.Blocks) > 0:
+		fmt.Fprintf(&b, "  every result was already in %s: file unchanged\n", r.Input)
+	default:
+		b.WriteString("  no inefficient blocks: file unchanged\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,237 @@
+package analyzer
+
+import (
+	"bytes"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"msmemscope/trace"
+)
+
+// ineffCapture plants one block of each kind of inefficiency, with the api
+// ids worked out by hand in the comments (mem_size 100, idle_threshold 3).
+func ineffCapture() (c *capBuilder, e, l, i uint64) {
+	c = newCap()
+	z := c.malloc("PTA", 10)  // api 1 (outside any operator); too small to judge
+	c.malloc("HOST", 5000)    // HOST: no api, not judged
+	c.opStart("aten::a")      // api 2
+	e = c.malloc("PTA", 1000) // E: MALLOC in api 2
+	c.opEnd("aten::a")
+	c.free(z)              // api 3: a FREE between E's MALLOC (2) and first ACCESS (4)
+	c.opStart("aten::b")   // api 4
+	c.access(e, "aten::b") // E's first (and last) ACCESS: early_allocation
+	c.opEnd("aten::b")
+	c.opStart("aten::c") // api 5
+	l = c.malloc("PTA", 2000)
+	c.access(l, "aten::c") // L's last ACCESS: api 5
+	c.opEnd("aten::c")
+	c.opStart("aten::d")     // api 6
+	m := c.malloc("PTA", 50) // a MALLOC in api 6, between L's last ACCESS (5) and its FREE (7)
+	c.opEnd("aten::d")
+	c.free(l)            // api 7: late_deallocation
+	c.opStart("aten::e") // api 8
+	i = c.malloc("PTA", 4096)
+	c.access(i, "aten::e")
+	c.opEnd("aten::e")
+	for range 4 { // apis 9..12: I idle
+		c.opStart("aten::f")
+		c.opEnd("aten::f")
+	}
+	c.opStart("aten::g") // api 13: gap 13-8 = 5 > 3: temporary_idleness
+	c.access(i, "aten::g")
+	c.opEnd("aten::g")
+	c.opStart("aten::h") // api 14: gap 1
+	c.access(i, "aten::h")
+	c.opEnd("aten::h")
+	k := c.malloc("PTA", 8192) // api 15: never accessed: nothing to judge
+	c.free(k)                  // api 16
+	c.free(m)                  // api 17
+	c.free(e)                  // api 18: E's last ACCESS 4 < MALLOC 15 < 18: late_deallocation too
+	// I is never freed: judged at the end.
+	return c, e, l, i
+}
+
+func ineffOf(t *testing.T, path string) map[uint64]string {
+	t.Helper()
+	in, err := trace.Open(path, trace.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	m := map[uint64]string{}
+	for {
+		e, err := in.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil {
+			return m
+		}
+		if e.Kind == trace.KindMalloc && e.Inefficient != "" {
+			m[e.AllocID] = e.Inefficient
+		}
+	}
+}
+
+func TestCheckInefficientPlanted(t *testing.T) {
+	c, e, l, i := ineffCapture()
+	dir := t.TempDir()
+	csvPath, dbPath := c.write(t, dir, "dump")
+	var reports []*IneffReport
+	for _, p := range []string{csvPath, dbPath} {
+		// First run: early_allocation only.
+		r, err := CheckInefficient(p, IneffOptions{MemSize: 100, IdleThreshold: 3, Types: []string{EarlyAllocation}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Added != 1 || len(r.Blocks) != 1 || r.Blocks[0].AllocID != e || r.Blocks[0].EarlySpan != 2 {
+			t.Fatalf("%s: first run %+v", p, r)
+		}
+		if got := ineffOf(t, p); !reflect.DeepEqual(got, map[uint64]string{e: "early_allocation"}) {
+			t.Fatalf("%s: after first run %v", p, got)
+		}
+		// Second run: every type. The first result stays, none is repeated.
+		r, err = CheckInefficient(p, IneffOptions{MemSize: 100, IdleThreshold: 3}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[uint64]string{e: "early_allocation|late_deallocation", l: "late_deallocation", i: "temporary_idleness"}
+		if got := ineffOf(t, p); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: after second run %v, want %v", p, got, want)
+		}
+		if r.Added != 3 || r.APIs != 18 || r.Judged != 4 {
+			t.Fatalf("%s: second run added %d, apis %d, judged %d", p, r.Added, r.APIs, r.Judged)
+		}
+		wantTotals := map[string]IneffTotal{
+			EarlyAllocation:   {Blocks: 1, Bytes: 1000, APISpan: 2},
+			LateDeallocation:  {Blocks: 2, Bytes: 3000, APISpan: 14 + 2},
+			TemporaryIdleness: {Blocks: 1, Bytes: 4096, APISpan: 5},
+		}
+		if !reflect.DeepEqual(r.Totals, wantTotals) {
+			t.Fatalf("%s: totals %+v, want %+v", p, r.Totals, wantTotals)
+		}
+		// Third run: nothing new, the file is left alone.
+		before, _ := os.ReadFile(p)
+		r, err = CheckInefficient(p, IneffOptions{MemSize: 100, IdleThreshold: 3}, nil)
+		if err != nil || r.Added != 0 || r.Written {
+			t.Fatalf("%s: third run added %d (%v)", p, r.Added, err)
+		}
+		after, _ := os.ReadFile(p)
+		if !bytes.Equal(before, after) {
+			t.Fatalf("%s: third run changed the file", p)
+		}
+		if !strings.Contains(r.Summary(5), "every result was already in") {
+			t.Fatalf("summary: %s", r.Summary(5))
+		}
+		r.Input = ""
+		reports = append(reports, r)
+	}
+	if !reflect.DeepEqual(reports[0], reports[1]) {
+		t.Fatalf("CSV and DB reports differ:\n%+v\n%+v", reports[0], reports[1])
+	}
+	// Both files now hold the same rows.
+	a, b := readEvents(t, csvPath), readEvents(t, dbPath)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("CSV and DB rows differ after check_inefficient")
+	}
+	// A larger mem_size or threshold finds less.
+	r, err := analyzeInefficient(csvPath, IneffOptions{MemSize: 2000, IdleThreshold: 5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, b := range r.Blocks {
+		got = append(got, b.AllocID)
+	}
+	if !reflect.DeepEqual(got, []uint64{l}) {
+		t.Fatalf("mem_size 2000, idle 5: blocks %v, want [%d]", got, l)
+	}
+}
+
+func readEvents(t *testing.T, p string) []trace.Event {
+	in, err := trace.Open(p, trace.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var evs []trace.Event
+	for {
+		e, err := in.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil {
+			return evs
+		}
+		evs = append(evs, *e)
+	}
+}
+
+func TestCheckInefficientBadInput(t *testing.T) {
+	dir := t.TempDir()
+	c, _, _, _ := ineffCapture()
+	csvPath, _ := c.write(t, dir, "dump")
+	data, _ := os.ReadFile(csvPath)
+	// A truncated file: an error with the line, and the file untouched.
+	trunc := csvPath + ".trunc.csv"
+	cut := data[:len(data)-30]
+	os.WriteFile(trunc, cut, 0o640)
+	_, err := CheckInefficient(trunc, IneffOptions{IdleThreshold: 3}, nil)
+	if err == nil || !strings.Contains(err.Error(), trunc+":") || !strings.Contains(err.Error(), "truncated last line") {
+		t.Fatalf("truncated: %v", err)
+	}
+	if after, _ := os.ReadFile(trunc); !bytes.Equal(after, cut) {
+		t.Fatal("a failed run changed the file")
+	}
+	if _, err := CheckInefficient(csvPath, IneffOptions{IdleThreshold: 3, Types: []string{"slow"}}, nil); err == nil {
+		t.Fatal("unknown type accepted")
+	}
+	if _, err := CheckInefficient(dir, IneffOptions{IdleThreshold: 3}, nil); ErrorKind(err) != "IsADirectoryError" {
+		t.Fatalf("directory: %v", err)
+	}
+}
+
+func TestRunAnalyzerArgs(t *testing.T) {
+	dir := t.TempDir()
+	c, _, _, _ := ineffCapture()
+	csvPath, _ := c.write(t, dir, "dump")
+	for _, tc := range []struct {
+		name   string
+		kwargs map[string]any
+		kind   string
+	}{
+		{"leaks", map[string]any{"input_path": csvPath, "mstx_info": "x"}, "TypeError"},
+		{"leaks", map[string]any{"input_path": csvPath, "mstx_info": "x", "start_index": "0"}, "TypeError"},
+		{"leaks", map[string]any{"input_path": csvPath, "mstx_info": " ", "start_index": 0}, "ValueError"},
+		{"leaks", map[string]any{"input_path": csvPath, "mstx_info": "x", "start_index": -1}, "ValueError"},
+		{"leaks", map[string]any{"input_path": csvPath, "mstx_info": "x", "start_index": 0, "bogus": 1}, "TypeError"},
+		{"inefficient", map[string]any{"input_path": csvPath, "idle_threshold": 0}, "ValueError"},
+		{"inefficient", map[string]any{"input_path": csvPath, "mem_size": -1}, "ValueError"},
+		{"inefficient", map[string]any{"input_path": csvPath, "inefficient_type": []any{"early_allocation", 3}}, "TypeError"},
+		{"inefficient", map[string]any{"input_path": csvPath, "inefficient_type": []any{}}, "ValueError"},
+		{"inefficient", map[string]any{"input_path": csvPath, "inefficient_type": "late"}, "ValueError"},
+		{"inefficient", map[string]any{"input_path": dir + "/none.csv"}, "FileNotFoundError"},
+		{"nope", map[string]any{}, "ValueError"},
+	} {
+		_, err := RunAnalyzer(tc.name, tc.kwargs, nil)
+		if err == nil || ErrorKind(err) != tc.kind {
+			t.Errorf("%s %v: %v (%s), want %s", tc.name, tc.kwargs, err, ErrorKind(err), tc.kind)
+		}
+	}
+	res, err := RunAnalyzer("inefficient", map[string]any{"input_path": csvPath, "mem_size": 100, "idle_threshold": 3, "inefficient_type": "temporary_idleness"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Value.(*IneffResult); r.Added != 1 || r.BlocksTotal != 1 {
+		t.Fatalf("inefficient through RunAnalyzer: %+v", r)
+	}
+	if got := ListAnalyzers(); !reflect.DeepEqual(got, []string{"leaks", "inefficient"}) {
+		t.Fatalf("ListAnalyzers = %v", got)
+	}
+	cfg, err := AnalyzerConfig("inefficient")
+	if err != nil || cfg["idle_threshold"].Default != DefaultIdleThreshold || cfg["mem_size"].Type != "int" || !cfg["input_path"].Required {
+		t.Fatalf("AnalyzerConfig = %+v, %v", cfg, err)
+	}
+}
