@@ -1,0 +1,341 @@
+package tests
+
+import (
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"msmemscope/analyzer"
+	"msmemscope/trace"
+)
+
+// row is a compact description of a dump row for exact comparisons.
+func row(e *trace.Event) string {
+	switch e.Kind {
+	case trace.KindMalloc:
+		s := fmt.Sprintf("MALLOC %s %d", e.Type, e.Size)
+		if e.Shadow {
+			s += " shadow"
+		}
+		return s
+	case trace.KindFree:
+		return fmt.Sprintf("FREE %s %d", e.Type, e.Size)
+	case trace.KindMstx:
+		return fmt.Sprintf("MSTX %s %s", e.Type, e.Name)
+	}
+	return e.Kind.String() + " " + e.Type
+}
+
+func rows(evs []*trace.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, row(e))
+	}
+	return out
+}
+
+func sameRows(t *testing.T, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("rows:\n got  %q\n want %q", got, want)
+	}
+}
+
+// TestMstxSteps: mstx ranges named "step start" are steps 1..4 (SPEC §3):
+// the block step k allocates (10000+k bytes) is in step k, the ones before
+// the first and after the last range are in step 0; the Range_start and
+// Range_end rows carry the message and the same id; the mark is recorded.
+func TestMstxSteps(t *testing.T) {
+	bin := compile(t, "steps.c", "", linkMemscope()...)
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, bin)
+	mp := readManifest(t, out).main(t)
+	evs := readDump(t, mp.Dump)
+	sameRows(t, rows(evs), []string{
+		"SYSTEM START",
+		"MALLOC HOST 9000", "FREE HOST 9000",
+		"MSTX Range_start step start", "MSTX Mark inside step 1", "MALLOC HOST 10001", "FREE HOST 10001", "MSTX Range_end step start",
+		"MSTX Range_start step start", "MALLOC HOST 10002", "FREE HOST 10002", "MSTX Range_end step start",
+		"MSTX Range_start step start", "MALLOC HOST 10003", "FREE HOST 10003", "MALLOC HOST 20003", "MSTX Range_end step start",
+		"MSTX Range_start step start", "MALLOC HOST 10004", "FREE HOST 10004", "MSTX Range_end step start",
+		"MALLOC HOST 9999", "FREE HOST 9999",
+		"SYSTEM PROCESS_EXIT",
+	})
+	open := map[uint64]int{}
+	for _, e := range evs {
+		switch {
+		case e.Kind == trace.KindMalloc && e.Size > 10000 && e.Size <= 10004:
+			if e.Step != int(e.Size-10000) {
+				t.Errorf("block %d is in step %d, want %d", e.Size, e.Step, e.Size-10000)
+			}
+		case e.Kind == trace.KindMalloc && e.Size == 20003:
+			if e.Step != 3 {
+				t.Errorf("block 20003 is in step %d, want 3", e.Step)
+			}
+		case e.Kind == trace.KindMalloc && (e.Size == 9000 || e.Size == 9999):
+			if e.Step != 0 {
+				t.Errorf("block %d (outside every range) is in step %d, want 0", e.Size, e.Step)
+			}
+		case e.Kind == trace.KindMstx && e.Type == trace.TypeRangeStart:
+			open[e.MstxID] = e.Step
+		case e.Kind == trace.KindMstx && e.Type == trace.TypeRangeEnd:
+			s, ok := open[e.MstxID]
+			if !ok || s != e.Step {
+				t.Errorf("Range_end id %d (step %d) closes no open range of its step", e.MstxID, e.Step)
+			}
+			delete(open, e.MstxID)
+		}
+	}
+}
+
+// TestStepsFilter: --steps=2 writes only step 2's rows plus SYSTEM rows, while
+// the leak analysis still sees every event (the block kept from step 3).
+func TestStepsFilter(t *testing.T) {
+	bin := compile(t, "steps.c", "", linkMemscope()...)
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "--steps=2", bin)
+	mp := readManifest(t, out).main(t)
+	var evs []*trace.Event
+	scanDump(t, mp.Dump, false, func(e *trace.Event) { evs = append(evs, e) })
+	sameRows(t, rows(evs), []string{
+		"SYSTEM START",
+		"MSTX Range_start step start", "MALLOC HOST 10002", "FREE HOST 10002", "MSTX Range_end step start",
+		"SYSTEM PROCESS_EXIT",
+	})
+	rep := readLeaks(t, mp.Folder)
+	var exitBytes uint64
+	for _, l := range rep {
+		if l.kind == "EXIT" {
+			exitBytes += l.size
+		}
+	}
+	if exitBytes != 20003 {
+		t.Errorf("with --steps=2 the leak report's exit leaks total %d bytes, want 20003 (the block kept in step 3)", exitBytes)
+	}
+}
+
+// TestDeferredStartStop: --collect-mode=deferred with msmemscope_start() and
+// msmemscope_stop(): nothing before the first start, memory rows only inside
+// start/stop ranges, and a block allocated while stopped and freed while
+// started is a shadow MALLOC right before its FREE, same allocation_id.
+func TestDeferredStartStop(t *testing.T) {
+	bin := compile(t, "deferred.c", "", linkMemscope()...)
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "--collect-mode=deferred", bin)
+	mp := readManifest(t, out).main(t)
+	evs := readDump(t, mp.Dump)
+	sameRows(t, rows(evs), []string{
+		"SYSTEM START",
+		"MALLOC HOST 30002", "FREE HOST 30002",
+		"MALLOC HOST 30001 shadow", "FREE HOST 30001",
+		"SYSTEM STOP",
+		"SYSTEM START",
+		"MALLOC HOST 30003 shadow", "FREE HOST 30003",
+		"MALLOC HOST 30005",
+		"SYSTEM STOP",
+		"SYSTEM PROCESS_EXIT",
+	})
+	on := false
+	for i, e := range evs {
+		switch {
+		case e.Kind == trace.KindSystem && e.Type == trace.TypeStart:
+			on = true
+		case e.Kind == trace.KindSystem && e.Type == trace.TypeStop:
+			on = false
+		case e.IsMemory() && !on:
+			t.Errorf("row %d (%s) is outside every start/stop range", e.ID, row(e))
+		}
+		if e.Kind == trace.KindMalloc && e.Shadow {
+			if i+1 >= len(evs) {
+				t.Fatalf("shadow MALLOC row %d is the last row", e.ID)
+			}
+			f := evs[i+1]
+			if f.Kind != trace.KindFree || f.AllocID != e.AllocID || f.Ptr != e.Ptr || f.Size != e.Size || f.Timestamp < e.Timestamp {
+				t.Errorf("shadow MALLOC row %d (id %d) is not followed by its FREE: next row %s id %d", e.ID, e.AllocID, row(f), f.AllocID)
+			}
+		}
+	}
+	// The ordinary blocks keep distinct allocation ids.
+	ids := map[uint64]bool{}
+	for _, e := range evs {
+		if e.Kind == trace.KindMalloc {
+			if ids[e.AllocID] {
+				t.Errorf("allocation_id %d used twice", e.AllocID)
+			}
+			ids[e.AllocID] = true
+		}
+	}
+}
+
+// TestCallStackFileLine: --call-stack=c:8 on a -g program names the function,
+// file and exact line of the allocation as the innermost frame, then its
+// callers; c:1 keeps one frame.
+func TestCallStackFileLine(t *testing.T) {
+	src := filepath.Join(progsDir, "callstack.c")
+	bin := compile(t, src, "")
+	want := []string{
+		fmt.Sprintf("make_block callstack.c:%d (callstack)", sourceLine(t, src, "ALLOC_SITE")),
+		fmt.Sprintf("middle callstack.c:%d (callstack)", sourceLine(t, src, "MIDDLE_SITE")),
+		fmt.Sprintf("main callstack.c:%d (callstack)", sourceLine(t, src, "MAIN_SITE")),
+	}
+	for _, depth := range []int{8, 1} {
+		out := filepath.Join(t.TempDir(), "out")
+		mustRun(t, 0, out, "--call-stack=c:"+strconv.Itoa(depth), bin)
+		evs := readDump(t, readManifest(t, out).main(t).Dump)
+		var stack string
+		for _, e := range evs {
+			if e.Kind == trace.KindMalloc && e.Size == 4321 {
+				stack = e.CStack
+			}
+		}
+		fs := frames(stack)
+		if len(fs) == 0 || len(fs) > depth {
+			t.Errorf("c:%d: the 4321-byte block has %d frames: %q", depth, len(fs), stack)
+			continue
+		}
+		n := min(len(want), depth)
+		if len(fs) < n || !slices.Equal(fs[:n], want[:n]) {
+			t.Errorf("c:%d: stack %q, want it to begin %q", depth, stack, want[:n])
+		}
+	}
+}
+
+// TestCallStackCxxNew: a C++ new call site is found: the innermost frame is
+// the user function calling new (at its line), not operator new.
+func TestCallStackCxxNew(t *testing.T) {
+	src := filepath.Join(progsDir, "newsite.cpp")
+	bin := compile(t, src, "")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "--call-stack=c:8", bin)
+	evs := readDump(t, readManifest(t, out).main(t).Dump)
+	var stack string
+	for _, e := range evs {
+		if e.Kind == trace.KindMalloc && e.Size == 4444 {
+			stack = e.CStack
+		}
+	}
+	fs := frames(stack)
+	want := []string{
+		fmt.Sprintf("build_object newsite.cpp:%d (newsite)", sourceLine(t, src, "NEW_SITE")),
+		fmt.Sprintf("main newsite.cpp:%d (newsite)", sourceLine(t, src, "MAIN_SITE")),
+	}
+	if len(fs) < 2 || !slices.Equal(fs[:2], want) {
+		t.Errorf("stack of new Obj: %q, want it to begin %q", stack, want)
+	}
+}
+
+// leakRow is one row of analysis/leaks_*.csv.
+type leakRow struct {
+	kind, step, stack string
+	size              uint64
+	blocks            int
+	typ               string
+}
+
+// readLeaks reads the one leak report of a process folder.
+func readLeaks(t *testing.T, folder string) []leakRow {
+	t.Helper()
+	path := onlyFile(t, filepath.Join(folder, "analysis", "leaks_*.csv"))
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(recs) == 0 || !slices.Equal(recs[0], analyzer.LeakCSVHeader) {
+		t.Fatalf("%s: header %q, want %q", path, recs, analyzer.LeakCSVHeader)
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	var out []leakRow
+	for _, r := range recs[1:] {
+		size, err1 := strconv.ParseUint(r[col["Size(byte)"]], 10, 64)
+		blocks, err2 := strconv.Atoi(r[col["Blocks"]])
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: bad row %q", path, r)
+		}
+		out = append(out, leakRow{kind: r[col["Leak"]], step: r[col["Step"]], stack: r[col["Call Stack(C)"]],
+			size: size, blocks: blocks, typ: r[col["Event Type"]]})
+	}
+	return out
+}
+
+// TestLeakReportDemo: examples/leak_demo.c leaks one 1008-byte node per step
+// from step 2 on in remember_batch. Step leaks are reported exactly for steps
+// 2, 3 and 4 (step 5's block is never alive one full step later), at
+// remember_batch's malloc line; exit leaks are grouped by call stack, largest
+// first, the remember_batch group holding the 4 nodes; the report's exit
+// totals equal the dump's blocks in use at exit; the console names the site.
+func TestLeakReportDemo(t *testing.T) {
+	src := filepath.Join(repoRoot, "examples", "leak_demo.c")
+	bin := compile(t, src, "", append([]string{"-fno-omit-frame-pointer"}, linkMemscope()...)...)
+	out := filepath.Join(t.TempDir(), "out")
+	r := mustRun(t, 0, out, "--call-stack=c:8", bin)
+	if !strings.Contains(r.Stdout, "trained 5 steps") {
+		t.Errorf("demo stdout %q", r.Stdout)
+	}
+	mp := readManifest(t, out).main(t)
+	site := fmt.Sprintf("remember_batch leak_demo.c:%d (leak_demo)", sourceLine(t, src, "leaks: history is never freed"))
+	if !strings.Contains(r.Stderr, site) {
+		t.Errorf("the console summary does not name %q:\n%s", site, r.Stderr)
+	}
+	rep := readLeaks(t, mp.Folder)
+	var steps []string
+	var exit []leakRow
+	for _, l := range rep {
+		switch l.kind {
+		case "STEP":
+			steps = append(steps, l.step)
+			if l.size != 1008 || l.blocks != 1 || l.typ != "HOST" || frames(l.stack)[0] != site {
+				t.Errorf("step %s leak: %d bytes in %d blocks (%s) at %q; want 1008 bytes, 1 HOST block at %s",
+					l.step, l.size, l.blocks, l.typ, l.stack, site)
+			}
+		case "EXIT":
+			exit = append(exit, l)
+		default:
+			t.Errorf("unknown leak kind %q", l.kind)
+		}
+	}
+	if !slices.Equal(steps, []string{"2", "3", "4"}) {
+		t.Errorf("step leaks in steps %q, want exactly 2, 3, 4", steps)
+	}
+	var groups int
+	var exitBytes uint64
+	var exitBlocks int
+	stacks := map[string]bool{}
+	for i, g := range exit {
+		if i > 0 && g.size > exit[i-1].size {
+			t.Errorf("exit leak groups are not largest first: %d bytes after %d", g.size, exit[i-1].size)
+		}
+		if stacks[g.stack] {
+			t.Errorf("two exit leak groups share the stack %q", g.stack)
+		}
+		stacks[g.stack] = true
+		exitBytes += g.size
+		exitBlocks += g.blocks
+		if frames(g.stack)[0] == site {
+			groups++
+			if g.size != 4*1008 || g.blocks != 4 {
+				t.Errorf("remember_batch exit group: %d bytes in %d blocks, want 4032 in 4", g.size, g.blocks)
+			}
+		}
+	}
+	if groups != 1 {
+		t.Errorf("%d exit leak groups at %s, want 1", groups, site)
+	}
+	h := hostTotals(t, readDump(t, mp.Dump))
+	if exitBytes != h.InUseBytes || uint64(exitBlocks) != h.InUseBlocks {
+		t.Errorf("exit leaks %d bytes in %d blocks; the dump has %d bytes in %d blocks in use at exit",
+			exitBytes, exitBlocks, h.InUseBytes, h.InUseBlocks)
+	}
+}

@@ -1,0 +1,263 @@
+package tests
+
+import (
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSafetyModes: every folder msmemscope creates is 0750 and every file
+// 0640 (SPEC §8), even under umask 000, for a run with two traced images.
+func TestSafetyModes(t *testing.T) {
+	needBuild(t)
+	bin := compile(t, "execchild.c", "")
+	child := compile(t, "single.c", "")
+	out := filepath.Join(t.TempDir(), "out", "nested")
+	cmd := exec.Command("/bin/sh", "-c", `umask 000 && exec "$@"`, "sh", cliPath, "--output="+out, bin, child)
+	cmd.Env = cliEnv()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	m := readManifest(t, out)
+	if len(m.Processes) != 2 {
+		t.Fatalf("want 2 traced processes, got %d", len(m.Processes))
+	}
+	dirs, files := 0, 0
+	err := filepath.Walk(filepath.Dir(out), func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.IsDir():
+			dirs++
+			if fi.Mode().Perm() != 0o750 {
+				t.Errorf("folder %s has mode %04o, want 0750", p, fi.Mode().Perm())
+			}
+		case fi.Mode().IsRegular():
+			files++
+			if fi.Mode().Perm() != 0o640 {
+				t.Errorf("file %s has mode %04o, want 0640", p, fi.Mode().Perm())
+			}
+		default:
+			t.Errorf("%s is neither a folder nor a regular file (%v)", p, fi.Mode())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// out/.., out, 2 x (process folder, spool, dump, analysis); manifest, and
+	// per process at least spool, process.json, maps, end.json, dump,
+	// config.json, leaks report.
+	if dirs < 10 || files < 15 {
+		t.Errorf("only %d folders and %d files were checked", dirs, files)
+	}
+}
+
+// refusedOutput runs a program with --output=out and requires the refusal of
+// SPEC §8: exit 2, one line naming the folder and the reason, program not run.
+func refusedOutput(t *testing.T, out string, want ...string) {
+	t.Helper()
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	r := runCLI(t, 30*time.Second, dir, "--output="+out, "/usr/bin/touch", marker)
+	if r.Code != 2 {
+		t.Fatalf("--output=%s: exit %d, want 2\n%s", out, r.Code, r.Stderr)
+	}
+	oneLineError(t, r, want...)
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the program ran despite the refused output folder")
+	}
+}
+
+// TestSafetySymlinkOutput: an output folder that is a symbolic link is
+// refused, and nothing is written where it points.
+func TestSafetySymlinkOutput(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	if err := os.Mkdir(real, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	refusedOutput(t, link, link, "symbolic link")
+	if ents, _ := os.ReadDir(real); len(ents) != 0 {
+		t.Errorf("files were written through the link: %v", ents)
+	}
+}
+
+// TestSafetyWorldWritableOutput: an output folder others can write to is
+// refused, and nothing is written in it.
+func TestSafetyWorldWritableOutput(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(out, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	refusedOutput(t, out, out, "writable by others")
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Errorf("files were written in the refused folder: %v", ents)
+	}
+}
+
+// TestSafetyLongOrBadOutputPath: an --output path longer than 4096 bytes, or
+// holding a control character, is refused with one line.
+func TestSafetyLongOrBadOutputPath(t *testing.T) {
+	base := t.TempDir()
+	long := base + "/" + strings.Repeat("d/", 2100)
+	refusedOutput(t, long, "--output", "4096")
+	if _, err := os.Stat(filepath.Join(base, "d")); err == nil {
+		t.Error("part of the too-long path was created")
+	}
+	refusedOutput(t, base+"/bad\nname", "--output", "newline")
+	refusedOutput(t, base+"/bad\tname", "--output", "control character")
+	if ents, _ := os.ReadDir(base); len(ents) != 0 {
+		t.Errorf("refused paths left files behind: %v", ents)
+	}
+}
+
+// TestSafetyNeverOverwrite: converting a capture again (--input, twice) writes
+// new file names (dump, config, leak report) and leaves every existing file
+// byte for byte as it was; a second run into the same output folder creates
+// its own process folder and manifest and changes nothing of the first.
+func TestSafetyNeverOverwrite(t *testing.T) {
+	bin := compile(t, "single.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, bin)
+	mp := readManifest(t, out).main(t)
+	before := snapshot(t, out)
+	firstDump := fileHash(t, mp.Dump)
+	for i := 1; i <= 2; i++ {
+		r := runCLI(t, 60*time.Second, "", "--input="+mp.Folder)
+		if r.Code != 0 {
+			t.Fatalf("--input conversion %d: exit %d\n%s", i, r.Code, r.Stderr)
+		}
+		for _, pat := range []string{"dump/memscope_dump_*.csv", "analysis/leaks_*.csv", "config*.json"} {
+			if ms, _ := filepath.Glob(filepath.Join(mp.Folder, pat)); len(ms) != 1+i {
+				t.Errorf("after conversion %d: %d files match %s, want %d", i, len(ms), pat, 1+i)
+			}
+		}
+	}
+	after := snapshot(t, out)
+	for p, h := range before {
+		if after[p] != h {
+			t.Errorf("%s changed", p)
+		}
+	}
+	dumps, _ := filepath.Glob(filepath.Join(mp.Folder, "dump", "memscope_dump_*.csv"))
+	for _, d := range dumps {
+		if fileHash(t, d) != firstDump {
+			t.Errorf("%s differs from the first dump of the same spool", d)
+		}
+	}
+
+	mustRun(t, 0, out, bin)
+	ms, _ := filepath.Glob(filepath.Join(out, "run_*.json"))
+	folders, _ := filepath.Glob(filepath.Join(out, "msmemscope_*"))
+	if len(ms) != 2 || len(folders) != 2 {
+		t.Errorf("after a second run: %d manifests and %d process folders, want 2 and 2", len(ms), len(folders))
+	}
+	final := snapshot(t, out)
+	for p, h := range after {
+		if final[p] != h {
+			t.Errorf("the second run changed %s", p)
+		}
+	}
+}
+
+// TestSafetyCorruptSpool: a corrupt spool given to --input is an error of one
+// line with exit code != 0 -- no crash, no hang, no dump. Random byte flips
+// inside the records never crash or hang either.
+func TestSafetyCorruptSpool(t *testing.T) {
+	bin := compile(t, "allocfns.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, bin)
+	src := readManifest(t, out).main(t).Folder
+	spool, err := os.ReadFile(filepath.Join(src, "spool", "spool.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spool) < 200 {
+		t.Fatalf("the spool has only %d bytes", len(spool))
+	}
+	// copyCapture copies the capture's spool folder (not its converted files)
+	// with spool.bin replaced.
+	copyCapture := func(t *testing.T, data []byte) string {
+		dst := filepath.Join(t.TempDir(), "capture")
+		if err := os.MkdirAll(filepath.Join(dst, "spool"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		ents, _ := os.ReadDir(filepath.Join(src, "spool"))
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(src, "spool", e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Name() == "spool.bin" {
+				b = data
+			}
+			if err := os.WriteFile(filepath.Join(dst, "spool", e.Name()), b, 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dst
+	}
+	clone := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), spool...)) }
+	cases := []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"bad_magic", clone(func(b []byte) []byte { copy(b, "NOTSPOOL"); return b }), "bad header"},
+		{"short_header", clone(func(b []byte) []byte { return b[:5] }), "bad header"},
+		{"empty", nil, "bad header"},
+		{"garbage_chunk_header", clone(func(b []byte) []byte {
+			for i := 32; i < 48; i++ {
+				b[i] = 0xff
+			}
+			return b
+		}), "corrupt chunk header"},
+		{"random", clone(func(b []byte) []byte { rand.New(rand.NewSource(1)).Read(b); return b }), "spool"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyCapture(t, c.data)
+			r := runCLI(t, 60*time.Second, "", "--input="+dir)
+			if r.Code == 0 {
+				t.Fatalf("exit 0 for a corrupt spool\n%s", r.Stderr)
+			}
+			oneLineError(t, r, "spool.bin", c.want)
+			if ms, _ := filepath.Glob(filepath.Join(dir, "dump", "*.csv")); len(ms) != 0 {
+				t.Errorf("a dump was written from a corrupt spool: %v", ms)
+			}
+		})
+	}
+	t.Run("byte_flips", func(t *testing.T) {
+		rng := rand.New(rand.NewSource(7))
+		for i := 0; i < 8; i++ {
+			data := clone(func(b []byte) []byte {
+				for j := 0; j < 16; j++ {
+					b[32+rng.Intn(len(b)-32)] ^= byte(1 + rng.Intn(255))
+				}
+				return b
+			})
+			r := runCLI(t, 60*time.Second, "", "--input="+copyCapture(t, data))
+			if r.Code != 0 && r.Code != 1 {
+				t.Errorf("flip set %d: exit %d\n%s", i, r.Code, r.Stderr)
+			}
+			for _, bad := range []string{"panic", "goroutine", "SIGSEGV"} {
+				if strings.Contains(r.Stderr, bad) {
+					t.Fatalf("flip set %d: crash:\n%s", i, r.Stderr)
+				}
+			}
+		}
+	})
+}
