@@ -106,7 +106,9 @@ func waitForStragglers(dirs []string, metas []*capture.ProcessMeta) {
 	}
 }
 
-func collectRun(cfg config.Config, runID string, mainPid int, command []string, code int) (*Manifest, error) {
+// collectRun converts every capture of the run and writes the manifest; sig
+// is the signal that killed the main program, 0 if it exited.
+func collectRun(cfg config.Config, runID string, mainPid int, command []string, code int, sig syscall.Signal) (*Manifest, error) {
 	dirs, metas := runFolders(cfg.Output, runID)
 	waitForStragglers(dirs, metas)
 	traced := map[int]bool{}
@@ -145,6 +147,11 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 			}
 		}
 		man.Processes = append(man.Processes, mp)
+	}
+	if len(dirs) == 0 && sig != 0 {
+		// The collector starts a few ms after main: a program dying at once
+		// leaves nothing, and says so rather than suggesting a static binary.
+		return nil, fmt.Errorf("no capture in %s: the program was killed by signal %d (%v) before msmemscope's collector had started in it", cfg.Output, int(sig), sig)
 	}
 	if len(dirs) == 0 {
 		return nil, fmt.Errorf("no traced process left a capture in %s (was the program statically linked, or did it clear LD_PRELOAD?)", cfg.Output)

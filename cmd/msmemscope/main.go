@@ -145,7 +145,13 @@ func runProgram(inv *cli.Invocation) int {
 	signal.Stop(sigs)
 	code := exitCode(cmd.ProcessState, werr)
 
-	man, err := collectRun(cfg, runID, cmd.Process.Pid, inv.Program, code)
+	var sig syscall.Signal
+	if ps := cmd.ProcessState; ps != nil {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			sig = ws.Signal()
+		}
+	}
+	man, err := collectRun(cfg, runID, cmd.Process.Pid, inv.Program, code, sig)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 		if code == 0 {
