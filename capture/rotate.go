@@ -41,6 +41,16 @@ const (
 	LateFile = trace.SpoolFileName
 )
 
+// liveBlock is a live address: its latest MALLOC record (and payload), and
+// how many MALLOCs of it are not freed yet. Chunks of a batch come thread by
+// thread, not in time order: a FREE by one thread can be seen after another
+// thread's MALLOC of the same (reused) address, so counts, not presence,
+// decide what is live.
+type liveBlock struct {
+	rec []byte
+	n   int
+}
+
 // Rotator writes drained chunks to rotating, compressed, self-contained logs.
 type Rotator struct {
 	dir      string
@@ -51,9 +61,9 @@ type Rotator struct {
 	cur      *os.File
 	curBytes int64
 	enc      *zstd.Encoder
-	live     map[trace.BlockKey][]byte // a live block's MALLOC record and payload
-	globals  [][]byte                  // records every log repeats
-	calibs   [][]byte                  // the latest clock calibration records (epoch starts)
+	live     map[trace.BlockKey]*liveBlock
+	globals  [][]byte // records every log repeats
+	calibs   [][]byte // the latest clock calibration records (epoch starts)
 	files    []string
 	// Totals for reports and tests.
 	Events, RawBytes, Written uint64
@@ -69,13 +79,14 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 		return nil, err
 	}
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
-		live: map[trace.BlockKey][]byte{}}
+		live: map[trace.BlockKey]*liveBlock{}}
 	return r, r.open()
 }
 
 // Files lists the logs kept, oldest first.
 func (r *Rotator) Files() []string { return append([]string(nil), r.files...) }
 
+// open starts the next log.
 func (r *Rotator) open() error {
 	r.seq++
 	p := filepath.Join(r.dir, fmt.Sprintf("%s%06d%s", LogPrefix, r.seq, LogSuffix))
@@ -98,6 +109,22 @@ func (r *Rotator) open() error {
 		body.Write(rec)
 		n += len(rec) / trace.RecSize
 	}
+	// Inherited blocks first: they are dated before everything else.
+	keys := make([]trace.BlockKey, 0, len(r.live))
+	for k := range r.live {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Ptr < keys[j].Ptr })
+	// Inherited blocks sort before everything in the log (a lagging thread's
+	// records can be older than the rotation); readers date them just before
+	// the log's earliest record.
+	const tick = 1
+	for _, k := range keys {
+		rec := append([]byte(nil), r.live[k].rec...)
+		binary.LittleEndian.PutUint64(rec[0:], tick) // live when this log began
+		binary.LittleEndian.PutUint16(rec[26:], binary.LittleEndian.Uint16(rec[26:])|FInherit)
+		add(rec)
+	}
 	// Records drained late (a lagging drain) can carry an epoch that began
 	// several passes ago: repeat the recent epoch starts.
 	for _, c := range r.calibs {
@@ -105,21 +132,6 @@ func (r *Rotator) open() error {
 	}
 	for _, g := range r.globals {
 		add(g)
-	}
-	keys := make([]trace.BlockKey, 0, len(r.live))
-	for k := range r.live {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Ptr < keys[j].Ptr })
-	var tick uint64
-	if n := len(r.calibs); n > 0 {
-		tick = binary.LittleEndian.Uint64(r.calibs[n-1][0:])
-	}
-	for _, k := range keys {
-		rec := append([]byte(nil), r.live[k]...)
-		binary.LittleEndian.PutUint64(rec[0:], tick) // live when this log began
-		binary.LittleEndian.PutUint16(rec[26:], binary.LittleEndian.Uint16(rec[26:])|FInherit)
-		add(rec)
 	}
 	if n > 0 {
 		writeChunkHeader(&pro, uint32(n), 0, r.pid)
@@ -190,10 +202,20 @@ func (r *Rotator) observe(b []byte) error {
 			switch kind {
 			case trace.RMalloc:
 				if flags&trace.FUndo == 0 {
-					r.live[key] = append([]byte(nil), ev...)
+					b := r.live[key]
+					if b == nil {
+						b = &liveBlock{}
+						r.live[key] = b
+					}
+					b.n++
+					b.rec = append(b.rec[:0], ev...)
 				}
 			case trace.RFree:
-				delete(r.live, key)
+				if b := r.live[key]; b != nil {
+					if b.n--; b.n <= 0 {
+						delete(r.live, key)
+					}
+				}
 			case trace.RCalib:
 				if len(r.calibs) >= maxCalibs {
 					r.calibs = r.calibs[1:]

@@ -51,3 +51,30 @@ func OpenStreamMaps(dir, maps string) (trace.Stream, func() error, error) {
 	s.dec.mapsText = maps
 	return s, s.Close, nil
 }
+
+// Resolve names the capture an --input or input_path means: a capture
+// folder, or an output folder holding exactly one capture.
+func Resolve(in string) (string, error) {
+	fi, err := os.Stat(in)
+	if err != nil {
+		return "", err
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a folder: expected a capture folder (msmemscope_{pid}_{timestamp})", in)
+	}
+	if _, err := ReadMeta(in); err == nil {
+		return in, nil
+	}
+	var found []string
+	ents, _ := os.ReadDir(in)
+	for _, e := range ents {
+		d := filepath.Join(in, e.Name())
+		if _, err := ReadMeta(d); e.IsDir() && err == nil {
+			found = append(found, d)
+		}
+	}
+	if len(found) != 1 {
+		return "", fmt.Errorf("%s holds %d captures: name one msmemscope_{pid}_{timestamp} folder", in, len(found))
+	}
+	return found[0], nil
+}

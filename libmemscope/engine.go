@@ -31,6 +31,7 @@ var eng struct {
 	cfg        config.Config
 	proc       *capture.Process
 	rot        *capture.Rotator // --log-mode=rotate
+	rotMu      sync.Mutex
 	buf        []byte
 	stop, done chan struct{}
 }
@@ -110,17 +111,20 @@ func drainLoop() {
 // drainRotate moves ring contents into the rotating logs; it reports whether
 // the buffer filled up (drain again at once).
 func drainRotate() bool {
+	eng.rotMu.Lock() // the drain loop and get_mem_report both drain
+	defer eng.rotMu.Unlock()
 	n := C.ms_drain_into(unsafe.Pointer(&eng.buf[0]), C.long(len(eng.buf)))
 	if n < 0 {
 		eng.proc.NoteDrainError()
 		return false
 	}
+	full := int(n) > len(eng.buf)/2 // more may be waiting in the rings
 	if n > 0 {
 		if err := eng.rot.Write(eng.buf[:n]); err != nil {
 			eng.proc.NoteDrainError()
 		}
 	}
-	return int(n) > len(eng.buf)/2
+	return full
 }
 
 //export msGoAtExit

@@ -53,6 +53,7 @@ const (
 	FText    = 0x0040
 	FUndo    = 0x0080
 	FEpoch   = 0x0001 // on RCalib: a drain epoch starts here
+	FInherit = 0x0200 // on RMalloc: a block a rotated log inherited (capture.Rotator)
 
 	// TSEpoch marks a record stamped with its drain epoch only (low bits);
 	// the reader interpolates its time (see hook.c, ev_stamp).
@@ -112,20 +113,22 @@ type calibPoint struct{ tick, ns uint64 }
 
 // Spool is an indexed spool file, ready to be read in time order.
 type Spool struct {
-	f         io.ReaderAt
-	closer    io.Closer
-	size      int64
-	Pid       int
-	threads   map[int32][]chunkRef
-	calib     []calibPoint
-	epochNs   map[uint64]uint64 // epoch -> CLOCK_MONOTONIC ns at its start
-	Sites     map[uint32]uint64 // site id -> return address of the allocator's caller
-	slope     float64           // ns per tick outside the calibrated span
-	Records   uint64            // events (not continuation records)
-	HasStep   bool              // the process called step()
-	Bytes     int64
-	Truncated bool   // the file ended inside a chunk (a killed run)
-	Py        PyMeta // Python code objects, msmemscope's own folders, configuration (pycode.go)
+	f                 io.ReaderAt
+	closer            io.Closer
+	size              int64
+	Pid               int
+	threads           map[int32][]chunkRef
+	calib             []calibPoint
+	epochNs           map[uint64]uint64 // epoch -> CLOCK_MONOTONIC ns at its start
+	Sites             map[uint32]uint64 // site id -> return address of the allocator's caller
+	firstNs           uint64            // the earliest record that is not inherited (0: unknown)
+	minTick, minEpoch uint64
+	slope             float64 // ns per tick outside the calibrated span
+	Records           uint64  // events (not continuation records)
+	HasStep           bool    // the process called step()
+	Bytes             int64
+	Truncated         bool   // the file ended inside a chunk (a killed run)
+	Py                PyMeta // Python code objects, msmemscope's own folders, configuration (pycode.go)
 }
 
 // OpenSpool reads the whole spool once to index chunks per thread and collect
@@ -209,7 +212,17 @@ func (s *Spool) index() error {
 				s.Truncated = true
 				break
 			}
-			switch binary.LittleEndian.Uint16(r[24:]) {
+			kind, flags, ts := binary.LittleEndian.Uint16(r[24:]), binary.LittleEndian.Uint16(r[26:]), binary.LittleEndian.Uint64(r[0:])
+			if !(kind == RMalloc && flags&FInherit != 0) && kind != RCalib {
+				if ts&TSEpoch != 0 {
+					if e := ts &^ TSEpoch; s.minEpoch == 0 || e < s.minEpoch {
+						s.minEpoch = e
+					}
+				} else if ts != 0 && (s.minTick == 0 || ts < s.minTick) {
+					s.minTick = ts
+				}
+			}
+			switch kind {
 			case RCalib:
 				ns := binary.LittleEndian.Uint64(r[8:])
 				s.calib = append(s.calib, calibPoint{binary.LittleEndian.Uint64(r[0:]), ns})
@@ -242,6 +255,12 @@ func (s *Spool) index() error {
 	s.slope = 1
 	if n := len(s.calib); n >= 2 && s.calib[n-1].tick > s.calib[0].tick {
 		s.slope = float64(s.calib[n-1].ns-s.calib[0].ns) / float64(s.calib[n-1].tick-s.calib[0].tick)
+	}
+	if s.minTick != 0 {
+		s.firstNs = s.Ns(s.minTick)
+	}
+	if ns, ok := s.epochNs[s.minEpoch]; ok && (s.firstNs == 0 || ns < s.firstNs) {
+		s.firstNs = ns
 	}
 	return nil
 }
@@ -355,12 +374,18 @@ func (c *threadCursor) load(s *Spool) (bool, error) {
 	}
 	c.cur, c.ns = c.q[c.qi], c.qns[c.qi]
 	c.qi++
+	if c.cur.Kind == RMalloc && c.cur.Flags&FInherit != 0 && s.firstNs > 0 {
+		c.ns = s.firstNs - 1 // live before anything in this log happened
+	}
 	if c.ns < c.floor {
 		c.ns = c.floor
 	}
 	// A thread's records are in program order, but their stamps need not be
 	// (an R_SITE stamped after the MALLOC that follows it): never go back in
 	// time within a thread, so the merged stream stays ordered (SPEC §2.1).
+	if c.cur.Kind == RCalib {
+		return true, nil // not an event: its time stays its own
+	}
 	if c.ns < c.prevNs {
 		c.ns = c.prevNs
 	}

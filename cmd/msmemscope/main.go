@@ -40,6 +40,8 @@ func run(args []string) int {
 		return runProgram(inv)
 	case cli.ModeOffline:
 		return offline(inv)
+	case cli.ModeTimeline:
+		return timeline(inv)
 	default:
 		return usage(fmt.Errorf("--%s is not available in this version", inv.Mode))
 	}

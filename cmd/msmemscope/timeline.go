@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"msmemscope/analyzer"
@@ -38,20 +37,9 @@ func openTimelineInput(in string) (func() (trace.Stream, func() error, error), s
 			return r, f.Close, nil
 		}, "", nil
 	}
-	dir := in
-	if _, err := capture.ReadMeta(dir); err != nil {
-		var found []string
-		ents, _ := os.ReadDir(in)
-		for _, e := range ents {
-			d := filepath.Join(in, e.Name())
-			if _, err := capture.ReadMeta(d); e.IsDir() && err == nil {
-				found = append(found, d)
-			}
-		}
-		if len(found) != 1 {
-			return nil, "", fmt.Errorf("--input %s: holds %d captures; name one msmemscope_{pid}_{timestamp} folder", in, len(found))
-		}
-		dir = found[0]
+	dir, err := capture.Resolve(in)
+	if err != nil {
+		return nil, "", fmt.Errorf("--input %v", err)
 	}
 	return func() (trace.Stream, func() error, error) { return capture.OpenStream(dir) }, dir, nil
 }

@@ -140,3 +140,5 @@ def _auto():
 
 
 _auto()
+
+from .memreport import get_all_time_size, get_mem_report, get_mem_report_with_time  # noqa: E402

@@ -1,0 +1,323 @@
+// Package memstats tests SPEC §7 end to end on real programs: the live
+// per-site report, the peak timeline and rotating logs.
+package memstats
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"msmemscope/analyzer"
+	"msmemscope/capture"
+	"msmemscope/trace"
+)
+
+func build(t *testing.T) (cli, libDir string) {
+	t.Helper()
+	b := os.Getenv("MSMEMSCOPE_BUILD")
+	if b == "" {
+		b, _ = filepath.Abs("../../build")
+	}
+	cli, libDir = filepath.Join(b, "bin", "msmemscope"), filepath.Join(b, "lib")
+	for _, p := range []string{cli, filepath.Join(libDir, "libmemscope.so")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s missing: run make build first", p)
+		}
+	}
+	return cli, libDir
+}
+
+func compile(t *testing.T, libDir, src string) string {
+	t.Helper()
+	dir := t.TempDir()
+	c := filepath.Join(dir, "prog.c")
+	if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inc, _ := filepath.Abs("../../include")
+	bin := filepath.Join(dir, "prog")
+	out, err := exec.Command("gcc", "-g", "-O0", "-fno-omit-frame-pointer", "-I", inc, "-o", bin, c,
+		"-L", libDir, "-lmemscope", "-Wl,-rpath,"+libDir, "-lpthread").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func run(t *testing.T, cli string, args ...string) (string, string) {
+	t.Helper()
+	cmd := exec.Command(cli, args...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, se.String())
+	}
+	return so.String(), se.String()
+}
+
+const mib = 1 << 20
+
+// grow.c gains 1 MiB every 200 ms at one site; a 3 MiB scratch block from
+// another site is freed after the third step. No stdio: the only blocks are
+// the planted ones, so every number is exact.
+const growProg = `#include <msmemscope.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static void *keep[16];
+static char report[1 << 16];
+static __attribute__((noinline)) void grow(int i) { keep[i] = malloc(1 << 20); memset(keep[i], 1, 64); }
+static __attribute__((noinline)) void *scratch(void) { return malloc(3 << 20); }
+static void say(void) {
+	int n = msmemscope_get_mem_report(report, sizeof report);
+	if (n > 0) { write(1, report, n); write(1, "\n", 1); }
+}
+int main(void) {
+	usleep(150000);
+	void *s = scratch();
+	for (int i = 0; i < 5; i++) {
+		grow(i);
+		usleep(200000);
+		if (i == 1) say();
+		if (i == 2) free(s);
+	}
+	say();
+	return 0;
+}
+`
+
+func TestLiveReportAndTimeline(t *testing.T) {
+	cli, libDir := build(t)
+	prog := compile(t, libDir, growProg)
+	out := t.TempDir()
+	stdout, _ := run(t, cli, "--output="+out, prog)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 reports, got:\n%s", stdout)
+	}
+	var mid, end analyzer.MemReport
+	if err := json.Unmarshal([]byte(lines[0]), &mid); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &end); err != nil {
+		t.Fatal(err)
+	}
+	// Mid-run (after 2 steps): scratch 3 MiB and grow 2 MiB, exactly.
+	want := analyzer.MemReport{TotalSize: 5 * mib, Report: []analyzer.SiteSize{
+		{Site: "prog.c:8", Function: "scratch", Size: 3 * mib, Count: 1},
+		{Site: "prog.c:7", Function: "grow", Size: 2 * mib, Count: 2},
+	}}
+	if !sameReport(mid, want) {
+		t.Errorf("report during the run:\n got %+v\nwant %+v", mid, want)
+	}
+	want = analyzer.MemReport{TotalSize: 5 * mib, Report: []analyzer.SiteSize{
+		{Site: "prog.c:7", Function: "grow", Size: 5 * mib, Count: 5},
+	}}
+	if !sameReport(end, want) {
+		t.Errorf("report at the end:\n got %+v\nwant %+v", end, want)
+	}
+
+	dirs, _ := filepath.Glob(filepath.Join(out, "msmemscope_*"))
+	if len(dirs) != 1 {
+		t.Fatalf("captures: %v", dirs)
+	}
+	tl, err := capture.Timeline(dirs[0], 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The planted levels, in order: 3 MiB (scratch), 4 (+grow), 5, 6, then
+	// 3 after the free (6 - 3), 4, 5. Each level must appear as the maximum
+	// of consecutive intervals, in this order, lasting about 200 ms.
+	levels := []uint64{4 * mib, 5 * mib, 6 * mib, 4 * mib, 5 * mib}
+	var seq []uint64
+	for _, p := range tl.Points {
+		if p.MaxLive >= mib && (len(seq) == 0 || seq[len(seq)-1] != p.MaxLive) {
+			seq = append(seq, p.MaxLive)
+		}
+	}
+	if !containsInOrder(seq, levels) {
+		t.Errorf("timeline levels %v do not hold the planted %v", seq, levels)
+	}
+	// In time: the first 1 MiB step lands 150 ms (+ start-up) after the first
+	// event, so within interval 1 or 2; the 6 MiB plateau is about 2 intervals long.
+	first6 := -1
+	n6 := 0
+	for i, p := range tl.Points {
+		if p.MaxLive == 6*mib {
+			if first6 < 0 {
+				first6 = i
+			}
+			n6++
+		}
+	}
+	if n6 < 2 || n6 > 3 {
+		t.Errorf("6 MiB held for %d intervals, want 2 (±1)", n6)
+	}
+	// The report at the 6 MiB peak names both sites.
+	peak, _ := tl.Peak()
+	if peak.MaxLive != 6*mib {
+		t.Fatalf("peak %d, want %d", peak.MaxLive, 6*mib)
+	}
+	rep, err := capture.ReportWithTime(dirs[0], 100, peak.Ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.TotalSize != 6*mib || len(rep.Report) != 2 || rep.Report[0].Size != 3*mib || rep.Report[1].Size != 3*mib {
+		t.Errorf("report at the peak: %+v", rep)
+	}
+	// The CLI prints the same.
+	txt, _ := run(t, cli, "--timeline", "--input="+dirs[0], "--interval-ms=100")
+	if !strings.Contains(txt, "total 6291456") || !strings.Contains(txt, "prog.c:7") || !strings.Contains(txt, "prog.c:8") {
+		t.Errorf("msmemscope --timeline printed:\n%s", txt)
+	}
+}
+
+func sameReport(a, b analyzer.MemReport) bool {
+	if a.TotalSize != b.TotalSize || len(a.Report) != len(b.Report) {
+		return false
+	}
+	var sum uint64
+	for i := range a.Report {
+		if a.Report[i] != b.Report[i] {
+			return false
+		}
+		sum += a.Report[i].Size
+	}
+	return sum == a.TotalSize
+}
+
+func containsInOrder(seq, want []uint64) bool {
+	j := 0
+	for _, v := range seq {
+		if j < len(want) && v == want[j] {
+			j++
+		}
+	}
+	return j == len(want)
+}
+
+// churn.c: 4 threads of malloc/free traffic for a while, some blocks kept.
+const churnProg = `#include <pthread.h>
+#include <stdlib.h>
+static void *work(void *a) {
+	void *keep[256] = {0};
+	for (long i = 0; i < 400000; i++) {
+		char *volatile p = malloc(16 + (i & 511));
+		p[0] = 1;
+		int s = i & 255;
+		if (keep[s]) free(keep[s]);
+		keep[s] = p;
+	}
+	return 0;
+}
+int main(void) {
+	pthread_t t[4];
+	for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, work, 0);
+	for (int i = 0; i < 4; i++) pthread_join(t[i], 0);
+	return 0;
+}
+`
+
+func TestRotatingLogs(t *testing.T) {
+	cli, libDir := build(t)
+	prog := compile(t, libDir, churnProg)
+	out := t.TempDir()
+	run(t, cli, "--log-mode=rotate", "--log-files=3", "--log-file-mb=1", "--analysis=", "--output="+out, prog)
+	dirs, _ := filepath.Glob(filepath.Join(out, "msmemscope_*"))
+	if len(dirs) != 1 {
+		t.Fatalf("captures: %v", dirs)
+	}
+	logs := capture.LogFiles(dirs[0])
+	if len(logs) != 3 {
+		t.Fatalf("%d logs kept, want exactly 3: %v", len(logs), logs)
+	}
+	if !strings.HasSuffix(logs[0], "log_000001.zst") && filepath.Base(logs[0]) <= "log_000001.zst" {
+		t.Errorf("the oldest logs were not deleted: %v", logs)
+	}
+	var lastNs uint64
+	for _, f := range logs {
+		b, err := capture.ReadLog(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			t.Fatalf("%s does not parse alone: %v", f, err)
+		}
+		// Alone, every FREE finds its block: inherited or allocated here.
+		// (Counts: interpolated times may show another thread's MALLOC of a
+		// reused address just before the FREE of the old block.)
+		live := map[trace.BlockKey]int{}
+		rd := sp.Reader()
+		frees := 0
+		for {
+			r, ns, err := rd.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r == nil {
+				break
+			}
+			k := trace.BlockKey{Sub: r.Flags & trace.FSubMask, Ptr: r.A}
+			switch r.Kind {
+			case trace.RMalloc:
+				live[k]++
+			case trace.RFree:
+				if live[k] <= 0 {
+					t.Fatalf("%s: a FREE of %#x without its block", f, r.A)
+				}
+				live[k]--
+				frees++
+			default:
+				continue
+			}
+			lastNs = ns
+		}
+		if frees == 0 {
+			t.Errorf("%s holds no frees", f)
+		}
+	}
+	// The newest log covers the end of the run: the dump (logs + late events)
+	// holds no MALLOC/FREE after the newest log's last one.
+	dumps, _ := filepath.Glob(filepath.Join(dirs[0], "dump", "*.csv"))
+	if len(dumps) != 1 {
+		t.Fatalf("dumps: %v", dumps)
+	}
+	f, _ := os.Open(dumps[0])
+	defer f.Close()
+	rd, err := trace.NewCSVReader(f, dumps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dumpLast uint64
+	rows := 0
+	for {
+		e, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil {
+			break
+		}
+		rows++
+		if e.Kind == trace.KindMalloc || e.Kind == trace.KindFree {
+			dumpLast = e.Timestamp
+		}
+	}
+	if rows == 0 || dumpLast > lastNs {
+		t.Errorf("dump's last memory event at %d, newest log ends at %d (%d rows)", dumpLast, lastNs, rows)
+	}
+	// Parsing in parallel gives the same timeline as one goroutine.
+	one, err := capture.ParseLogs(dirs[0], 100, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := capture.ParseLogs(dirs[0], 100, 2)
+	if err != nil || one != two || one.Events == 0 {
+		t.Errorf("parse with 1 worker %+v, with 2 %+v (%v)", one, two, err)
+	}
+}
