@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -667,6 +668,15 @@ struct tramp {
 static void *internal_start(void *v) {
 	struct tramp tr = *(struct tramp *)v;
 	tls_guard = 1 << 20; // never recorded, whatever it calls
+	// The program's asynchronous signals are its own: a signal it blocks (to
+	// sigwait for it, say) must not be delivered to msmemscope's threads.
+	// Go's threads inherit this mask; it keeps the faults and SIGURG (its
+	// preemption), which it needs.
+	sigset_t set;
+	sigfillset(&set);
+	int keep[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT, SIGURG};
+	for (unsigned i = 0; i < sizeof keep / sizeof keep[0]; i++) sigdelset(&set, keep[i]);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	__libc_free(v);
 	return tr.fn(tr.arg);
 }
