@@ -142,3 +142,5 @@ def _auto():
 _auto()
 
 from .memreport import get_all_time_size, get_mem_report, get_mem_report_with_time  # noqa: E402
+from .offline import list_analyzers, get_analyzer_config, analyze, check_leaks, check_inefficient  # noqa: E402
+from . import analyzer  # noqa: E402

@@ -1,0 +1,124 @@
+"""The analyzer classes of msMemScope's offline API (SPEC §6).
+
+    from msmemscope.analyzer import LeaksAnalyzer, LeaksConfig
+    LeaksAnalyzer().analyze(LeaksConfig(input_path="dump.csv", mstx_info="iter", start_index=0))
+
+    from msmemscope.analyzer import InefficientAnalyzer, InefficientConfig
+    InefficientAnalyzer().analyze(InefficientConfig(input_path="dump.db", mem_size=0,
+        inefficient_type=["early_allocation", "late_deallocation", "temporary_idleness"],
+        idle_threshold=3000))
+
+A config checks its values when it is made (TypeError or ValueError naming
+the parameter); the analysis itself runs in the Go library, like
+msmemscope.check_leaks and msmemscope.check_inefficient, which these classes
+call.
+"""
+
+import os
+
+from . import offline
+
+__all__ = ["AnalysisConfig", "BaseAnalyzer", "LeaksConfig", "LeaksAnalyzer", "InefficientConfig",
+           "InefficientAnalyzer"]
+
+INEFFICIENT_TYPES = ("early_allocation", "late_deallocation", "temporary_idleness")
+
+
+def _int(name, v):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError("%s must be an int, got %s" % (name, type(v).__name__))
+    return v
+
+
+class AnalysisConfig:
+    """What every analysis takes: the dump file to read."""
+
+    def __init__(self, input_path):
+        if not isinstance(input_path, (str, os.PathLike)):
+            raise TypeError("input_path must be a str or a path, got %s" % type(input_path).__name__)
+        input_path = os.fspath(input_path)
+        if not input_path:
+            raise ValueError("input_path must not be empty")
+        self.input_path = input_path
+
+    def kwargs(self):
+        return dict(vars(self))
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % kv for kv in vars(self).items()))
+
+
+class BaseAnalyzer:
+    """An analysis run over a config; analyze returns its result."""
+
+    name = None
+
+    def analyze(self, config):
+        raise NotImplementedError
+
+
+class LeaksConfig(AnalysisConfig):
+    """check_leaks' parameters: marks whose message is mstx_info, the
+    start_index-th (from 0) being A; event_type narrows the blocks."""
+
+    def __init__(self, input_path, mstx_info, start_index, event_type=None):
+        super().__init__(input_path)
+        if not isinstance(mstx_info, str):
+            raise TypeError("mstx_info must be a str, got %s" % type(mstx_info).__name__)
+        if not mstx_info.strip():
+            raise ValueError("mstx_info must not be empty or blank")
+        if _int("start_index", start_index) < 0:
+            raise ValueError("start_index must be a non-negative integer, got %d" % start_index)
+        if event_type is not None and not isinstance(event_type, str):
+            raise TypeError("event_type must be a str or None, got %s" % type(event_type).__name__)
+        self.mstx_info = mstx_info
+        self.start_index = start_index
+        self.event_type = event_type
+
+
+class LeaksAnalyzer(BaseAnalyzer):
+    """Leaks between mstx marks (msmemscope.check_leaks)."""
+
+    name = "leaks"
+
+    def analyze(self, config):
+        if not isinstance(config, LeaksConfig):
+            raise TypeError("LeaksAnalyzer.analyze needs a LeaksConfig, got %s" % type(config).__name__)
+        return offline.analyze(self.name, **config.kwargs())
+
+
+class InefficientConfig(AnalysisConfig):
+    """check_inefficient's parameters."""
+
+    def __init__(self, input_path, mem_size=0, inefficient_type=None, idle_threshold=3000):
+        super().__init__(input_path)
+        if _int("mem_size", mem_size) < 0:
+            raise ValueError("mem_size must be a non-negative integer, got %d" % mem_size)
+        if inefficient_type is None:
+            types = list(INEFFICIENT_TYPES)
+        else:
+            types = [inefficient_type] if isinstance(inefficient_type, str) else inefficient_type
+            if not isinstance(types, (list, tuple)) or not types:
+                raise ValueError("inefficient_type must be a non-empty list or a single type, among %s"
+                                 % ", ".join(INEFFICIENT_TYPES))
+            for t in types:
+                if t not in INEFFICIENT_TYPES:
+                    raise ValueError("invalid inefficient type %r: valid types are %s" % (t, ", ".join(INEFFICIENT_TYPES)))
+            types = list(types)
+        if _int("idle_threshold", idle_threshold) <= 0:
+            raise ValueError("idle_threshold must be a positive integer, got %d" % idle_threshold)
+        self.mem_size = mem_size
+        self.inefficient_type = types
+        self.idle_threshold = idle_threshold
+
+
+class InefficientAnalyzer(BaseAnalyzer):
+    """Inefficient memory (msmemscope.check_inefficient): results are added
+    to the file's MALLOC rows."""
+
+    name = "inefficient"
+
+    def analyze(self, config):
+        if not isinstance(config, InefficientConfig):
+            raise TypeError("InefficientAnalyzer.analyze needs an InefficientConfig, got %s" % type(config).__name__)
+        return offline.analyze(self.name, **config.kwargs())

@@ -1,0 +1,143 @@
+"""Offline analysis of msmemscope dumps (SPEC §6), mirroring msMemScope's API.
+
+The analyses run in the Go library (the same code the CLI runs), streaming
+the file: memory grows with the live blocks, not with the file's size. Inputs
+are the ``memscope_dump_*.csv`` or ``.db`` files msmemscope writes.
+
+    import msmemscope
+    msmemscope.list_analyzers()                  # ["leaks", "inefficient"]
+    msmemscope.get_analyzer_config("leaks")      # parameters, types, defaults
+    leaks = msmemscope.check_leaks("dump.csv", mstx_info="iter", start_index=0)
+    summary = msmemscope.check_inefficient("dump.db", mem_size=0)
+    msmemscope.analyze("inefficient", input_path="dump.csv", idle_threshold=100)
+
+``check_leaks`` prints its report and returns the leaked blocks (a list of
+dicts). ``check_inefficient`` adds its results to the MALLOC rows of the file
+(``inefficient`` in Attr; a CSV is rewritten atomically, a DB updated in one
+transaction; results already there are kept and never repeated), prints a
+summary and returns it as a dict.
+"""
+
+import ctypes
+import json
+import os
+import sys
+
+from . import _lib
+
+__all__ = ["list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "check_inefficient"]
+
+_declared = False
+
+
+def _fns():
+    global _declared
+    lib = _lib.get()
+    if not _declared:
+        c_char_p, c_void_p = ctypes.c_char_p, ctypes.c_void_p
+        lib.msmemscope_list_analyzers.argtypes = []
+        lib.msmemscope_list_analyzers.restype = c_void_p
+        lib.msmemscope_analyzer_config.argtypes = [c_char_p]
+        lib.msmemscope_analyzer_config.restype = c_void_p
+        lib.msmemscope_analyze.argtypes = [c_char_p, c_char_p]
+        lib.msmemscope_analyze.restype = c_void_p
+        lib.msmemscope_free_string.argtypes = [c_void_p]
+        lib.msmemscope_free_string.restype = None
+        _declared = True
+    return lib
+
+
+_EXCEPTIONS = {
+    "TypeError": TypeError,
+    "ValueError": ValueError,
+    "FileNotFoundError": FileNotFoundError,
+    "IsADirectoryError": IsADirectoryError,
+    "PermissionError": PermissionError,
+}
+
+
+def _call(fn, *args):
+    """Calls a library function returning a JSON reply and decodes it; an
+    error reply becomes the exception it names."""
+    if _lib.in_child():
+        raise RuntimeError("msmemscope: offline analysis is not available in a forked child process")
+    lib = _fns()
+    p = getattr(lib, fn)(*args)
+    if not p:
+        raise RuntimeError("msmemscope: %s returned nothing" % fn)
+    try:
+        reply = json.loads(ctypes.string_at(p).decode("utf-8", "replace"))
+    finally:
+        lib.msmemscope_free_string(p)
+    if not reply.get("ok"):
+        exc = _EXCEPTIONS.get(reply.get("type"), RuntimeError)
+        raise exc(reply.get("error", "msmemscope: unknown error"))
+    return reply
+
+
+def _jsonable(name, v):
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(name, x) for x in v]
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    raise TypeError("%s: unsupported value %r of type %s" % (name, v, type(v).__name__))
+
+
+def list_analyzers():
+    """The analyses available offline: ["leaks", "inefficient"]."""
+    return _call("msmemscope_list_analyzers")["result"]
+
+
+def get_analyzer_config(analyzer_type):
+    """The parameters of an analysis, in order: {name: {"type", "required",
+    "default", "description"}}."""
+    if not isinstance(analyzer_type, str):
+        raise TypeError("analyzer_type must be a str, got %s" % type(analyzer_type).__name__)
+    res = _call("msmemscope_analyzer_config", analyzer_type.encode())["result"]
+    return {name: res["params"][name] for name in res["order"]}
+
+
+def _run(analyzer_type, kwargs, quiet=False):
+    if not isinstance(analyzer_type, str):
+        raise TypeError("analyzer_type must be a str, got %s" % type(analyzer_type).__name__)
+    args = {k: _jsonable(k, v) for k, v in kwargs.items()}
+    reply = _call("msmemscope_analyze", analyzer_type.encode(), json.dumps(args).encode())
+    if not quiet and reply.get("text"):
+        sys.stdout.write(reply["text"])
+        sys.stdout.flush()
+    return reply["result"]
+
+
+def analyze(analyzer_type, **kwargs):
+    """Runs an analysis by name with its parameters as keyword arguments
+    (see get_analyzer_config): "leaks" returns check_leaks' list of blocks,
+    "inefficient" check_inefficient's summary."""
+    res = _run(analyzer_type, kwargs)
+    if analyzer_type == "leaks":
+        return res["leaks"]
+    return res
+
+
+def check_leaks(input_path, mstx_info, start_index, event_type=None):
+    """Leaks between mstx marks (SPEC §5.1): among the marks whose message
+    is mstx_info, the start_index-th (from 0) is A and the next two are B and
+    C; blocks allocated between A and B and not freed before C are leaks.
+    event_type (e.g. "HAL", "PTA", "HOST") narrows the blocks looked at.
+    Prints the report and returns the leaked blocks: dicts with id (the
+    MALLOC row), allocation_id, ptr, size, event_type, device, pid, tid,
+    timestamp, owner, python_stack, c_stack."""
+    return analyze("leaks", input_path=input_path, mstx_info=mstx_info, start_index=start_index,
+                   event_type=event_type)
+
+
+def check_inefficient(input_path, mem_size=0, inefficient_type=None, idle_threshold=3000):
+    """Inefficient memory (SPEC §5.3): early_allocation, late_deallocation,
+    temporary_idleness of PTA and HAL blocks of at least mem_size bytes.
+    The results are added to the file's MALLOC rows. Prints a summary and
+    returns it: {"summary": {type: {"blocks", "bytes", "api_span"}},
+    "results_added", "file_rewritten", "blocks" (the largest, at most
+    1000), "blocks_total", ...}."""
+    return analyze("inefficient", input_path=input_path, mem_size=mem_size, inefficient_type=inefficient_type,
+                   idle_threshold=idle_threshold)
