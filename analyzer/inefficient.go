@@ -350,7 +350,7 @@ func CheckInefficient(path string, opt IneffOptions, prog *Progress) (*IneffRepo
 }
 
 func analyzeInefficient(path string, opt IneffOptions, prog *Progress) (*IneffReport, error) {
-	in, err := trace.Open(path, trace.OpenOptions{Lean: true})
+	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true})
 	if err != nil {
 		return nil, err
 	}

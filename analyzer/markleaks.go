@@ -142,7 +142,7 @@ func CheckLeaks(path string, opt MarkLeakOptions, prog *Progress) (*MarkLeakRepo
 	if opt.StartIndex < 0 {
 		return nil, fmt.Errorf("start_index must be >= 0, got %d", opt.StartIndex)
 	}
-	in, err := trace.Open(path, trace.OpenOptions{Lean: true})
+	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true})
 	if err != nil {
 		return nil, err
 	}

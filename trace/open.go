@@ -48,6 +48,10 @@ type OpenOptions struct {
 	// Workers is the number of goroutines parsing CSV (0: GOMAXPROCS, at
 	// most 4).
 	Workers int
+	// Reuse lets the input recycle events: an event returned by Next is
+	// valid only until a few thousand more have been read. For analyses
+	// that copy what they keep; it saves allocating and collecting.
+	Reuse bool
 }
 
 // Formats of dump files.
@@ -143,6 +147,8 @@ type csvInput struct {
 	size  int64
 	read  atomic.Int64
 	lean  bool
+	reuse bool
+	pool  sync.Pool // []Event batches and []byte chunks to recycle (Reuse)
 	order chan *csvChunk
 	stop  chan struct{}
 	wg    sync.WaitGroup
@@ -156,7 +162,7 @@ type csvInput struct {
 }
 
 func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*csvInput, error) {
-	in := &csvInput{f: f, path: path, size: size, lean: opt.Lean, stop: make(chan struct{})}
+	in := &csvInput{f: f, path: path, size: size, lean: opt.Lean, reuse: opt.Reuse, stop: make(chan struct{})}
 	br := bufio.NewReaderSize(f, 64<<10)
 	// The header, checked as CSVReader checks it.
 	hr, err := NewCSVReader(&headerOnly{br: br}, path)
@@ -176,7 +182,13 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 			defer in.wg.Done()
 			p := newChunkParser(path, opt.Lean)
 			for c := range jobs {
-				evs, err := p.parse(c.data, c.line)
+				var evs []Event
+				if in.reuse {
+					if b, ok := in.pool.Get().(*[]Event); ok {
+						evs = (*b)[:0]
+					}
+				}
+				evs, err := p.parse(evs, c.data, c.line)
 				c.res <- csvResult{evs, err}
 			}
 		}()
@@ -340,6 +352,10 @@ func (in *csvInput) Next() (*Event, error) {
 			return nil, nil
 		}
 		r := <-c.res
+		if in.reuse && in.cur != nil {
+			b := in.cur[:0]
+			in.pool.Put(&b)
+		}
 		in.cur, in.i, in.pending = r.events, 0, r.err
 	}
 	e := &in.cur[in.i]
@@ -489,6 +505,7 @@ type chunkParser struct {
 	rd     bytes.Reader
 	acc    []byte
 	f      [numCols][]byte
+	recent [numCols][4]string
 }
 
 func newChunkParser(name string, lean bool) *chunkParser {
@@ -505,8 +522,10 @@ func newChunkParser(name string, lean bool) *chunkParser {
 
 // parse parses the records of data, whose first line is line number line.
 // It returns the events before the first bad record and its error.
-func (p *chunkParser) parse(data []byte, line int) ([]Event, error) {
-	evs := make([]Event, 0, bytes.Count(data, []byte{'\n'})+1)
+func (p *chunkParser) parse(evs []Event, data []byte, line int) ([]Event, error) {
+	if n := bytes.Count(data, []byte{'\n'}) + 1; cap(evs) < n {
+		evs = make([]Event, 0, n)
+	}
 	for len(data) > 0 {
 		i := bytes.IndexByte(data, '\n')
 		var ln []byte
@@ -587,33 +606,35 @@ func (p *chunkParser) fast(e *Event, ln []byte, quotes int) bool {
 	ln = ln[:len(ln)-eolLen(ln)]
 	f := &p.f
 	quoted := 0
+	pos := 0
 	for i := 0; i < numCols; i++ {
-		if len(ln) > 0 && ln[0] == '"' {
-			j := bytes.IndexByte(ln[1:], '"')
+		if pos < len(ln) && ln[pos] == '"' {
+			j := bytes.IndexByte(ln[pos+1:], '"')
 			if j < 0 {
 				return false
 			}
-			f[i] = ln[1 : 1+j]
-			ln = ln[2+j:]
+			f[i] = ln[pos+1 : pos+1+j]
+			pos += j + 2
 			quoted++
 		} else {
-			j := bytes.IndexByte(ln, ',')
-			if j < 0 {
-				j = len(ln)
+			// Unquoted fields are short: a byte loop beats IndexByte.
+			j := pos
+			for j < len(ln) && ln[j] != ',' {
+				j++
 			}
-			f[i] = ln[:j]
-			ln = ln[j:]
+			f[i] = ln[pos:j]
+			pos = j
 		}
 		if i == numCols-1 {
-			if len(ln) != 0 {
+			if pos != len(ln) {
 				return false
 			}
 			break
 		}
-		if len(ln) == 0 || ln[0] != ',' {
+		if pos >= len(ln) || ln[pos] != ',' {
 			return false
 		}
-		ln = ln[1:]
+		pos++
 	}
 	if quotes != 2*quoted { // a quote inside a field
 		return false
@@ -622,7 +643,7 @@ func (p *chunkParser) fast(e *Event, ln []byte, quotes int) bool {
 	if e.ID, ok = parseUintDec(f[colID]); !ok {
 		return false
 	}
-	if e.Kind = kindOf(f[colEvent]); e.Kind == 0 {
+	if e.Kind = fastKind(f[colEvent]); e.Kind == 0 {
 		return false
 	}
 	e.Type = p.str(colType, false)
@@ -661,7 +682,8 @@ func (p *chunkParser) fast(e *Event, ln []byte, quotes int) bool {
 	return true
 }
 
-// str is CSVReader.str over the fast path's fields.
+// str is CSVReader.str over the fast path's fields, with a few recent
+// values of each column kept to spare map lookups.
 func (p *chunkParser) str(col int, na bool) string {
 	b := p.f[col]
 	if string(b) == p.last[col] {
@@ -670,9 +692,33 @@ func (p *chunkParser) str(col int, na bool) string {
 	if na && string(b) == NA {
 		return ""
 	}
+	r := &p.recent[col]
+	for _, s := range r {
+		if s == string(b) && s != "" {
+			p.last[col] = s
+			return s
+		}
+	}
 	s := p.intern.get(b)
+	copy(r[1:], r[:])
+	r[0] = s
 	p.last[col] = s
 	return s
+}
+
+// fastKind is kindOf for the common kinds.
+func fastKind(b []byte) Kind {
+	switch string(b) {
+	case "MALLOC":
+		return KindMalloc
+	case "FREE":
+		return KindFree
+	case "ACCESS":
+		return KindAccess
+	case "OP_LAUNCH":
+		return KindOpLaunch
+	}
+	return kindOf(b)
 }
 
 // leanAttr parses the typed pairs of an Attr column as parseAttr does and
@@ -685,22 +731,35 @@ func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 		return false
 	}
 	body := s[1 : len(s)-1]
-	if indexByte(body, '{') >= 0 || indexByte(body, '}') >= 0 {
-		return false
-	}
 	var seen uint16
-	for len(body) > 0 {
-		j := indexByte(body, ',')
-		pair := body
-		if j >= 0 {
-			pair = body[:j]
+	for i := 0; i < len(body); {
+		ks := i
+		for i < len(body) && attrSpecial[body[i]] == 0 {
+			i++
 		}
-		c := indexByte(pair, ':')
-		if c <= 0 {
-			return false
+		if i == len(body) || body[i] != ':' || i == ks {
+			return false // no ':', an empty key, or '{', '}', ',' in a key
 		}
-		k, v := pair[:c], pair[c+1:]
+		k := body[ks:i]
+		i++
+		vs := i
+		for i < len(body) && body[i] != ',' {
+			if c := body[i]; c == '{' || c == '}' {
+				return false
+			}
+			i++
+		}
+		v := body[vs:i]
+		if i < len(body) { // past the ','; a trailing ',' leaves an empty pair
+			i++
+			if i == len(body) {
+				return false
+			}
+		}
 		bit, typed := typedKey(e.Kind, k)
+		if bit == 0 {
+			continue
+		}
 		if typed {
 			if seen&bit != 0 {
 				return false
@@ -735,13 +794,6 @@ func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 		if !ok {
 			return false
 		}
-		if j < 0 {
-			break
-		}
-		body = body[j+1:]
-		if len(body) == 0 {
-			return false // a trailing ','
-		}
 	}
 	switch e.Kind {
 	case KindMalloc, KindFree:
@@ -750,16 +802,6 @@ func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 		return seen&bitMstxID != 0
 	}
 	return true
-}
-
-func indexByte[T string | []byte](s T, c byte) int {
-	switch v := any(s).(type) {
-	case []byte:
-		return bytes.IndexByte(v, c)
-	case string:
-		return strings.IndexByte(v, c)
-	}
-	return -1
 }
 
 // ---------------------------------------------------------------------------

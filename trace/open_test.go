@@ -49,7 +49,7 @@ func checkSameAsCSVReader(t *testing.T, data []byte) {
 	want, werr := readAll(t, data, "x.csv")
 	for _, lean := range []bool{false, true} {
 		for _, workers := range []int{1, 3} {
-			in, err := openBytes(t, data, "x.csv", OpenOptions{Lean: lean, Workers: workers})
+			in, err := openBytes(t, data, "x.csv", OpenOptions{Lean: lean, Workers: workers, Reuse: workers == 3})
 			if err != nil {
 				if werr == nil || err.Error() != werr.Error() || len(want) > 0 {
 					t.Fatalf("lean=%v: open: %v; CSVReader: %d events, %v", lean, err, len(want), werr)
