@@ -668,17 +668,20 @@ struct tramp {
 static void *internal_start(void *v) {
 	struct tramp tr = *(struct tramp *)v;
 	tls_guard = 1 << 20; // never recorded, whatever it calls
-	// The program's asynchronous signals are its own: a signal it blocks (to
-	// sigwait for it, say) must not be delivered to msmemscope's threads.
-	// Go's threads inherit this mask; it keeps the faults and SIGURG (its
-	// preemption), which it needs.
-	sigset_t set;
-	sigfillset(&set);
-	int keep[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT, SIGURG};
-	for (unsigned i = 0; i < sizeof keep / sizeof keep[0]; i++) sigdelset(&set, keep[i]);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+
 	__libc_free(v);
 	return tr.fn(tr.arg);
+}
+
+// The program's asynchronous signals are its own: a signal it blocks (to
+// sigwait for it, say) must never be delivered to msmemscope's threads. They
+// start with these blocked (set in the creator around pthread_create, so there
+// is no window before the thread runs), and Go's threads inherit the mask; the
+// faults and SIGURG (Go's preemption) stay deliverable.
+static void internal_sigmask(sigset_t *set) {
+	sigfillset(set);
+	int keep[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT, SIGURG};
+	for (unsigned i = 0; i < sizeof keep / sizeof keep[0]; i++) sigdelset(set, keep[i]);
 }
 
 int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
@@ -696,7 +699,11 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 		} else {
 			tr->fn = fn;
 			tr->arg = arg;
+			sigset_t set, old;
+			internal_sigmask(&set);
+			pthread_sigmask(SIG_BLOCK, &set, &old);
 			rc = real_pthread_create(th, attr, internal_start, tr);
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
 			if (rc) __libc_free(tr);
 		}
 		tls_guard--;
