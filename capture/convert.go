@@ -96,14 +96,16 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, err
 	}
 	stamp := Stamp(time.Now())
-	res.DumpPath = uniquePath(filepath.Join(dir, DumpDir, "memscope_dump_"+stamp), ".csv")
+	ext := ".csv"
+	if cfg.DataFormat == "db" {
+		ext = ".db"
+	}
+	res.DumpPath = uniquePath(filepath.Join(dir, DumpDir, "memscope_dump_"+stamp), ext)
 
 	dec := newDecoder(sp, dir, meta, cfg)
 	dec.mapsFile = opt.MapsFile
 	leaks := analyzer.NewLeakAnalyzer()
-	err = safefs.WriteNew(res.DumpPath, func(w io.Writer) error {
-		bw := bufio.NewWriterSize(w, 1<<20)
-		cw := trace.NewCSVWriter(bw)
+	writeEvents := func(dw dumpWriter) error {
 		wantLeaks := cfg.HasAnalysis("leaks")
 		batches := decodeBatches(dec)
 		defer func() {
@@ -119,18 +121,30 @@ func Convert(dir string, opt Options) (*Result, error) {
 					leaks.Observe(e)
 				}
 				if e.Kind == trace.KindSystem || cfg.WantStep(e.Step) {
-					if err := cw.Write(e); err != nil {
+					if err := dw.Write(e); err != nil {
 						return err
 					}
 				}
 			}
 		}
-		if err := cw.Flush(); err != nil {
-			return err
-		}
-		res.Rows = cw.Rows()
-		return bw.Flush()
-	})
+		res.Rows = dw.Rows()
+		return nil
+	}
+	if cfg.DataFormat == "db" {
+		err = writeDB(res.DumpPath, filepath.Join(dir, DumpDir), int64(meta.Pid), writeEvents)
+	} else {
+		err = safefs.WriteNew(res.DumpPath, func(w io.Writer) error {
+			bw := bufio.NewWriterSize(w, 1<<20)
+			cw := trace.NewCSVWriter(bw)
+			if err := writeEvents(cw); err != nil {
+				return err
+			}
+			if err := cw.Flush(); err != nil {
+				return err
+			}
+			return bw.Flush()
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +175,16 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, err
 	}
 
+	if cfg.HasAnalysis("inefficient") {
+		// Results go into the dump's MALLOC rows (SPEC §5.3).
+		r, err := analyzer.CheckInefficient(res.DumpPath, analyzer.IneffOptions{IdleThreshold: analyzer.DefaultIdleThreshold}, nil)
+		if err != nil {
+			return nil, err
+		}
+		if opt.Console != nil {
+			fmt.Fprintf(opt.Console, "msmemscope: process %d (%s): %s", meta.Pid, progName(meta), r.Summary(5))
+		}
+	}
 	if cfg.HasAnalysis("leaks") {
 		res.Leaks = leaks.Finish()
 		if err := safefs.EnsureDir(filepath.Join(dir, AnalysisDir)); err != nil {
@@ -175,6 +199,34 @@ func Convert(dir string, opt Options) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// dumpWriter is what the dump is written through: trace.CSVWriter or
+// trace.SQLiteWriter (data_format csv or db).
+type dumpWriter interface {
+	Write(e *trace.Event) error
+	Rows() uint64
+}
+
+// writeDB writes a SQLite dump (SPEC §2.2): the rows fill writes, then the
+// python_trace CSVs found in dumpDir as table python_trace_{pid}.
+func writeDB(path, dumpDir string, pid int64, fill func(dumpWriter) error) error {
+	w, err := trace.CreateSQLite(path)
+	if err != nil {
+		return err
+	}
+	if err := fill(w); err != nil {
+		w.Abort()
+		return err
+	}
+	traces, _ := filepath.Glob(filepath.Join(dumpDir, "python_trace_*.csv"))
+	for _, t := range traces {
+		if err := w.AddPythonTrace(pid, t); err != nil {
+			w.Abort()
+			return fmt.Errorf("cannot write %s: %v", path, err)
+		}
+	}
+	return w.Close()
 }
 
 // batch is a run of decoded events handed from the decoder to the writer.
