@@ -185,7 +185,7 @@ func offline(inv *cli.Invocation) int {
 		return usage(fmt.Errorf("--input %s: %v", in, err))
 	}
 	if !fi.IsDir() {
-		return usage(fmt.Errorf("--input %s: expected a capture folder (msmemscope_{pid}_{timestamp}) or an output folder", in))
+		return offlineFile(inv, in) // a dump file: analyses (and --data-format) on it
 	}
 	var dirs []string
 	if _, err := capture.ReadMeta(in); err == nil {
@@ -200,12 +200,15 @@ func offline(inv *cli.Invocation) int {
 		}
 	}
 	if len(dirs) == 0 {
+		if dumps := dumpFiles(in); len(dumps) > 0 {
+			return offlineFile(inv, dumps[len(dumps)-1]) // a capture without its spool
+		}
 		return usage(fmt.Errorf("--input %s: no capture found (no spool/process.json)", in))
 	}
 	rc := 0
 	for _, d := range dirs {
 		opt := capture.Options{Console: os.Stderr}
-		if inv.Set["analysis"] || inv.Set["steps"] {
+		if inv.Set["analysis"] || inv.Set["steps"] || inv.Set["data-format"] {
 			m, err := capture.ReadMeta(d)
 			if err != nil {
 				return fail(err)
@@ -216,6 +219,9 @@ func offline(inv *cli.Invocation) int {
 			}
 			if inv.Set["steps"] {
 				c.Steps = inv.Config.Steps
+			}
+			if inv.Set["data-format"] {
+				c.DataFormat = inv.Config.DataFormat
 			}
 			opt.Config = &c
 		}

@@ -42,6 +42,8 @@ func run(args []string) int {
 		return offline(inv)
 	case cli.ModeTimeline:
 		return timeline(inv)
+	case cli.ModeCompare:
+		return compare(inv)
 	default:
 		return usage(fmt.Errorf("--%s is not available in this version", inv.Mode))
 	}
