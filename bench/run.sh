@@ -110,5 +110,23 @@ done
 	echo "Modes: bare = the program alone; ms = msmemscope recording alloc/free without stacks;"
 	echo "ms_c16 = with \`--call-stack=c:16\`; heaptrack = \`heaptrack prog\` (Debian 1.4)."
 } >"$OUT"
+
+# Rotating logs (issue 6): a 10 M-event log of the same program, parsed in
+# parallel with 1 and 2 goroutines.
+go build -o "$WORK/logparse" ./bench/logparse
+rm -rf "$WORK/rot"
+"$CLI" --analysis= --log-mode=rotate --log-files=1000 --log-file-mb=2 --output="$WORK/rot" \
+	"$WORK/malloc_bench" 5000000 1 >/dev/null 2>&1
+read -r _ files _ events _ bpe _ r1 _ r2 _ sp < <("$WORK/logparse" "$(ls -d "$WORK"/rot/msmemscope_*)")
+{
+	echo
+	echo "## Rotating logs and the parallel timeline (issue 6)"
+	echo
+	echo "The microbenchmark (5 M pairs, 1 thread) under \`--log-mode=rotate --log-file-mb=2\`: $files zstd logs."
+	echo
+	echo "| events | bytes/event | parse events/s, 1 goroutine | 2 goroutines | speed-up |"
+	echo "|---|---|---|---|---|"
+	echo "| $events | $bpe | $r1 | $r2 | ${sp}× |"
+} >>"$OUT"
 cat "$OUT"
 rm -rf "$WORK"
