@@ -38,7 +38,7 @@ $(CLI): $(GOSRC)
 	@mkdir -p $(dir $@)
 	$(GO) build -o $@ ./cmd/msmemscope
 
-$(VENV)/.ok: Makefile
+$(VENV)/.ok:
 	@test -n "$(PYTHON_REAL)" || { echo "python3 not found"; exit 1; }
 	$(PYTHON_REAL) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
@@ -57,7 +57,7 @@ vet:
 # CLI on real programs (tests/), then a few seconds of each fuzz target.
 test: deps build venv fmt vet
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /tests)
-	MSMEMSCOPE_BUILD=$(abspath $(BUILD)) $(GO) test -count=1 -timeout 15m -v ./tests/ 2>&1 | tee $(BUILD)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
+	MSMEMSCOPE_BUILD=$(abspath $(BUILD)) $(GO) test -count=1 -timeout 15m -v ./tests/... 2>&1 | tee $(BUILD)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory pyinstall && cd $(BUILD) && $(PYTHON) -m pytest -q -p no:cacheprovider $(abspath python/tests)
 
@@ -74,6 +74,8 @@ pyinstall: venv
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseAttr -fuzztime=5s ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzCSVReader -fuzztime=5s ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzOpenCSV -fuzztime=5s ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzAlign -fuzztime=5s ./analyzer/
 
 # The main job on a bundled example: a C program leaking inside mstx steps.
 demo: deps build
@@ -86,6 +88,7 @@ demo: deps build
 
 bench: deps build venv
 	bash bench/run.sh
+	bash bench/offline.sh
 
 clean:
 	rm -rf $(BUILD)
