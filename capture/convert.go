@@ -91,6 +91,11 @@ func Convert(dir string, opt Options) (*Result, error) {
 	res := &Result{Dir: dir, Meta: meta, Truncated: sp.Truncated}
 	end := readEnd(dir)
 	res.Complete = end != nil
+	if res.Complete && sp.Truncated && len(LogFiles(dir)) == 0 {
+		// A process that ended normally flushed whole chunks: a cut-off
+		// chunk means the file was damaged, not that the run was killed.
+		return nil, fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, SpoolDir, trace.SpoolFileName))
+	}
 
 	if err := safefs.EnsureDir(filepath.Join(dir, DumpDir)); err != nil {
 		return nil, err

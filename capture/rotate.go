@@ -65,6 +65,7 @@ type Rotator struct {
 	globals  [][]byte // records every log repeats
 	calibs   [][]byte // the latest clock calibration records (epoch starts)
 	files    []string
+	last     int
 	// Totals for reports and tests.
 	Events, RawBytes, Written uint64
 }
@@ -176,8 +177,12 @@ func (r *Rotator) Write(chunks []byte) error {
 		return err
 	}
 	r.RawBytes += uint64(len(chunks))
+	r.last = len(chunks)
 	return r.frame(chunks)
 }
+
+// LastBytes is the size of the last batch written (the drain's idleness).
+func (r *Rotator) LastBytes() int { return r.last }
 
 func (r *Rotator) observe(b []byte) error {
 	for len(b) > 0 {
