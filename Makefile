@@ -42,7 +42,7 @@ $(VENV)/.ok:
 	@test -n "$(PYTHON_REAL)" || { echo "python3 not found"; exit 1; }
 	$(PYTHON_REAL) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q pytest torch numpy
+	$(PYTHON) -m pip install -q pytest torch numpy memray
 	@touch $@
 
 venv: $(VENV)/.ok
@@ -87,7 +87,9 @@ demo: deps build
 	cat $(BUILD)/demo/out/msmemscope_*/analysis/leaks_*.csv | head -20
 
 bench: deps build venv
+	$(PYTHON) -m pip install -q memray
 	bash bench/run.sh
+	bash bench/python.sh
 	bash bench/offline.sh
 
 clean:

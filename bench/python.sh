@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# make bench, the Python workload (issue 3): build and drop 1 M small objects
+# with PYTHONMALLOC=malloc (every object a malloc/free), bare, traced, traced
+# with python:16 stacks, and under memray (plain and --native), alternating,
+# medians of the loop time the script measures itself. Appends to
+# bench/results.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LIB=$ROOT/build/lib/libmemscope.so
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+REPS=${REPS:-3}
+WORK=$ROOT/bench/work-py
+OUT=$ROOT/bench/results.md
+rm -rf "$WORK" && mkdir -p "$WORK"
+cat >"$WORK/objects.py" <<'PY'
+import time
+
+def build_and_drop(n):
+    objs = [str(i) * 2 for i in range(n)]  # 1 M small str objects, each a malloc
+    del objs                               # ... and a free
+
+t0 = time.perf_counter_ns()
+build_and_drop(1_000_000)
+print("loop_ns", time.perf_counter_ns() - t0)
+PY
+export PYTHONMALLOC=malloc
+
+run() {
+	local mode=$1 out
+	rm -rf "$WORK/cap" "$WORK"/*.bin
+	case $mode in
+	bare) out=$("$PY" "$WORK/objects.py") ;;
+	traced | py16)
+		local cfg='{"output":"'$WORK/cap'","analysis":[]}'
+		[ "$mode" = py16 ] && cfg='{"output":"'$WORK/cap'","analysis":[],"python_stack":true,"python_stack_depth":16}'
+		out=$(MSMEMSCOPE_HOOK=heap=1,cstack=0 MSMEMSCOPE_RUN_ID=bench MSMEMSCOPE_CONFIG="$cfg" \
+			LD_PRELOAD=$LIB "$PY" "$WORK/objects.py")
+		;;
+	memray) out=$("$PY" -m memray run -q -f -o "$WORK/m.bin" "$WORK/objects.py") ;;
+	memray_native) out=$("$PY" -m memray run -q --native -f -o "$WORK/m.bin" "$WORK/objects.py") ;;
+	esac
+	echo "$out" | awk '/loop_ns/ {print $2}'
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+modes="bare traced py16 memray memray_native"
+declare -A loops
+for rep in $(seq "$REPS"); do
+	for mode in $modes; do
+		ns=$(run "$mode")
+		loops[$mode]+="$ns "
+		echo "rep=$rep $mode loop_ns=$ns" >&2
+	done
+done
+b=$(echo ${loops[bare]} | tr ' ' '\n' | median)
+{
+	echo
+	echo "## Python workload (issue 3)"
+	echo
+	echo "Build and drop 1 M small \`str\` objects with \`PYTHONMALLOC=malloc\`, median of $REPS alternating"
+	echo "repetitions of the script's own loop time (\`$("$PY" -c 'import sys;print(sys.version.split()[0])')\`, memray $("$PY" -c 'import memray;print(memray.__version__)'))."
+	echo
+	echo "| mode | loop ms (median) | ratio to bare |"
+	echo "|---|---|---|"
+	for mode in $modes; do
+		m=$(echo ${loops[$mode]} | tr ' ' '\n' | median)
+		awk -v mode="$mode" -v m="$m" -v b="$b" 'BEGIN {printf "| %s | %.0f | %.2f× |\n", mode, m/1e6, m/b}'
+	done
+	echo
+	echo "traced = msmemscope recording alloc/free; py16 = with \`--call-stack=python:16\`;"
+	echo "memray = \`memray run\`; memray_native = \`memray run --native\`."
+} >>"$OUT"
+rm -rf "$WORK"
