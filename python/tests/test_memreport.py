@@ -1,0 +1,70 @@
+"""SPEC §7 from Python: get_mem_report() during a run, and the timeline
+functions over the capture it leaves."""
+import json
+
+from conftest import line_of, run_traced
+
+SCRIPT = """
+import json, time
+import msmemscope
+
+keep = []
+
+def grow():
+    keep.append(bytearray(1 << 20))   # grow site
+
+def scratch():
+    return bytearray(3 << 20)          # scratch site
+
+s = scratch()
+for i in range(3):
+    grow()
+    time.sleep(0.2)
+print("REPORT", json.dumps(msmemscope.get_mem_report()))
+del s
+time.sleep(0.2)
+print("REPORT", json.dumps(msmemscope.get_mem_report()))
+"""
+
+
+def reports(run):
+    return [json.loads(l.split(" ", 1)[1]) for l in run.stdout.splitlines() if l.startswith("REPORT ")]
+
+
+def site(report, line):
+    return [s for s in report["mem_report"] if s["site"].endswith("prog.py:%d" % line)]
+
+
+def test_live_report_names_sites_with_exact_bytes(tmp_path):
+    r = run_traced(tmp_path, SCRIPT, "--call-stack=python:4").check()
+    first, second = reports(r)
+    grow, scr = line_of(SCRIPT, "# grow site"), line_of(SCRIPT, "# scratch site")
+    # A bytearray of n bytes is one malloc of n + 1 (its NUL).
+    g, s = site(first, grow), site(first, scr)
+    assert len(g) == 1 and g[0]["size"] == 3 * ((1 << 20) + 1) and g[0]["count"] == 3 and g[0]["function"] == "grow", first
+    assert len(s) == 1 and s[0]["size"] == (3 << 20) + 1 and s[0]["function"] == "scratch", first
+    assert sum(x["size"] for x in first["mem_report"]) == first["total_size"]
+    assert first["mem_report"] == sorted(first["mem_report"], key=lambda x: -x["size"])
+    # After del s the scratch site is gone, the grow site unchanged.
+    assert site(second, scr) == [] and site(second, grow)[0]["size"] == 3 * ((1 << 20) + 1), second
+    assert second["total_size"] == first["total_size"] - ((3 << 20) + 1)
+
+
+def test_timeline_functions_read_the_capture(tmp_path):
+    import msmemscope
+    r = run_traced(tmp_path, SCRIPT, "--call-stack=python:4").check()
+    folder = r.main_folder()
+    sizes = msmemscope.get_all_time_size(folder, interval_ms=100)
+    assert sizes and all(len(p) == 2 for p in sizes)
+    assert [p[0] for p in sizes] == [100 * i for i in range(len(sizes))]
+    peak_t, peak = max(sizes, key=lambda p: p[1])
+    rep = msmemscope.get_mem_report_with_time(folder, peak_t, interval_ms=100)
+    assert rep["total_size"] == peak
+    grow = line_of(SCRIPT, "# grow site")
+    assert site(rep, grow)[0]["size"] == 3 * ((1 << 20) + 1)
+    try:
+        msmemscope.get_all_time_size(str(tmp_path / "nothing-here"))
+    except ValueError as e:
+        assert "nothing-here" in str(e)
+    else:
+        raise AssertionError("a missing capture was accepted")
