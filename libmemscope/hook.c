@@ -509,9 +509,15 @@ static inline uint32_t site_id(uintptr_t ra) {
 			if (!tab) return 0;
 		}
 	}
-	if (unlikely(nofp(ra)) && unw_backtrace_fn) ra = site_through_wrapper(ra);
+	// Fast path: a caller seen before sits in its home slot. Callers inside
+	// libc/libstdc++ never do (their site is the wrapper's caller), so the
+	// range check and the unwind happen only on a miss.
 	uint32_t h = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48);
 	if (likely(h != 0 && atomic_load_explicit((_Atomic uintptr_t *)&tab[h], memory_order_relaxed) == ra)) return h;
+	if (unlikely(nofp(ra)) && unw_backtrace_fn) {
+		ra = site_through_wrapper(ra);
+		h = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48);
+	}
 	return site_insert(tab, ra, h);
 }
 
@@ -1125,6 +1131,16 @@ uint64_t mstxRangeStartA(const char *msg, void *stream) {
 }
 
 void mstxRangeEnd(uint64_t id) { api_event(R_REND, 0, id, NULL); }
+
+// PyTorch events (R_OP_START..R_TAG) from the Python package: text payload.
+int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint32_t len) {
+	if (kind < R_OP_START || kind > R_TAG || in_child()) return -1;
+	ready();
+	tls_guard++;
+	emit(kind, payload ? F_TEXT : 0, stamp_after(), a, len, payload, payload ? len : 0);
+	tls_guard--;
+	return 0;
+}
 
 // ---- exit ----
 extern void msGoAtExit(void);
