@@ -124,3 +124,35 @@ func Decode(s string) (Config, error) {
 	}
 	return c, nil
 }
+
+// Hook is what the C hot path reads of a configuration: it starts before
+// anything in the process can parse JSON (the CLI passes it as MSMEMSCOPE_HOOK).
+type Hook struct {
+	Heap     bool // record the host heap
+	CStack   int  // C stack depth, 0 off
+	PyStack  int  // Python stack depth, 0 off
+	Deferred bool // collect only after start()
+}
+
+// Hook derives the hot path's settings.
+func (c *Config) Hook() Hook {
+	h := Hook{Heap: c.HasDevice("cpu") && c.Events.Alloc, Deferred: c.CollectMode == "deferred"}
+	if c.CStackOn {
+		h.CStack = c.CStack
+	}
+	if c.PyStackOn {
+		h.PyStack = c.PyStack
+	}
+	return h
+}
+
+// Env is the MSMEMSCOPE_HOOK form the C side parses ("heap=1,cstack=16,deferred=0").
+func (h Hook) Env() string {
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	return fmt.Sprintf("heap=%d,cstack=%d,deferred=%d", b(h.Heap), h.CStack, b(h.Deferred))
+}

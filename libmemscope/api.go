@@ -117,21 +117,14 @@ func pyError(err error) string {
 
 // applyHook hands the parts of the configuration the hot path reads to it.
 func applyHook(c *config.Config) {
-	heap := 0
-	if c.HasDevice("cpu") && c.Events.Alloc {
-		heap = 1
-	}
-	cstack := 0
-	if c.CStackOn {
-		cstack = c.CStack
-	}
 	if C.ms_interposed() != 0 {
-		C.ms_set_hook(C.int(heap), C.int(cstack))
-		py := 0
-		if c.PyStackOn {
-			py = c.PyStack
+		h := c.Hook()
+		heap := 0
+		if h.Heap {
+			heap = 1
 		}
-		enablePyStack(py)
+		C.ms_set_hook(C.int(heap), C.int(h.CStack))
+		enablePyStack(h.PyStack)
 	}
 }
 

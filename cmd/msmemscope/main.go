@@ -80,24 +80,6 @@ func libraryPath() (string, error) {
 	return "", fmt.Errorf("libmemscope.so not found beside %s (set MSMEMSCOPE_LIB)", exe)
 }
 
-// hookEnv is the small configuration the C hot path reads before anything
-// else in the process has started (it cannot parse JSON).
-func hookEnv(c *config.Config) string {
-	heap := 0
-	if c.HasDevice("cpu") && c.Events.Alloc {
-		heap = 1
-	}
-	cstack := 0
-	if c.CStackOn {
-		cstack = c.CStack
-	}
-	deferred := 0
-	if c.CollectMode == "deferred" {
-		deferred = 1
-	}
-	return fmt.Sprintf("heap=%d,cstack=%d,deferred=%d", heap, cstack, deferred)
-}
-
 func newRunID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -129,7 +111,7 @@ func runProgram(inv *cli.Invocation) int {
 	env = setEnv(env, "LD_PRELOAD", preload)
 	env = setEnv(env, config.EnvConfig, cfg.Encode())
 	env = setEnv(env, config.EnvRunID, runID)
-	env = setEnv(env, "MSMEMSCOPE_HOOK", hookEnv(&cfg))
+	env = setEnv(env, "MSMEMSCOPE_HOOK", cfg.Hook().Env())
 
 	cmd := exec.Command(prog, inv.Program[1:]...)
 	cmd.Args[0] = inv.Program[0]
