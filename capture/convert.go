@@ -45,6 +45,10 @@ type Result struct {
 	Truncated bool
 	Leaks     *analyzer.LeakReport
 	LeaksPath string
+
+	Decompose     *analyzer.DecomposeReport
+	DecomposePath string
+	WatchPath     string
 }
 
 // ConfigJSON is the config.json of SPEC §2.
@@ -109,9 +113,17 @@ func Convert(dir string, opt Options) (*Result, error) {
 
 	dec := newDecoder(sp, dir, meta, cfg)
 	dec.mapsFile = opt.MapsFile
+	dec.torch = newTorchDec(cfg, false)
+	if sp.HasTorch {
+		if dec.torch, err = torchPrepass(sp, dir, meta, cfg); err != nil {
+			return nil, err
+		}
+	}
 	leaks := analyzer.NewLeakAnalyzer()
+	decomp := analyzer.NewDecomposeAnalyzer()
 	writeEvents := func(dw dumpWriter) error {
 		wantLeaks := cfg.HasAnalysis("leaks")
+		wantDecomp := cfg.HasAnalysis("decompose")
 		batches := decodeBatches(dec)
 		defer func() {
 			for range batches { // let the decoder finish if writing stopped early
@@ -124,6 +136,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 			for _, e := range b.events {
 				if wantLeaks {
 					leaks.Observe(e)
+				}
+				if wantDecomp {
+					decomp.Observe(e)
 				}
 				if e.Kind == trace.KindSystem || cfg.WantStep(e.Step) {
 					if err := dw.Write(e); err != nil {
@@ -189,6 +204,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 		if opt.Console != nil {
 			fmt.Fprintf(opt.Console, "msmemscope: process %d (%s): %s", meta.Pid, progName(meta), r.Summary(5))
 		}
+	}
+	if err := writeTorchReports(res, dir, stamp, cfg, dec.torch, decomp, opt.Console); err != nil {
+		return nil, err
 	}
 	if cfg.HasAnalysis("leaks") {
 		res.Leaks = leaks.Finish()
@@ -332,6 +350,8 @@ type decoder struct {
 	pyMemo   map[string]string
 	pyLines  map[trace.PyFrame]int
 	scopes   map[int32][]string // describe scopes open per thread (owner tags)
+	torch    *torchDec          // PyTorch records (torch.go)
+	fast     bool               // a first pass: no stacks or sites
 }
 
 func newDecoder(sp *trace.Spool, dir string, meta *ProcessMeta, cfg config.Config) *decoder {
@@ -420,6 +440,9 @@ func (d *decoder) emit(e *trace.Event) *trace.Event {
 	d.nextID++
 	e.ID = d.nextID
 	e.Pid = d.pid
+	if d.torch != nil {
+		d.torchEmitted(e)
+	}
 	d.steps.Observe(e)
 	return e
 }
@@ -477,6 +500,10 @@ func (d *decoder) next() (*trace.Event, error) {
 			if s := d.scopes[r.Tid]; len(s) > 0 {
 				d.scopes[r.Tid] = s[:len(s)-1]
 			}
+		default:
+			if ev := d.torchRecord(r, e); ev != nil {
+				return d.emit(ev), nil
+			}
 		}
 	}
 }
@@ -520,8 +547,10 @@ func (d *decoder) malloc(r *trace.Rec, e *trace.Event) *trace.Event {
 	b := &block{id: d.nextAID, size: size, hidden: r.Flags&trace.FOff != 0, tid: r.Tid}
 	d.live[key] = b // replaces a block whose FREE was never seen
 	if b.hidden {
-		b.cstack = d.cstack(r)
-		b.pystack = d.pystack(r)
+		if !d.fast {
+			b.cstack = d.cstack(r)
+			b.pystack = d.pystack(r)
+		}
 		return nil
 	}
 	e.Kind = trace.KindMalloc
@@ -533,9 +562,11 @@ func (d *decoder) malloc(r *trace.Rec, e *trace.Event) *trace.Event {
 	if s := d.scopes[r.Tid]; len(s) > 0 {
 		e.Owner += "@" + s[len(s)-1] // inside `with msmemscope.describe(owner=...)`
 	}
-	e.CStack = d.cstack(r)
-	e.Site = d.site(r.Site)
-	e.PyStack = d.pystack(r)
+	if !d.fast {
+		e.CStack = d.cstack(r)
+		e.Site = d.site(r.Site)
+		e.PyStack = d.pystack(r)
+	}
 	// Allocated before the oldest rotated log still kept: like a block
 	// allocated while collection was off, it gets a shadow MALLOC.
 	e.Shadow = inherited

@@ -40,6 +40,12 @@ enum {
 	R_DESCRIBE = 35,   // a = address; payload: owner tag (msmemscope.describe(obj, owner=))
 	R_OWNER_PUSH = 36, // payload: owner tag of a describe scope entered by this thread
 	R_OWNER_POP = 37,  // the thread left its innermost describe scope
+	// PyTorch (python/msmemscope/torch_hooks.py, through msmemscope_torch_event)
+	R_OP_START = 40, // a = launch index; payload: operator name, then its READ accesses (text lines)
+	R_OP_END = 41,   // a = launch index; payload: operator name, then its WRITE accesses
+	R_SNAPSHOT = 42, // payload: attrs "k:v,k:v" (host rss and heap; torch.cuda stats)
+	R_WATCH = 43,    // a = launch index; payload: watch result line (see capture/torch.go)
+	R_TAG = 44,      // a = a tensor storage's address; payload: owner category (weight, gradient…)
 };
 
 // flags

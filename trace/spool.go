@@ -126,6 +126,7 @@ type Spool struct {
 	slope             float64 // ns per tick outside the calibrated span
 	Records           uint64  // events (not continuation records)
 	HasStep           bool    // the process called step()
+	HasTorch          bool    // operator launches or tensor owner tags (trace/torch.go)
 	Bytes             int64
 	Truncated         bool   // the file ended inside a chunk (a killed run)
 	Py                PyMeta // Python code objects, msmemscope's own folders, configuration (pycode.go)
@@ -231,6 +232,8 @@ func (s *Spool) index() error {
 				}
 			case RStep:
 				s.HasStep = true
+			case ROpStart, RTag:
+				s.HasTorch = true
 			case RSite:
 				s.Sites[uint32(binary.LittleEndian.Uint64(r[16:]))] = binary.LittleEndian.Uint64(r[8:])
 			case RPyCode, RPySkip, RConfig:

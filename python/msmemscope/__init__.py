@@ -19,10 +19,11 @@ import json
 import os
 import warnings
 
-from . import _lib, mstx, tracer
+from . import _lib, mstx, torch_hooks, tracer
 from ._describe import describe
+from .torch_hooks import watch
 
-__all__ = ["config", "start", "stop", "step", "tracer", "mstx", "describe", "__version__"]
+__all__ = ["config", "start", "stop", "step", "tracer", "mstx", "describe", "watch", "__version__"]
 __version__ = "0.1.0"
 
 _cfg = None           # the effective configuration (dict), as the library has it
@@ -94,6 +95,8 @@ def start():
     _lib.start()
     if _traceback(cfg) and not _lib.in_child():
         tracer._range_start()
+    if torch_hooks.wanted(cfg):
+        torch_hooks.enable(cfg)
 
 
 def stop():
@@ -102,12 +105,15 @@ def stop():
     call) and returns the dump's path; under the CLI returns None (the CLI
     writes them when the program ends)."""
     tracer._range_stop()
+    torch_hooks.disable()
     return _lib.stop()
 
 
 def step():
     """Ends the current step and starts the next (SPEC §3)."""
     _lib.get().msmemscope_step()
+    if torch_hooks.enabled():
+        torch_hooks.snapshot()
 
 
 def _at_exit():

@@ -1,0 +1,173 @@
+package analyzer
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"msmemscope/trace"
+)
+
+// Decompose (SPEC §5.5): live bytes per owner over a stream of events, with
+// each owner's peak and the bytes still live at the end. Owners are the
+// MALLOC rows' owner attr ("PTA@model@weight"); a category groups owners by
+// what the memory is: the PyTorch categories (weight, gradient,
+// optimizer_state, activation, aten) wherever they appear in the owner, else
+// the owner's framework (PTA, HOST, HOST@mmap).
+
+// TorchCategories are the PyTorch owner categories, most specific first.
+var TorchCategories = []string{"weight", "gradient", "optimizer_state", "activation", "aten"}
+
+// DecomposeStat is one owner's (or category's) figures.
+type DecomposeStat struct {
+	Name   string `json:"name"`
+	Peak   uint64 `json:"peak_bytes"`
+	End    uint64 `json:"end_bytes"`
+	Blocks uint64 `json:"blocks"` // MALLOCs
+	live   uint64
+}
+
+// DecomposeReport is the decompose summary.
+type DecomposeReport struct {
+	Categories []DecomposeStat `json:"categories"` // largest peak first
+	Owners     []DecomposeStat `json:"owners"`
+}
+
+type decLive struct {
+	owner, cat *DecomposeStat
+	size       uint64
+}
+
+// DecomposeAnalyzer accumulates a DecomposeReport; memory grows with live blocks.
+type DecomposeAnalyzer struct {
+	live   map[blockKey]decLive
+	owners map[string]*DecomposeStat
+	cats   map[string]*DecomposeStat
+}
+
+// NewDecomposeAnalyzer returns an empty analyzer.
+func NewDecomposeAnalyzer() *DecomposeAnalyzer {
+	return &DecomposeAnalyzer{live: map[blockKey]decLive{}, owners: map[string]*DecomposeStat{}, cats: map[string]*DecomposeStat{}}
+}
+
+// Category names the category of an owner.
+func Category(owner string) string {
+	parts := strings.Split(owner, "@")
+	for i := len(parts) - 1; i >= 1; i-- {
+		if slices.Contains(TorchCategories, parts[i]) {
+			return parts[i]
+		}
+	}
+	if parts[0] == "HOST" && len(parts) > 1 && parts[1] == "mmap" {
+		return "HOST@mmap"
+	}
+	return parts[0]
+}
+
+func stat(m map[string]*DecomposeStat, k string) *DecomposeStat {
+	s := m[k]
+	if s == nil {
+		s = &DecomposeStat{Name: k}
+		m[k] = s
+	}
+	return s
+}
+
+// Observe takes the next event.
+func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
+	switch e.Kind {
+	case trace.KindMalloc:
+		key := blockKey{e.Pid, e.AllocID}
+		if old, ok := a.live[key]; ok {
+			old.owner.live -= old.size
+			old.cat.live -= old.size
+		}
+		owner := e.Owner
+		if owner == "" {
+			owner = e.Type
+		}
+		l := decLive{stat(a.owners, owner), stat(a.cats, Category(owner)), e.Size}
+		for _, s := range []*DecomposeStat{l.owner, l.cat} {
+			s.Blocks++
+			s.live += e.Size
+			s.Peak = max(s.Peak, s.live)
+		}
+		a.live[key] = l
+	case trace.KindFree:
+		key := blockKey{e.Pid, e.AllocID}
+		if l, ok := a.live[key]; ok {
+			l.owner.live -= l.size
+			l.cat.live -= l.size
+			delete(a.live, key)
+		}
+	}
+}
+
+func sorted(m map[string]*DecomposeStat) []DecomposeStat {
+	out := make([]DecomposeStat, 0, len(m))
+	for _, s := range m {
+		s.End = s.live
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(x, y DecomposeStat) int {
+		if c := cmp.Compare(y.Peak, x.Peak); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Name, y.Name)
+	})
+	return out
+}
+
+// Finish returns the report (end bytes: still live after the last event).
+func (a *DecomposeAnalyzer) Finish() *DecomposeReport {
+	return &DecomposeReport{Categories: sorted(a.cats), Owners: sorted(a.owners)}
+}
+
+// Category returns the figures of one category (zero when absent).
+func (r *DecomposeReport) Category(name string) DecomposeStat {
+	for _, s := range r.Categories {
+		if s.Name == name {
+			return s
+		}
+	}
+	return DecomposeStat{Name: name}
+}
+
+// WriteCSV writes the report: Kind (category or owner), Name, Peak(byte),
+// End(byte), Allocations.
+func (r *DecomposeReport) WriteCSV(w io.Writer) error {
+	var b []byte
+	b = append(b, "Kind,Name,Peak(byte),End(byte),Allocations\n"...)
+	for _, part := range []struct {
+		kind  string
+		stats []DecomposeStat
+	}{{"category", r.Categories}, {"owner", r.Owners}} {
+		for _, s := range part.stats {
+			b = append(b, part.kind...)
+			b = append(b, ',')
+			b = append(b, s.Name...)
+			b = append(b, ',')
+			b = strconv.AppendUint(b, s.Peak, 10)
+			b = append(b, ',')
+			b = strconv.AppendUint(b, s.End, 10)
+			b = append(b, ',')
+			b = strconv.AppendUint(b, s.Blocks, 10)
+			b = append(b, '\n')
+		}
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// Summary is the console report: one line per category.
+func (r *DecomposeReport) Summary() string {
+	var sb strings.Builder
+	sb.WriteString("decompose (peak / end bytes per owner):\n")
+	for _, s := range r.Categories {
+		fmt.Fprintf(&sb, "  %-16s peak %12d  end %12d  (%d allocations)\n", s.Name, s.Peak, s.End, s.Blocks)
+	}
+	return sb.String()
+}

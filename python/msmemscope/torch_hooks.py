@@ -1,0 +1,450 @@
+"""PyTorch collection (SPEC §2.1 ACCESS/OP_LAUNCH/PTA/SNAPSHOT, §4.2, §5.4, §5.5).
+
+While collection is on (``msmemscope.start()`` with torch imported, or
+``enable()``), this module keeps, on the thread that started it:
+
+* a ``TorchDispatchMode`` that records every aten operator the dispatcher
+  runs (forward, backward and optimizer operators) as an ATEN_START /
+  ATEN_END pair, with one line per tensor argument: READ for inputs at the
+  start, WRITE for outputs and arguments the schema marks as written at the
+  end. Each line names the tensor's storage address, so the capture tells
+  tensor blocks (PTA) from other heap blocks and finds the block an ACCESS
+  touches (views resolve to their base storage);
+* owner tags for decompose: ``weight`` (parameters of modules that run and
+  of optimizers that step), ``gradient`` (their ``.grad`` before the step),
+  ``optimizer_state`` (every tensor in the optimizer's state, Adam's
+  ``step`` included), ``activation`` (tensors saved for backward). Blocks
+  made inside an operator and not tagged otherwise are ``aten``;
+* SNAPSHOT rows at start, stop and every ``step()``;
+* the watch of ``config(watch=...)``: after every launch between ``start``
+  and ``end`` the watched blocks are hashed (64-bit, in the library), or
+  dumped with ``full-content``, and a change is reported with the launch
+  that made it.
+
+Everything is sent to the library as records (msmemscope_torch_event); the
+rows are made when the files are written (capture/torch.go).
+"""
+
+import ctypes
+import itertools
+import os
+import re
+import sys
+import threading
+
+from . import _lib
+
+R_OP_START, R_OP_END, R_SNAPSHOT, R_WATCH, R_TAG = 40, 41, 42, 43, 44
+
+__all__ = ["enable", "disable", "enabled", "watch", "tag", "snapshot"]
+
+_state = None          # _State while enabled
+_launches = itertools.count(1)
+_glock = threading.Lock()
+_global_hooks = None   # handles of the global module/optimizer hooks
+_explicit_watch = []   # [(name, tensor)] from watch()
+
+
+def _fn():
+    lib = _lib.get()
+    f = lib.msmemscope_torch_event
+    if f.argtypes is None:
+        f.argtypes = [ctypes.c_uint16, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint32]
+        f.restype = ctypes.c_int
+        h = lib.msmemscope_hash64
+        h.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        h.restype = ctypes.c_uint64
+    return f
+
+
+def _emit(kind, a, text):
+    b = text.encode("utf-8", "replace")
+    _fn()(kind, a, b, len(b))
+
+
+def _storage_ptr(t):
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # sparse, meta, wrapper subclasses: no plain storage
+        return 0
+
+
+def tag(tensor, category):
+    """Tags the block of a tensor with an owner category (weight, gradient,
+    optimizer_state, activation); the highest-ranked category wins."""
+    p = _storage_ptr(tensor)
+    if p:
+        _emit(R_TAG, p, category)
+
+
+# ---- host and device snapshots ----
+_mallinfo2 = None
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _heap_bytes():
+    global _mallinfo2
+    if _mallinfo2 is None:
+        try:
+            f = ctypes.CDLL(None).mallinfo2
+            f.restype = _MallInfo2
+            _mallinfo2 = f
+        except (AttributeError, OSError):
+            _mallinfo2 = False
+    if not _mallinfo2:
+        return None
+    mi = _mallinfo2()
+    return mi.uordblks + mi.hblkhd  # in use from the arenas, plus mmapped chunks
+
+
+def snapshot():
+    """Records a SNAPSHOT row: host rss and heap; torch.cuda stats when CUDA
+    is present."""
+    if _lib.in_child():
+        return
+    attrs = []
+    try:
+        with open("/proc/self/statm") as f:
+            attrs.append("rss:%d" % (int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")))
+    except (OSError, ValueError, IndexError):
+        pass
+    h = _heap_bytes()
+    if h is not None:
+        attrs.append("heap:%d" % h)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                free, total = torch.cuda.mem_get_info()
+                st = torch.cuda.memory_stats()
+                reserved, allocated = st.get("reserved_bytes.all.current", 0), st.get("allocated_bytes.all.current", 0)
+                attrs += ["total_mem:%d" % total, "free_mem:%d" % free, "reserved:%d" % reserved,
+                          "peak_reserved:%d" % st.get("reserved_bytes.all.peak", 0), "allocated:%d" % allocated,
+                          "peak_allocated:%d" % st.get("allocated_bytes.all.peak", 0),
+                          "device_utilization:%.4f" % ((total - free) / total if total else 0),
+                          "pt_utilization:%.4f" % (allocated / reserved if reserved else 0)]
+        except Exception:
+            pass
+    _emit(R_SNAPSHOT, 0, ",".join(attrs))
+
+
+# ---- operator descriptions ----
+_DTYPES = {}
+
+
+def _dtype(dt):
+    s = _DTYPES.get(dt)
+    if s is None:
+        s = _DTYPES[dt] = str(dt).replace("torch.", "")
+    return s
+
+
+def _format(t, torch):
+    if t.is_contiguous():
+        return "ND"
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return "NHWC"
+    if t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d):
+        return "NDHWC"
+    return "strided"
+
+
+class _Op:
+    """What the recorder needs of an operator, computed once."""
+    __slots__ = ("name", "written_pos", "written_kw", "out_tag")
+
+    def __init__(self, func):
+        s = func._schema
+        self.name = s.name if "::" in s.name else "aten::" + s.name
+        # Factories that leave memory unwritten: their output is a tensor
+        # block (PTA) but not an ACCESS.
+        self.out_tag = "N" if self.name.startswith(("aten::empty", "aten::new_empty")) else "W"
+        self.written_pos, self.written_kw = [], []
+        for i, a in enumerate(s.arguments):
+            if a.alias_info is not None and a.alias_info.is_write:
+                if a.kwarg_only:
+                    self.written_kw.append(a.name)
+                else:
+                    self.written_pos.append(i)
+                    self.written_kw.append(a.name)
+
+
+def _tensors(x, Tensor, out):
+    if isinstance(x, Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            if isinstance(y, Tensor):
+                out.append(y)
+    return out
+
+
+class _State:
+    def __init__(self, cfg):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        self.torch = torch
+        self.tid = threading.get_ident()
+        ev = cfg.get("events", {})
+        self.access = bool(ev.get("access"))
+        self.ops = {}
+        self.watch = _Watch(cfg.get("watch")) if cfg.get("watch") else None
+        state = self
+        Tensor = torch.Tensor
+        fmt = _format
+        emit = _fn()
+        ops = self.ops
+
+        def line(tag, t):
+            try:
+                sp = t.untyped_storage().data_ptr()
+            except Exception:
+                return None
+            return "%s %x %x %d %s [%s] %s" % (tag, sp, t.data_ptr(), t.numel() * t.element_size(), _dtype(t.dtype),
+                                              "x".join(map(str, t.shape)), fmt(t, torch))
+
+        def lines(tag, ts):
+            out = []
+            for t in ts:
+                ln = line(tag, t)
+                if ln:
+                    out.append(ln)
+            return out
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                op = ops.get(func)
+                if op is None:
+                    op = ops[func] = _Op(func)
+                n = next(_launches)
+                ins = []
+                for a in args:
+                    _tensors(a, Tensor, ins)
+                for a in kwargs.values():
+                    _tensors(a, Tensor, ins)
+                text = "\n".join([op.name] + lines("R", ins)).encode()
+                emit(R_OP_START, n, text, len(text))
+                out = func(*args, **kwargs)
+                outs = _tensors(out, Tensor, [])
+                if op.written_kw:
+                    muts = []
+                    for i in op.written_pos:
+                        if i < len(args):
+                            _tensors(args[i], Tensor, muts)
+                    for k in op.written_kw:
+                        if k in kwargs:
+                            _tensors(kwargs[k], Tensor, muts)
+                    # an in-place operator returns self: one WRITE
+                    outs += [t for t in muts if not any(t is o for o in outs)]
+                text = "\n".join([op.name] + lines(op.out_tag, outs)).encode()
+                emit(R_OP_END, n, text, len(text))
+                if state.watch is not None:
+                    state.watch.after(n, op.name, outs)
+                return out
+
+        self.mode = Mode()
+
+        def pack(t):
+            try:
+                p = t.untyped_storage().data_ptr()
+            except Exception:
+                return t
+            if p:
+                emit(R_TAG, p, b"activation", 10)
+            return t
+
+        self.saved = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+    def enter(self):
+        self.saved.__enter__()
+        self.mode.__enter__()
+
+    def exit(self):
+        try:
+            self.mode.__exit__(None, None, None)
+        finally:
+            self.saved.__exit__(None, None, None)
+        if self.watch is not None:
+            self.watch.finish()
+
+
+# ---- watch (SPEC §5.4) ----
+_NTH = re.compile(r"^(.*)#(\d+)$")
+
+
+def _name_nth(s):
+    m = _NTH.match(s or "")
+    if m:
+        return m.group(1), int(m.group(2))
+    return s, 1
+
+
+def _base(name):
+    return name.split(".", 1)[0] if name.count("::") == 1 else name
+
+
+class _Watch:
+    def __init__(self, w):
+        self.start, self.start_nth = _name_nth(w.get("start"))
+        self.end, self.end_nth = _name_nth(w.get("end"))
+        self.out = w.get("start_out", -1)
+        self.full = bool(w.get("full_content"))
+        self.seen_start = self.seen_end = 0
+        self.on = False
+        self.done = False
+        self.watched = []   # [name, tensor, hash, changed]
+        self.dir = None
+
+    def _hash(self, t):
+        st = t.untyped_storage()
+        return _lib.get().msmemscope_hash64(st.data_ptr(), st.nbytes())
+
+    def _dump(self, n, name, t):
+        if self.dir is None:
+            d = _lib.capture_dir() or "."
+            self.dir = os.path.join(d, "watch_dump")
+            os.makedirs(self.dir, mode=0o750, exist_ok=True)
+        st = t.untyped_storage()
+        data = ctypes.string_at(st.data_ptr(), st.nbytes())
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+        fd = os.open(os.path.join(self.dir, "%d_%s.bin" % (n, safe)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+    def _begin(self, n, opname, outs):
+        self.on = True
+        if self.start:
+            sel = outs if self.out < 0 else outs[self.out:self.out + 1]
+            for i, t in enumerate(sel):
+                self.watched.append(["%s:out%d" % (self.start, i if self.out < 0 else self.out), t, 0, False])
+        for name, t in _explicit_watch:
+            self.watched.append([name, t, 0, False])
+        for w in self.watched:
+            w[2] = self._hash(w[1])
+            _emit(R_WATCH, n, "watch %s %016x %016x" % (w[0], w[2], w[2]))
+            if self.full:
+                self._dump(n, w[0], w[1])
+
+    def after(self, n, opname, outs):
+        if self.done:
+            return
+        base = _base(opname)
+        if not self.on:
+            if self.start:
+                if base == self.start or opname == self.start:
+                    self.seen_start += 1
+                    if self.seen_start == self.start_nth:
+                        self._begin(n, opname, outs)
+                return
+            self._begin(n, opname, outs)
+        else:
+            for w in self.watched:
+                h = self._hash(w[1])
+                if h != w[2]:
+                    _emit(R_WATCH, n, "changed %s %016x %016x" % (w[0], w[2], h))
+                    w[2], w[3] = h, True
+                if self.full:
+                    self._dump(n, w[0], w[1])
+        if base == self.end or opname == self.end:
+            self.seen_end += 1
+            if self.seen_end >= self.end_nth:
+                self.finish(n)
+
+    def finish(self, n=0):
+        if self.done:
+            return
+        self.done = True
+        for w in self.watched:
+            if not w[3]:
+                _emit(R_WATCH, n, "unchanged %s %016x %016x" % (w[0], w[2], w[2]))
+        self.watched = []
+
+
+def watch(tensor, name=None):
+    """Adds a tensor to the watched memory (SPEC §5.4) of the next watch
+    window (config(watch=...)): its block is hashed after every launch."""
+    name = name or "tensor%d" % len(_explicit_watch)
+    if any(c in name for c in ",{}\n "):
+        raise ValueError("watch name must not contain spaces, ',', '{' or '}': %r" % name)
+    _explicit_watch.append((name, tensor))
+
+
+# ---- global hooks: parameters, gradients, optimizer state ----
+def _install_global_hooks():
+    global _global_hooks
+    if _global_hooks is not None:
+        return
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    def on_module(module, inputs):
+        if _state is not None and threading.get_ident() == _state.tid:
+            for p in module.parameters(recurse=False):
+                tag(p, "weight")
+
+    def pre_step(opt, args, kwargs):
+        if _state is None:
+            return
+        for g in opt.param_groups:
+            for p in g["params"]:
+                tag(p, "weight")
+                if p.grad is not None:
+                    tag(p.grad, "gradient")
+
+    def post_step(opt, args, kwargs):
+        if _state is None:
+            return
+        for st in opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor):
+                    tag(v, "optimizer_state")
+
+    _global_hooks = [torch.nn.modules.module.register_module_forward_pre_hook(on_module),
+                     register_optimizer_step_pre_hook(pre_step), register_optimizer_step_post_hook(post_step)]
+
+
+def enabled():
+    return _state is not None
+
+
+def enable(cfg=None):
+    """Starts the PyTorch collection on this thread (start() does this when
+    torch is imported and level=op)."""
+    global _state
+    with _glock:
+        if _state is not None or _lib.in_child():
+            return
+        if cfg is None:
+            cfg = _lib.effective_config()
+        _install_global_hooks()
+        st = _State(cfg)
+        st.enter()
+        _state = st
+    snapshot()
+
+
+def disable():
+    """Stops the PyTorch collection (stop() does this)."""
+    global _state
+    with _glock:
+        st, _state = _state, None
+    if st is None:
+        return
+    snapshot()
+    if threading.get_ident() == st.tid:
+        st.exit()
+
+
+def wanted(cfg):
+    """Whether the configuration asks for the PyTorch collection."""
+    if "torch" not in sys.modules or cfg.get("level", "op") != "op":
+        return False
+    ev = cfg.get("events", {})
+    return bool(ev.get("launch") or ev.get("access") or cfg.get("watch") or "decompose" in (cfg.get("analysis") or [])
+                or "inefficient" in (cfg.get("analysis") or []))

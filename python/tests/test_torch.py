@@ -1,0 +1,210 @@
+"""PyTorch collection on real torch runs (SPEC §2.1, §4.2, §5.3, §5.4, §5.5):
+operator launches, ACCESS sides, PTA blocks, decompose owners, watch and
+inefficient memory, with exact figures."""
+import csv
+import glob
+import json
+import os
+
+import pytest
+
+from conftest import attr, run_traced
+
+TIMEOUT = 300
+
+
+def _csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _analysis(run, prefix):
+    (p,) = glob.glob(os.path.join(run.main_folder(), "analysis", prefix + "_*.csv"))
+    return _csv(p)
+
+
+MLP = """
+import json, torch, msmemscope
+torch.manual_seed(0)
+msmemscope.config(events="alloc,free,launch,access", analysis="decompose")
+msmemscope.start()
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
+opt = torch.optim.Adam(model.parameters())
+x = torch.randn(16, 64)
+msmemscope.mstx.mark("step begins")
+loss = model(x).sum()
+msmemscope.mstx.mark("backward")
+loss.backward()
+msmemscope.mstx.mark("optimizer")
+grads = sum(p.grad.untyped_storage().nbytes() for p in model.parameters())
+opt.step()
+opt.zero_grad()
+msmemscope.step()
+msmemscope.stop()
+state = [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+print(json.dumps({
+    "params": sum(p.untyped_storage().nbytes() for p in model.parameters()),
+    "grads": grads,
+    "state": sum(v.untyped_storage().nbytes() for v in state),
+    "state_n": len(state),
+    "ptrs": {n: p.untyped_storage().data_ptr() for n, p in model.named_parameters()},
+    "x": x.untyped_storage().data_ptr(),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory):
+    pytest.importorskip("torch")
+    tmp = tmp_path_factory.mktemp("mlp")
+    run = run_traced(tmp, MLP, "--collect-mode=deferred", timeout=TIMEOUT).check()
+    return run, json.loads(run.stdout.strip().splitlines()[-1]), run.rows()
+
+
+def test_decompose_exact_bytes(mlp):
+    run, info, rows = mlp
+    cats = {r["Name"]: r for r in _analysis(run, "decompose") if r["Kind"] == "category"}
+    params = 64 * 128 * 4 + 128 * 4 + 128 * 32 * 4 + 32 * 4
+    assert info["params"] == params
+    assert int(cats["weight"]["Peak(byte)"]) == params
+    assert int(cats["weight"]["End(byte)"]) == params
+    assert int(cats["gradient"]["Peak(byte)"]) == info["grads"] == params
+    assert int(cats["gradient"]["End(byte)"]) == 0          # zero_grad() set them to None
+    # Adam: exp_avg and exp_avg_sq per parameter (params bytes each) and a
+    # float32 step per parameter.
+    assert info["state_n"] == 12
+    assert int(cats["optimizer_state"]["Peak(byte)"]) == info["state"] == 2 * params + 4 * 4
+    # Saved for backward, apart from parameters: the input x (addmm's mat1)
+    # and the ReLU's output (relu's result, the second addmm's mat1).
+    assert int(cats["activation"]["Peak(byte)"]) == 16 * 64 * 4 + 16 * 128 * 4
+    assert int(cats["activation"]["End(byte)"]) == 16 * 64 * 4  # x is still alive
+    assert "decompose (peak / end bytes per owner)" in run.stderr
+
+
+def test_pta_blocks_and_owners(mlp):
+    run, info, rows = mlp
+    pta = {int(r["Ptr"], 16): r for r in rows if r["Event"] == "MALLOC" and r["Event Type"] == "PTA"}
+    sizes = {"0.weight": 64 * 128 * 4, "0.bias": 128 * 4, "2.weight": 128 * 32 * 4, "2.bias": 32 * 4}
+    for name, ptr in info["ptrs"].items():
+        a = attr(pta[ptr])
+        assert a["size"] == str(sizes[name]), name   # posix_memalign(size == nbytes)
+        assert a["owner"] == "PTA@weight"
+        assert int(a["used"]) > 0 and a["total"] == a["used"]
+    assert attr(pta[info["x"]])["owner"] == "PTA@activation"
+    # Every PTA block is freed as PTA, and the pool figures stay consistent.
+    frees = [r for r in rows if r["Event"] == "FREE" and r["Event Type"] == "PTA"]
+    assert frees and all(int(attr(r)["used"]) >= 0 for r in frees)
+
+
+def _launches(rows, lo, hi):
+    return {r["Name"] for r in rows[lo:hi] if r["Event"] == "OP_LAUNCH" and r["Event Type"] == "ATEN_START"}
+
+
+def test_launches_of_a_training_step(mlp):
+    run, info, rows = mlp
+    marks = {r["Name"]: i for i, r in enumerate(rows) if r["Event"] == "MSTX"}
+    fwd = _launches(rows, marks["step begins"], marks["backward"])
+    bwd = _launches(rows, marks["backward"], marks["optimizer"])
+    optim = _launches(rows, marks["optimizer"], len(rows))
+    assert {"aten::t", "aten::addmm", "aten::relu", "aten::sum"} <= fwd, fwd
+    assert {"aten::ones_like", "aten::expand", "aten::mm", "aten::threshold_backward", "aten::sum"} <= bwd, bwd
+    assert {"aten::lerp_", "aten::addcmul_", "aten::sqrt", "aten::div", "aten::addcdiv_", "aten::add_"} <= optim, optim
+    starts = [r for r in rows if r["Event"] == "OP_LAUNCH" and r["Event Type"] == "ATEN_START"]
+    ends = [r for r in rows if r["Event"] == "OP_LAUNCH" and r["Event Type"] == "ATEN_END"]
+    assert len(starts) == len(ends) > 50
+    snaps = [r for r in rows if r["Event"] == "SNAPSHOT"]
+    assert len(snaps) == 3  # start, step, stop
+    assert all(int(attr(r)["rss"]) > 0 and int(attr(r)["heap"]) > 0 for r in snaps)
+
+
+def test_addmm_access_sides(mlp):
+    run, info, rows = mlp
+    aid = {int(r["Ptr"], 16): attr(r)["allocation_id"] for r in rows if r["Event"] == "MALLOC"}
+    i = next(i for i, r in enumerate(rows) if r["Event"] == "OP_LAUNCH" and r["Name"] == "aten::addmm")
+    j = next(j for j in range(i + 1, len(rows)) if rows[j]["Event"] == "OP_LAUNCH" and rows[j]["Name"] == "aten::addmm")
+    acc = [r for r in rows[i:j + 1] if r["Event"] == "ACCESS"]
+    reads = [attr(r) for r in acc if r["Event Type"] == "READ"]
+    writes = [attr(r) for r in acc if r["Event Type"] == "WRITE"]
+    assert [(a["shape"], a["size"]) for a in reads] == [("[128]", "512"), ("[16x64]", "4096"), ("[64x128]", "32768")]
+    assert [a["allocation_id"] for a in reads] == [aid[info["ptrs"]["0.bias"]], aid[info["x"]], aid[info["ptrs"]["0.weight"]]]
+    assert reads[2]["format"] == "strided"   # weight.t(): a view, resolved to the weight's block
+    assert all(a["dtype"] == "float32" and a["type"] == "PTA" for a in reads + writes)
+    assert [(a["shape"], a["format"]) for a in writes] == [("[16x128]", "ND")]
+    assert all(r["Name"] == "aten::addmm" for r in acc)
+
+
+WATCH = """
+import torch, msmemscope
+msmemscope.config(events="alloc,free,launch", watch="aten::mul:out0,aten::sum,full-content")
+msmemscope.start()
+a = torch.ones(1024)
+other = torch.zeros(64)
+msmemscope.watch(other, "other")
+w = torch.mul(a, 2)            # start: its output is watched
+v = w.view(32, 32)[3]          # a view into the watched block
+b = a + 1
+v.add_(5)                      # the stomp
+c = b * 3
+s = c.sum()                    # end
+msmemscope.stop()
+"""
+
+
+def test_watch_finds_the_stomp(tmp_path, torch_available):
+    run = run_traced(tmp_path, WATCH, "--collect-mode=deferred", timeout=TIMEOUT).check()
+    rows = run.rows()
+    rep = _analysis(run, "watch")
+    changed = [r for r in rep if r["Status"] == "changed"]
+    assert [(r["Operator"], r["Tensor"]) for r in changed] == [("aten::add_", "aten::mul:out0")]
+    byid = {r["ID"]: r for r in rows}
+    row = byid[changed[0]["Row ID"]]
+    assert (row["Event"], row["Event Type"], row["Name"]) == ("OP_LAUNCH", "ATEN_START", "aten::add_")
+    assert [(r["Status"], r["Tensor"]) for r in rep if r["Status"] == "unchanged"] == [("unchanged", "other")]
+    assert "aten::add_ (launch %s, row %s) changed aten::mul:out0" % (changed[0]["Launch"], changed[0]["Row ID"]) in run.stderr
+    # full-content: the block after every launch in the window
+    dumps = glob.glob(os.path.join(run.main_folder(), "watch_dump", "*_aten__mul_out0.bin"))
+    assert len(dumps) == 7   # mul, view, select, add, add_, mul, sum
+    import numpy as np
+    after = np.fromfile(os.path.join(run.main_folder(), "watch_dump", "%s_aten__mul_out0.bin" % changed[0]["Launch"]), dtype=np.float32)
+    want = np.full(1024, 2.0, dtype=np.float32)
+    want[96:128] += 5
+    assert (after == want).all()
+
+
+INEFF = """
+import torch, msmemscope
+msmemscope.config(events="alloc,free,launch,access", analysis="inefficient")
+msmemscope.start()
+with torch.no_grad():
+    # early allocation: allocated, then another block is freed, then first use
+    early = torch.empty(1 << 16)
+    tmp = torch.ones(1000)
+    del tmp
+    early.fill_(1.0)
+    del early
+    # late deallocation: last use, then another block is allocated, then freed
+    late = torch.ones(1 << 15)
+    late.mul_(2)
+    z = torch.zeros(3000)
+    z.add_(1)
+    del z
+    del late
+    # temporary idleness: 3000+ launches between two uses
+    idle = torch.ones(1 << 14)
+    s = torch.zeros(1)
+    for i in range(3002):
+        s.add_(1)
+    idle.mul_(2)
+    del idle
+    del s
+msmemscope.stop()
+"""
+
+
+def test_inefficient_planted(tmp_path, torch_available):
+    run = run_traced(tmp_path, INEFF, "--collect-mode=deferred", timeout=TIMEOUT).check()
+    rows = run.rows()
+    flagged = {int(attr(r)["size"]): attr(r)["inefficient"] for r in rows if r["Event"] == "MALLOC" and "inefficient" in attr(r)}
+    assert flagged == {(1 << 16) * 4: "early_allocation", (1 << 15) * 4: "late_deallocation",
+                       (1 << 14) * 4: "temporary_idleness"}, flagged
+    assert all(r["Event Type"] == "PTA" for r in rows if r["Event"] == "MALLOC" and "inefficient" in attr(r))
