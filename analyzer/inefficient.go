@@ -2,6 +2,7 @@ package analyzer
 
 import (
 	"cmp"
+	"container/heap"
 	"fmt"
 	"slices"
 	"strings"
@@ -85,13 +86,27 @@ type IneffReport struct {
 	MemSize       uint64                `json:"mem_size"`
 	Types         []string              `json:"inefficient_type"`
 	IdleThreshold uint64                `json:"idle_threshold"`
-	Rows          uint64                `json:"rows_read"`
+	Rows          uint64                `json:"rows_analysed"`  // rows of the kinds the analysis reads
 	APIs          uint64                `json:"apis"`           // the highest api id seen
 	Judged        int                   `json:"blocks_judged"`  // PTA/HAL blocks of at least mem_size
-	Blocks        []IneffBlock          `json:"blocks"`         // by MALLOC row ID
+	Blocks        []IneffBlock          `json:"blocks"`         // the largest MaxIneffBlocks, by MALLOC row ID
+	BlocksTotal   int                   `json:"blocks_total"`   // blocks found inefficient
 	Totals        map[string]IneffTotal `json:"summary"`        // by type
 	Added         int                   `json:"results_added"`  // results written to the file (new ones only)
 	Written       bool                  `json:"file_rewritten"` // whether the file was changed
+	marks         []ineffFound
+}
+
+// MaxIneffBlocks bounds the blocks a report lists (the largest): the file
+// gets every result, and memory stays small when most blocks are found.
+const MaxIneffBlocks = 1000
+
+// ineffFound is a block's results in 16 bytes: all a report keeps of every
+// block found.
+type ineffFound struct {
+	id    uint64
+	flags uint8
+	isNew bool // adds a result the row does not hold yet
 }
 
 type ineffProc struct {
@@ -104,20 +119,42 @@ type ineffProc struct {
 type ineffLive struct {
 	b        IneffBlock
 	flags    uint8
+	had      uint8 // the results its MALLOC row holds already
 	accessed bool
 }
 
 // InefficientAnalyzer judges blocks over a stream of events; memory grows
-// with the live judged blocks and the blocks found inefficient.
+// with the live judged blocks, plus 16 bytes per block found inefficient.
 type InefficientAnalyzer struct {
 	opt    IneffOptions
 	want   uint8
 	procs  map[int64]*ineffProc
 	live   map[blockKey]*ineffLive
-	found  []IneffBlock
+	found  []ineffFound
+	top    ineffHeap // the largest blocks found, at most MaxIneffBlocks
+	totals [3]IneffTotal
 	rows   uint64
 	apis   uint64
 	judged int
+}
+
+// ineffHeap is a min-heap of blocks by size (then latest row first out).
+type ineffHeap []IneffBlock
+
+func (h ineffHeap) Len() int { return len(h) }
+func (h ineffHeap) Less(i, j int) bool {
+	if h[i].Size != h[j].Size {
+		return h[i].Size < h[j].Size
+	}
+	return h[i].ID > h[j].ID
+}
+func (h ineffHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *ineffHeap) Push(x any)   { *h = append(*h, x.(IneffBlock)) }
+func (h *ineffHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // NewInefficientAnalyzer returns an analyzer for opt (validated by the
@@ -153,6 +190,17 @@ func CheckIneffTypes(types []string) error {
 		}
 	}
 	return nil
+}
+
+// flagsOf parses a MALLOC's inefficient attr ("a|b").
+func flagsOf(s string) uint8 {
+	var f uint8
+	for s != "" {
+		t, rest, _ := strings.Cut(s, "|")
+		f |= typeFlag(t)
+		s = rest
+	}
+	return f
 }
 
 func judgedType(t string) bool { return t == trace.TypePTA || t == "HAL" }
@@ -200,7 +248,7 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 			if e.Size >= a.opt.MemSize {
 				a.judged++
 				a.live[key] = &ineffLive{b: IneffBlock{ID: e.ID, AllocID: e.AllocID, Pid: e.Pid, Size: e.Size,
-					EventType: e.Type, Device: e.Device, MallocAPI: api}}
+					EventType: e.Type, Device: e.Device, MallocAPI: api}, had: flagsOf(e.Inefficient)}
 			}
 			if api != p.lastMalloc {
 				p.prevMalloc, p.lastMalloc = p.lastMalloc, api
@@ -260,24 +308,45 @@ func (a *InefficientAnalyzer) retire(l *ineffLive) {
 	if f == 0 {
 		return
 	}
-	b := l.b
-	b.Types = nil
-	for _, t := range IneffTypes {
+	a.found = append(a.found, ineffFound{l.b.ID, f, f&^l.had != 0})
+	spans := [3]uint64{l.b.EarlySpan, l.b.LateSpan, l.b.IdleSpan}
+	for i, t := range IneffTypes {
 		if f&typeFlag(t) != 0 {
-			b.Types = append(b.Types, t)
+			a.totals[i].Blocks++
+			a.totals[i].Bytes += l.b.Size
+			a.totals[i].APISpan += spans[i]
 		}
 	}
-	if f&flagEarly == 0 {
-		b.EarlySpan = 0
+	if len(a.top) < MaxIneffBlocks || a.top[0].Size < l.b.Size {
+		b := l.b
+		b.Types = ineffTypeLists[f]
+		if f&flagEarly == 0 {
+			b.EarlySpan = 0
+		}
+		if f&flagLate == 0 {
+			b.LateSpan = 0
+		}
+		if f&flagIdle == 0 {
+			b.IdleSpan = 0
+		}
+		heap.Push(&a.top, b)
+		if len(a.top) > MaxIneffBlocks {
+			heap.Pop(&a.top)
+		}
 	}
-	if f&flagLate == 0 {
-		b.LateSpan = 0
-	}
-	if f&flagIdle == 0 {
-		b.IdleSpan = 0
-	}
-	a.found = append(a.found, b)
 }
+
+// ineffTypeLists are the type lists of each flag combination, shared.
+var ineffTypeLists = func() (l [8][]string) {
+	for f := range l {
+		for _, t := range IneffTypes {
+			if uint8(f)&typeFlag(t) != 0 {
+				l[f] = append(l[f], t)
+			}
+		}
+	}
+	return l
+}()
 
 // Finish judges the blocks still alive and returns the report.
 func (a *InefficientAnalyzer) Finish() *IneffReport {
@@ -285,40 +354,31 @@ func (a *InefficientAnalyzer) Finish() *IneffReport {
 		a.retire(l)
 	}
 	a.live = nil
-	slices.SortFunc(a.found, func(x, y IneffBlock) int { return cmp.Compare(x.ID, y.ID) })
+	slices.SortFunc(a.found, func(x, y ineffFound) int { return cmp.Compare(x.id, y.id) })
+	blocks := []IneffBlock(a.top)
+	slices.SortFunc(blocks, func(x, y IneffBlock) int { return cmp.Compare(x.ID, y.ID) })
 	r := &IneffReport{MemSize: a.opt.MemSize, Types: a.opt.Types, IdleThreshold: a.opt.IdleThreshold,
-		Rows: a.rows, APIs: a.apis, Judged: a.judged, Blocks: a.found, Totals: map[string]IneffTotal{}}
+		Rows: a.rows, APIs: a.apis, Judged: a.judged, Blocks: blocks, BlocksTotal: len(a.found),
+		Totals: map[string]IneffTotal{}, marks: a.found}
 	if len(r.Types) == 0 {
 		r.Types = IneffTypes
 	}
-	for _, t := range r.Types {
-		r.Totals[t] = IneffTotal{}
-	}
-	for i := range r.Blocks {
-		b := &r.Blocks[i]
-		for _, t := range b.Types {
-			s := r.Totals[t]
-			s.Blocks++
-			s.Bytes += b.Size
-			switch t {
-			case EarlyAllocation:
-				s.APISpan += b.EarlySpan
-			case LateDeallocation:
-				s.APISpan += b.LateSpan
-			case TemporaryIdleness:
-				s.APISpan += b.IdleSpan
-			}
-			r.Totals[t] = s
+	for i, t := range IneffTypes {
+		if slices.Contains(r.Types, t) {
+			r.Totals[t] = a.totals[i]
 		}
 	}
 	return r
 }
 
-// Marks returns the results to write into the MALLOC rows.
+// Marks returns the results to write into the MALLOC rows, by row ID: those
+// of the blocks whose rows miss some of them.
 func (r *IneffReport) Marks() []trace.IneffMark {
-	m := make([]trace.IneffMark, len(r.Blocks))
-	for i := range r.Blocks {
-		m[i] = trace.IneffMark{ID: r.Blocks[i].ID, Types: r.Blocks[i].Types}
+	var m []trace.IneffMark
+	for _, f := range r.marks {
+		if f.isNew {
+			m = append(m, trace.IneffMark{ID: f.id, Types: ineffTypeLists[f.flags]})
+		}
 	}
 	return m
 }
@@ -350,7 +410,8 @@ func CheckInefficient(path string, opt IneffOptions, prog *Progress) (*IneffRepo
 }
 
 func analyzeInefficient(path string, opt IneffOptions, prog *Progress) (*IneffReport, error) {
-	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true})
+	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true,
+		Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindMalloc, trace.KindFree, trace.KindAccess}})
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +453,7 @@ func (r *IneffReport) Summary(top int) string {
 	switch {
 	case r.Added > 0:
 		fmt.Fprintf(&b, "  %d result%s added to the MALLOC rows of %s\n", r.Added, leakPlural(r.Added), r.Input)
-	case len(r.Blocks) > 0:
+	case r.BlocksTotal > 0:
 		fmt.Fprintf(&b, "  every result was already in %s: file unchanged\n", r.Input)
 	default:
 		b.WriteString("  no inefficient blocks: file unchanged\n")

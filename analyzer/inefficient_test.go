@@ -224,7 +224,7 @@ func TestRunAnalyzerArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := res.Value.(*IneffResult); r.Added != 1 || r.BlocksTotal != 1 {
+	if r := res.Value.(*IneffReport); r.Added != 1 || r.BlocksTotal != 1 {
 		t.Fatalf("inefficient through RunAnalyzer: %+v", r)
 	}
 	if got := ListAnalyzers(); !reflect.DeepEqual(got, []string{"leaks", "inefficient"}) {
@@ -233,5 +233,39 @@ func TestRunAnalyzerArgs(t *testing.T) {
 	cfg, err := AnalyzerConfig("inefficient")
 	if err != nil || cfg["idle_threshold"].Default != DefaultIdleThreshold || cfg["mem_size"].Type != "int" || !cfg["input_path"].Required {
 		t.Fatalf("AnalyzerConfig = %+v, %v", cfg, err)
+	}
+}
+
+// Many inefficient blocks: every one is written to the file, the report
+// lists the largest MaxIneffBlocks.
+func TestCheckInefficientManyBlocks(t *testing.T) {
+	c := newCap()
+	n := MaxIneffBlocks + 500
+	for i := 0; i < n; i++ {
+		c.opStart("aten::a")
+		b := c.malloc("PTA", uint64(1000+i))
+		c.access(b, "aten::a")
+		c.opEnd("aten::a")
+		c.opStart("aten::b")
+		s := c.malloc("PTA", 1)
+		c.opEnd("aten::b")
+		c.free(b) // late: a MALLOC (s) between its last access and its free
+		c.free(s)
+	}
+	csvPath, _ := c.write(t, t.TempDir(), "dump")
+	r, err := CheckInefficient(csvPath, IneffOptions{MemSize: 100, IdleThreshold: 3000}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BlocksTotal != n || r.Added != n || len(r.Blocks) != MaxIneffBlocks || r.Totals[LateDeallocation].Blocks != n {
+		t.Fatalf("total %d, added %d, listed %d", r.BlocksTotal, r.Added, len(r.Blocks))
+	}
+	for i, b := range r.Blocks {
+		if b.Size != uint64(1000+500+i) || !reflect.DeepEqual(b.Types, []string{LateDeallocation}) {
+			t.Fatalf("block %d: %+v", i, b)
+		}
+	}
+	if got := len(ineffOf(t, csvPath)); got != n {
+		t.Fatalf("%d MALLOC rows marked, want %d", got, n)
 	}
 }

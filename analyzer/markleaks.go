@@ -54,7 +54,7 @@ type MarkLeakReport struct {
 	C          MarkRef    `json:"mark_c"`
 	Leaks      []MarkLeak `json:"leaks"` // by MALLOC row ID
 	Bytes      uint64     `json:"leaked_bytes"`
-	Rows       uint64     `json:"rows_read"`
+	Rows       uint64     `json:"rows_analysed"` // rows of the kinds the analysis reads
 }
 
 type blockKey struct {
@@ -142,7 +142,8 @@ func CheckLeaks(path string, opt MarkLeakOptions, prog *Progress) (*MarkLeakRepo
 	if opt.StartIndex < 0 {
 		return nil, fmt.Errorf("start_index must be >= 0, got %d", opt.StartIndex)
 	}
-	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true})
+	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true,
+		Kinds: []trace.Kind{trace.KindMstx, trace.KindMalloc, trace.KindFree}})
 	if err != nil {
 		return nil, err
 	}

@@ -125,17 +125,6 @@ type Result struct {
 	Text  string
 }
 
-// maxResultBlocks bounds the blocks check_inefficient returns (the file
-// holds them all).
-const maxResultBlocks = 1000
-
-// IneffResult is check_inefficient's structured result: the report with at
-// most maxResultBlocks blocks (the largest).
-type IneffResult struct {
-	*IneffReport
-	BlocksTotal int `json:"blocks_total"`
-}
-
 // RunAnalyzer runs analyzer name with keyword arguments as decoded from JSON
 // (json.Number for numbers).
 func RunAnalyzer(name string, kwargs map[string]any, prog *Progress) (*Result, error) {
@@ -197,17 +186,8 @@ func RunAnalyzer(name string, kwargs map[string]any, prog *Progress) (*Result, e
 		if err != nil {
 			return nil, err
 		}
-		res := &IneffResult{IneffReport: r, BlocksTotal: len(r.Blocks)}
 		text := r.Summary(10)
-		if len(r.Blocks) > maxResultBlocks {
-			c := *r
-			bs := slices.Clone(r.Blocks)
-			sort.SliceStable(bs, func(i, j int) bool { return bs[i].Size > bs[j].Size })
-			bs = bs[:maxResultBlocks]
-			sort.Slice(bs, func(i, j int) bool { return bs[i].ID < bs[j].ID })
-			c.Blocks = bs
-			res.IneffReport = &c
-		}
+		res := r
 		return &Result{Value: res, Text: text}, nil
 	}
 	return nil, &ArgError{Kind: "ValueError", Msg: "unknown analyzer " + name}

@@ -52,7 +52,24 @@ type OpenOptions struct {
 	// valid only until a few thousand more have been read. For analyses
 	// that copy what they keep; it saves allocating and collecting.
 	Reuse bool
+	// Kinds, when not empty, keeps only rows of these kinds: the others
+	// are skipped as soon as their Event column is read, unchecked beyond
+	// it (an analysis needs only its rows to be well formed).
+	Kinds []Kind
 }
+
+// kindMask is a set of kinds; 0 is every kind.
+type kindMask uint32
+
+func maskOf(kinds []Kind) kindMask {
+	var m kindMask
+	for _, k := range kinds {
+		m |= 1 << k
+	}
+	return m
+}
+
+func (m kindMask) has(k Kind) bool { return m == 0 || m&(1<<k) != 0 }
 
 // Formats of dump files.
 const (
@@ -131,8 +148,9 @@ func DetectFormat(path string) (string, error) {
 var csvChunkSize = 1 << 20
 
 type csvChunk struct {
-	data []byte // whole records (the last chunk: whatever is left)
-	line int    // the line number of data's first line, 1-based
+	buf  *[]byte // the buffer data is in, to recycle
+	data []byte  // whole records (the last chunk: whatever is left)
+	line int     // the line number of data's first line, 1-based
 	res  chan csvResult
 }
 
@@ -148,7 +166,9 @@ type csvInput struct {
 	read  atomic.Int64
 	lean  bool
 	reuse bool
-	pool  sync.Pool // []Event batches and []byte chunks to recycle (Reuse)
+	kinds kindMask
+	pool  sync.Pool // []Event batches to recycle (Reuse)
+	bufs  sync.Pool // chunk buffers to recycle
 	order chan *csvChunk
 	stop  chan struct{}
 	wg    sync.WaitGroup
@@ -162,7 +182,7 @@ type csvInput struct {
 }
 
 func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*csvInput, error) {
-	in := &csvInput{f: f, path: path, size: size, lean: opt.Lean, reuse: opt.Reuse, stop: make(chan struct{})}
+	in := &csvInput{f: f, path: path, size: size, lean: opt.Lean, reuse: opt.Reuse, kinds: maskOf(opt.Kinds), stop: make(chan struct{})}
 	br := bufio.NewReaderSize(f, 64<<10)
 	// The header, checked as CSVReader checks it.
 	hr, err := NewCSVReader(&headerOnly{br: br}, path)
@@ -181,6 +201,7 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 		go func() {
 			defer in.wg.Done()
 			p := newChunkParser(path, opt.Lean)
+			p.kinds = in.kinds
 			for c := range jobs {
 				var evs []Event
 				if in.reuse {
@@ -189,6 +210,9 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 					}
 				}
 				evs, err := p.parse(evs, c.data, c.line)
+				if c.buf != nil { // events hold no reference to the chunk's bytes
+					in.bufs.Put(c.buf)
+				}
 				c.res <- csvResult{evs, err}
 			}
 		}()
@@ -248,8 +272,15 @@ func (in *csvInput) produce(br *bufio.Reader, line int, jobs chan<- *csvChunk) {
 	var carry []byte
 	eof := false
 	for !eof {
-		buf := make([]byte, len(carry), max(csvChunkSize, 2*len(carry)))
-		copy(buf, carry)
+		want := max(csvChunkSize, 2*len(carry))
+		var bp *[]byte
+		if b, ok := in.bufs.Get().(*[]byte); ok && cap(*b) >= want {
+			bp = b
+		} else {
+			nb := make([]byte, 0, want)
+			bp = &nb
+		}
+		buf := append((*bp)[:0], carry...)
 		for len(buf) < cap(buf) {
 			n, err := br.Read(buf[len(buf):cap(buf)])
 			buf = buf[:len(buf)+n]
@@ -271,10 +302,11 @@ func (in *csvInput) produce(br *bufio.Reader, line int, jobs chan<- *csvChunk) {
 			}
 		}
 		if cut == 0 {
-			carry = buf
+			carry = append([]byte(nil), buf...)
 			continue
 		}
-		c := &csvChunk{data: buf[:cut], line: line, res: make(chan csvResult, 1)}
+		c := &csvChunk{buf: bp, data: buf[:cut], line: line, res: make(chan csvResult, 1)}
+		carry = append(carry[:0], buf[cut:]...) // before the chunk is parsed and recycled
 		if !in.send(c, jobs) {
 			return
 		}
@@ -282,7 +314,6 @@ func (in *csvInput) produce(br *bufio.Reader, line int, jobs chan<- *csvChunk) {
 			return
 		}
 		line += lines
-		carry = buf[cut:]
 	}
 }
 
@@ -313,6 +344,10 @@ func (in *csvInput) send(c *csvChunk, jobs chan<- *csvChunk) bool {
 // recordsEnd returns the length of the longest prefix of b made of whole
 // records (outside quotes, ending with '\n') and the number of lines in it.
 func recordsEnd(b []byte) (cut, lines int) {
+	// Usually the quotes before the last line end balance: it ends a record.
+	if last := bytes.LastIndexByte(b, '\n'); last >= 0 && bytes.Count(b[:last+1], quoteByte)&1 == 0 {
+		return last + 1, bytes.Count(b[:last+1], newlineByte)
+	}
 	odd := false
 	n := 0
 	for p := 0; p < len(b); {
@@ -332,7 +367,7 @@ func recordsEnd(b []byte) (cut, lines int) {
 	return cut, lines
 }
 
-var quoteByte = []byte{'"'}
+var quoteByte, newlineByte = []byte{'"'}, []byte{'\n'}
 
 func (in *csvInput) Next() (*Event, error) {
 	if in.err != nil {
@@ -506,6 +541,7 @@ type chunkParser struct {
 	acc    []byte
 	f      [numCols][]byte
 	recent [numCols][4]string
+	kinds  kindMask
 }
 
 func newChunkParser(name string, lean bool) *chunkParser {
@@ -556,6 +592,11 @@ func (p *chunkParser) parse(evs []Event, data []byte, line int) ([]Event, error)
 			}
 			raw = p.acc
 		} else {
+			if p.kinds != 0 {
+				if k, ok := quickKind(ln); ok && !p.kinds.has(k) {
+					continue
+				}
+			}
 			evs = append(evs, Event{})
 			if p.fast(&evs[len(evs)-1], ln, q) {
 				continue
@@ -566,7 +607,9 @@ func (p *chunkParser) parse(evs []Event, data []byte, line int) ([]Event, error)
 		if err != nil {
 			return evs, err
 		}
-		evs = append(evs, *e)
+		if p.kinds.has(e.Kind) {
+			evs = append(evs, *e)
+		}
 	}
 	return evs, nil
 }
@@ -616,14 +659,21 @@ func (p *chunkParser) fast(e *Event, ln []byte, quotes int) bool {
 			f[i] = ln[pos+1 : pos+1+j]
 			pos += j + 2
 			quoted++
-		} else {
-			// Unquoted fields are short: a byte loop beats IndexByte.
+		} else if i < colAttr {
+			// The first fields are short: a byte loop beats IndexByte.
 			j := pos
 			for j < len(ln) && ln[j] != ',' {
 				j++
 			}
 			f[i] = ln[pos:j]
 			pos = j
+		} else { // Attr and the call stacks can be long
+			j := bytes.IndexByte(ln[pos:], ',')
+			if j < 0 {
+				j = len(ln) - pos
+			}
+			f[i] = ln[pos : pos+j]
+			pos += j
 		}
 		if i == numCols-1 {
 			if pos != len(ln) {
@@ -704,6 +754,22 @@ func (p *chunkParser) str(col int, na bool) string {
 	r[0] = s
 	p.last[col] = s
 	return s
+}
+
+// quickKind reads the Event column of a one-line record whose first two
+// fields are plain; ok is false when it cannot tell.
+func quickKind(ln []byte) (Kind, bool) {
+	i := bytes.IndexByte(ln, ',')
+	if i <= 0 {
+		return 0, false
+	}
+	rest := ln[i+1:]
+	j := bytes.IndexByte(rest, ',')
+	if j <= 0 || rest[0] == '"' {
+		return 0, false
+	}
+	k := fastKind(rest[:j])
+	return k, k != 0
 }
 
 // fastKind is kindOf for the common kinds.
@@ -867,50 +933,31 @@ func findMark(marks []IneffMark, id uint64) (*IneffMark, bool) {
 	return &marks[i], true
 }
 
+// errNothingNew stops a rewrite that would change nothing.
+var errNothingNew = errors.New("nothing new")
+
 func addIneffCSV(path string, marks []IneffMark, progress func(done, total int64)) (int, error) {
-	// First pass: is there anything new at all?
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %v", path, err)
 	}
-	fi, _ := f.Stat()
+	defer f.Close()
 	total := int64(0)
-	if fi != nil {
+	if fi, err := f.Stat(); err == nil {
 		total = fi.Size()
 	}
-	added := 0
 	p := newChunkParser(path, false)
-	err = scanCSVRecords(f, path, func(raw []byte, line int, id uint64, ok bool) (bool, error) {
-		m, found := findMark(marks, id)
-		if !ok || !found {
-			return true, nil
-		}
-		e, err := p.one(raw, line)
-		if err != nil {
-			return false, err
-		}
-		if e.Kind == KindMalloc {
-			_, n := mergeIneff(e.Inefficient, m.Types)
-			added += n
-		}
-		return true, nil
-	}, nil)
-	f.Close()
-	if err != nil || added == 0 {
-		return 0, err
-	}
-	f, err = os.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %v", path, err)
-	}
-	defer f.Close()
 	cr := &countingReader{r: f}
+	added := 0
+	var inner error // the rewrite's own error, unwrapped
+	// One pass: records are copied as they are, except the MALLOC rows that
+	// get new results; a rewrite that added nothing is dropped.
 	err = safefs.Replace(path, func(w io.Writer) error {
 		bw := bufio.NewWriterSize(w, 1<<20)
 		cw := NewCSVWriter(bw)
 		cw.header = true
 		rows := 0
-		err := scanCSVRecords(cr, path, func(raw []byte, line int, id uint64, ok bool) (bool, error) {
+		inner = scanCSVRecords(cr, path, func(raw []byte, line int, id uint64, ok bool) (bool, error) {
 			if rows++; progress != nil && rows&0xffff == 0 {
 				progress(cr.n, total)
 			}
@@ -922,6 +969,7 @@ func addIneffCSV(path string, marks []IneffMark, progress func(done, total int64
 				if e.Kind == KindMalloc {
 					if s, n := mergeIneff(e.Inefficient, m.Types); n > 0 {
 						e.Inefficient = s
+						added += n
 						if err := cw.Write(e); err != nil {
 							return false, err
 						}
@@ -935,15 +983,23 @@ func addIneffCSV(path string, marks []IneffMark, progress func(done, total int64
 			_, err := bw.Write(raw)
 			return err
 		})
-		if err != nil {
-			return err
+		if inner != nil {
+			return inner
+		}
+		if added == 0 {
+			return errNothingNew
 		}
 		if progress != nil {
 			progress(total, total)
 		}
 		return bw.Flush()
 	})
-	if err != nil {
+	switch {
+	case inner != nil:
+		return 0, inner
+	case added == 0:
+		return 0, nil // nothing new: the file is left as it was
+	case err != nil:
 		return 0, err
 	}
 	return added, nil

@@ -426,3 +426,28 @@ func TestAddInefficient(t *testing.T) {
 		}
 	}
 }
+
+// Kinds keeps only the rows asked for, in CSV and DB alike.
+func TestOpenKinds(t *testing.T) {
+	dir := t.TempDir()
+	evs := append(sampleEvents(), manyEvents(2000)...)
+	for i := range evs {
+		evs[i].ID = uint64(i + 1)
+	}
+	csvPath := writeFile(t, dir, "k.csv", writeCSV(t, evs))
+	dbPath := filepath.Join(dir, "k.db")
+	writeDB(t, dbPath, evs)
+	kinds := []Kind{KindMalloc, KindMstx}
+	var want []Event
+	for _, e := range evs {
+		if e.Kind == KindMalloc || e.Kind == KindMstx {
+			want = append(want, e)
+		}
+	}
+	for _, p := range []string{csvPath, dbPath} {
+		got := readPath(t, p, OpenOptions{Kinds: kinds, Reuse: true})
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: %d events with Kinds, want %d", p, len(got), len(want))
+		}
+	}
+}

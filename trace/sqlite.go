@@ -252,7 +252,16 @@ func openSQLiteInput(path string, opt OpenOptions) (Input, error) {
 	for i, h := range cols {
 		q[i] = quoteIdent(h)
 	}
-	rows, err := c.query(`SELECT ` + strings.Join(q, ", ") + ` FROM ` + quoteIdent(SQLiteTable) + ` ORDER BY "ID"`)
+	where := ""
+	if len(opt.Kinds) > 0 {
+		// Filtered by SQLite while it scans the table in ID order.
+		var ks []string
+		for _, k := range opt.Kinds {
+			ks = append(ks, "'"+k.String()+"'")
+		}
+		where = ` NOT INDEXED WHERE "Event" IN (` + strings.Join(ks, ", ") + `)`
+	}
+	rows, err := c.query(`SELECT ` + strings.Join(q, ", ") + ` FROM ` + quoteIdent(SQLiteTable) + where + ` ORDER BY "ID"`)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("%s: %v", path, err)

@@ -240,6 +240,7 @@ func (w *SQLiteWriter) init() error {
 		"PRAGMA locking_mode=EXCLUSIVE",
 		"PRAGMA cache_size=-65536",
 		"PRAGMA temp_store=MEMORY",
+		"PRAGMA threads=2", // the index builds sort on two goroutines
 		"BEGIN",
 		"CREATE TABLE " + quoteIdent(SQLiteTable) + " (" + strings.Join(cols, ", ") + ")",
 	} {

@@ -117,7 +117,8 @@ func openInput(in string) (*streamInput, error) {
 		return nil, badInput(fmt.Errorf("--input %s: %v", in, errors.Unwrap(err)))
 	}
 	if !fi.IsDir() {
-		f, err := trace.Open(in, trace.OpenOptions{Lean: true, Reuse: true})
+		f, err := trace.Open(in, trace.OpenOptions{Lean: true, Reuse: true,
+			Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindKernelLaunch, trace.KindMalloc, trace.KindFree}})
 		if err != nil {
 			return nil, badInput(err)
 		}
