@@ -78,17 +78,23 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzAlign -fuzztime=5s ./analyzer/
 
 # The main job on a bundled example: a C program leaking inside mstx steps.
-demo: deps build
+demo: deps build venv
 	@mkdir -p $(BUILD)/demo
 	gcc -g -O0 -fno-omit-frame-pointer -I include -o $(BUILD)/demo/leak_demo examples/leak_demo.c -L$(BUILD)/lib -lmemscope -Wl,-rpath,$(abspath $(BUILD))/lib
 	rm -rf $(BUILD)/demo/out
 	$(CLI) --call-stack=c:8 --output=$(BUILD)/demo/out $(BUILD)/demo/leak_demo
 	@echo; echo "== leak report ($$(ls $(BUILD)/demo/out/msmemscope_*/analysis/leaks_*.csv))"; \
 	cat $(BUILD)/demo/out/msmemscope_*/analysis/leaks_*.csv | head -20
+	@echo; echo "== PyTorch: examples/train_mlp.py (decompose and inefficient summaries)"
+	rm -rf $(BUILD)/demo/torch_out
+	PYTHONPATH=$(abspath python) MSMEMSCOPE_LIB=$(abspath $(LIB)) MSMEMSCOPE_CLI=$(abspath $(CLI)) \
+		$(PYTHON) -m msmemscope run --output=$(BUILD)/demo/torch_out --collect-mode=deferred \
+		--events=alloc,free,launch,access --analysis=decompose,inefficient examples/train_mlp.py
 
 bench: deps build venv
 	$(PYTHON) -m pip install -q memray
 	bash bench/run.sh
+	bash bench/torch.sh
 	bash bench/python.sh
 	bash bench/offline.sh
 
