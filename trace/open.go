@@ -917,6 +917,28 @@ func AddInefficient(path string, marks []IneffMark, progress func(done, total in
 	return addIneffCSV(path, marks, progress)
 }
 
+// markCursor finds marks by ID in a file whose IDs ascend: it moves
+// forward through marks, and searches only when an ID goes back.
+type markCursor struct {
+	marks []IneffMark
+	i     int
+	last  uint64
+}
+
+func (c *markCursor) find(id uint64) (*IneffMark, bool) {
+	if id < c.last {
+		return findMark(c.marks, id)
+	}
+	c.last = id
+	for c.i < len(c.marks) && c.marks[c.i].ID < id {
+		c.i++
+	}
+	if c.i < len(c.marks) && c.marks[c.i].ID == id {
+		return &c.marks[c.i], true
+	}
+	return nil, false
+}
+
 func findMark(marks []IneffMark, id uint64) (*IneffMark, bool) {
 	i, ok := slices.BinarySearchFunc(marks, id, func(m IneffMark, id uint64) int {
 		switch {
@@ -950,6 +972,7 @@ func addIneffCSV(path string, marks []IneffMark, progress func(done, total int64
 	cr := &countingReader{r: f}
 	added := 0
 	var inner error // the rewrite's own error, unwrapped
+	cur := &markCursor{marks: marks}
 	// One pass: records are copied as they are, except the MALLOC rows that
 	// get new results; a rewrite that added nothing is dropped.
 	err = safefs.Replace(path, func(w io.Writer) error {
@@ -961,7 +984,11 @@ func addIneffCSV(path string, marks []IneffMark, progress func(done, total int64
 			if rows++; progress != nil && rows&0xffff == 0 {
 				progress(cr.n, total)
 			}
-			if m, found := findMark(marks, id); ok && found {
+			if !ok {
+				_, err := bw.Write(raw)
+				return err == nil, err
+			}
+			if m, found := cur.find(id); found {
 				e, err := p.one(raw, line)
 				if err != nil {
 					return false, err
