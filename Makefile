@@ -94,9 +94,9 @@ demo: deps build venv
 bench: deps build venv
 	$(PYTHON) -m pip install -q memray
 	bash bench/run.sh
-	bash bench/torch.sh
 	bash bench/python.sh
 	bash bench/offline.sh
+	bash bench/torch.sh
 
 clean:
 	rm -rf $(BUILD)
