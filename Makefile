@@ -96,7 +96,7 @@ bench: deps build venv
 	bash bench/run.sh
 	bash bench/python.sh
 	bash bench/offline.sh
-	bash bench/torch.sh
+	{ echo; echo "## PyTorch training loop (issue 4)"; echo; echo '```'; bash bench/torch.sh; echo '```'; } | tee -a bench/results.md
 
 clean:
 	rm -rf $(BUILD)
