@@ -689,6 +689,13 @@ func (p *chunkParser) fast(e *Event, ln []byte, quotes int) bool {
 	if quotes != 2*quoted { // a quote inside a field
 		return false
 	}
+	return p.fill(e)
+}
+
+// fill parses the fields in p.f into e, or reports false when the slow path
+// must say what is wrong.
+func (p *chunkParser) fill(e *Event) bool {
+	f := &p.f
 	var ok bool
 	if e.ID, ok = parseUintDec(f[colID]); !ok {
 		return false

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -12,7 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"modernc.org/libc"
 	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // SQLite dumps (SPEC §2.2): table memscope_dump with exactly the CSV's
@@ -206,7 +209,6 @@ func dbString(v driver.Value) (string, bool) {
 }
 
 type sqliteInput struct {
-	c     *sqliteConn
 	path  string
 	lean  bool
 	maxID int64
@@ -236,7 +238,7 @@ func openSQLiteInput(path string, opt OpenOptions) (Input, error) {
 		c.Close()
 		return nil, err
 	}
-	in := &sqliteInput{c: c, path: path, lean: opt.Lean, out: make(chan sqliteBatchRes, 4), stop: make(chan struct{})}
+	in := &sqliteInput{path: path, lean: opt.Lean, out: make(chan sqliteBatchRes, 4), stop: make(chan struct{})}
 	if rows, err := c.query(`SELECT max("ID") FROM ` + quoteIdent(SQLiteTable)); err == nil {
 		v := make([]driver.Value, 1)
 		if rows.Next(v) == nil {
@@ -244,6 +246,7 @@ func openSQLiteInput(path string, opt OpenOptions) (Input, error) {
 		}
 		rows.Close()
 	}
+	c.Close()
 	cols := CSVHeader
 	if opt.Lean {
 		cols = CSVHeader[:colPyStack]
@@ -261,39 +264,69 @@ func openSQLiteInput(path string, opt OpenOptions) (Input, error) {
 		}
 		where = ` NOT INDEXED WHERE "Event" IN (` + strings.Join(ks, ", ") + `)`
 	}
-	rows, err := c.query(`SELECT ` + strings.Join(q, ", ") + ` FROM ` + quoteIdent(SQLiteTable) + where + ` ORDER BY "ID"`)
+	// Rows are read through SQLite's C API: their text is parsed where
+	// SQLite holds it, as the CSV input parses its buffer.
+	r, err := rawOpenReadOnly(path)
 	if err != nil {
-		c.Close()
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	stmt, err := r.prepare(`SELECT ` + strings.Join(q, ", ") + ` FROM ` + quoteIdent(SQLiteTable) + where + ` ORDER BY "ID"`)
+	if err != nil {
+		r.close()
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	in.wg.Add(1)
-	go in.produce(rows, len(cols))
+	go in.produce(r, stmt, len(cols))
 	return in, nil
 }
 
-func (in *sqliteInput) produce(rows driver.Rows, ncols int) {
+func (in *sqliteInput) produce(r *rawDB, stmt uintptr, ncols int) {
 	defer in.wg.Done()
 	defer close(in.out)
-	defer rows.Close()
+	defer r.close()
+	defer r.finalize(stmt)
 	const size = 2048
-	v := make([]driver.Value, ncols)
-	conv := &dbRow{intern: interner{m: make(map[string]string, 256)}, lean: in.lean}
+	p := newChunkParser(in.path, in.lean)
+	conv := &dbRow{intern: p.intern, lean: in.lean}
+	var ints [numCols][]byte // integer columns as text, for the parser
 	n := 0
 	for {
 		b := make([]Event, 0, size)
 		var err error
 		for len(b) < size {
-			if err = rows.Next(v); err != nil {
+			rc := sqlite3.Xsqlite3_step(r.tls, stmt)
+			if rc == sqlite3.SQLITE_DONE {
+				err = io.EOF
+				break
+			}
+			if rc != sqlite3.SQLITE_ROW {
+				err = errors.New(r.errmsg())
 				break
 			}
 			n++
+			for i := 0; i < ncols; i++ {
+				if sqlite3.Xsqlite3_column_type(r.tls, stmt, int32(i)) == sqlite3.SQLITE_INTEGER {
+					ints[i] = strconv.AppendInt(ints[i][:0], sqlite3.Xsqlite3_column_int64(r.tls, stmt, int32(i)), 10)
+					p.f[i] = ints[i]
+					continue
+				}
+				t := sqlite3.Xsqlite3_column_text(r.tls, stmt, int32(i))
+				p.f[i] = libc.GoBytes(t, int(sqlite3.Xsqlite3_column_bytes(r.tls, stmt, int32(i))))
+			}
 			b = append(b, Event{})
-			if err = conv.fill(&b[len(b)-1], v); err != nil {
+			e := &b[len(b)-1]
+			if p.fill(e) {
+				in.at.Store(int64(e.ID))
+				continue
+			}
+			// The slow path, for CSVReader's rules and messages.
+			*e = Event{}
+			if err = conv.fill(e, rawValues(r, stmt, ncols)); err != nil {
 				b = b[:len(b)-1]
 				err = fmt.Errorf("%s: row %d: %v", in.path, n, err)
 				break
 			}
-			in.at.Store(int64(b[len(b)-1].ID))
+			in.at.Store(int64(e.ID))
 		}
 		if err == io.EOF {
 			err = nil
@@ -311,6 +344,22 @@ func (in *sqliteInput) produce(rows driver.Rows, ncols int) {
 			return
 		}
 	}
+}
+
+// rawValues is the current row as driver values (NULL as nil).
+func rawValues(r *rawDB, stmt uintptr, ncols int) []driver.Value {
+	v := make([]driver.Value, ncols)
+	for i := range v {
+		switch sqlite3.Xsqlite3_column_type(r.tls, stmt, int32(i)) {
+		case sqlite3.SQLITE_NULL:
+		case sqlite3.SQLITE_INTEGER:
+			v[i] = sqlite3.Xsqlite3_column_int64(r.tls, stmt, int32(i))
+		default:
+			t := sqlite3.Xsqlite3_column_text(r.tls, stmt, int32(i))
+			v[i] = string(libc.GoBytes(t, int(sqlite3.Xsqlite3_column_bytes(r.tls, stmt, int32(i)))))
+		}
+	}
+	return v
 }
 
 // dbRow turns a row of memscope_dump into an event, with CSVReader's rules.
@@ -466,7 +515,6 @@ func (in *sqliteInput) Close() error {
 	in.once.Do(func() {
 		close(in.stop)
 		in.wg.Wait()
-		in.c.Close()
 	})
 	return nil
 }

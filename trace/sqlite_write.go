@@ -37,6 +37,15 @@ type rawDB struct {
 }
 
 func rawOpen(path string) (*rawDB, error) {
+	return rawOpenFlags(path, sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_CREATE)
+}
+
+// rawOpenReadOnly opens an existing database for reading.
+func rawOpenReadOnly(path string) (*rawDB, error) {
+	return rawOpenFlags(path, sqlite3.SQLITE_OPEN_READONLY)
+}
+
+func rawOpenFlags(path string, flags int32) (*rawDB, error) {
 	tls := libc.NewTLS()
 	cpath, err := libc.CString(path)
 	if err != nil {
@@ -44,8 +53,7 @@ func rawOpen(path string) (*rawDB, error) {
 		return nil, err
 	}
 	r := &rawDB{tls: tls}
-	rc := sqlite3.Xsqlite3_open_v2(tls, cpath, uintptr(unsafe.Pointer(&r.out)),
-		sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_CREATE|sqlite3.SQLITE_OPEN_NOMUTEX, 0)
+	rc := sqlite3.Xsqlite3_open_v2(tls, cpath, uintptr(unsafe.Pointer(&r.out)), flags|sqlite3.SQLITE_OPEN_NOMUTEX, 0)
 	runtime.KeepAlive(r)
 	libc.Xfree(tls, cpath)
 	r.db = r.out
