@@ -246,9 +246,12 @@ func (w *SQLiteWriter) init() error {
 		"PRAGMA journal_mode=OFF",
 		"PRAGMA synchronous=OFF",
 		"PRAGMA locking_mode=EXCLUSIVE",
-		"PRAGMA cache_size=-65536",
-		"PRAGMA temp_store=MEMORY",
-		"PRAGMA threads=2", // the index builds sort on two goroutines
+		// A modest cache, and the index builds' sort runs spilled to temporary
+		// files: a bigger cache or sorting in memory (or on more threads) was
+		// no faster here, and it took the writer from about 110 MB to 370 MB
+		// of RSS (it may run inside the traced program, at stop()).
+		"PRAGMA cache_size=-16384",
+		"PRAGMA temp_store=FILE",
 		"BEGIN",
 		"CREATE TABLE " + quoteIdent(SQLiteTable) + " (" + strings.Join(cols, ", ") + ")",
 	} {
