@@ -11,7 +11,7 @@ LIB=$ROOT/build/lib/libmemscope.so
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 REPS=${REPS:-3}
 WORK=$ROOT/bench/work-py
-OUT=$ROOT/bench/results.md
+OUT=${RESULTS:-$ROOT/bench/results.md}
 rm -rf "$WORK" && mkdir -p "$WORK"
 cat >"$WORK/objects.py" <<'PY'
 import time

@@ -17,7 +17,7 @@ CLI=$ROOT/build/bin/msmemscope
 PAIRS=${PAIRS:-20000000}
 REPS=${REPS:-3}
 WORK=$ROOT/bench/work
-OUT=$ROOT/bench/results.md
+OUT=${RESULTS:-$ROOT/bench/results.md}
 rm -rf "$WORK" && mkdir -p "$WORK"
 gcc -O2 -g -fno-omit-frame-pointer -o "$WORK/malloc_bench" bench/malloc_bench.c -lpthread
 
