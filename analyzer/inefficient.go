@@ -394,12 +394,12 @@ func CheckInefficient(path string, opt IneffOptions, prog *Progress) (*IneffRepo
 		return nil, fmt.Errorf("idle_threshold must be a positive integer")
 	}
 	defer prog.Done()
-	r, err := analyzeInefficient(path, opt, prog)
+	r, offs, err := analyzeInefficientOffsets(path, opt, prog)
 	if err != nil {
 		return nil, err
 	}
 	prog.Phase("check_inefficient: writing results")
-	r.Added, err = trace.AddInefficient(path, r.Marks(), func(done, total int64) {
+	r.Added, err = trace.AddInefficient(path, r.Marks(), offs, func(done, total int64) {
 		prog.Func(func() (int64, int64) { return done, total })
 	})
 	if err != nil {
@@ -410,10 +410,17 @@ func CheckInefficient(path string, opt IneffOptions, prog *Progress) (*IneffRepo
 }
 
 func analyzeInefficient(path string, opt IneffOptions, prog *Progress) (*IneffReport, error) {
-	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true,
+	r, _, err := analyzeInefficientOffsets(path, opt, prog)
+	return r, err
+}
+
+// analyzeInefficientOffsets runs the analysis and returns where the MALLOC
+// rows start when the file is a CSV.
+func analyzeInefficientOffsets(path string, opt IneffOptions, prog *Progress) (*IneffReport, []trace.RowOffset, error) {
+	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true, IndexMallocs: true,
 		Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindMalloc, trace.KindFree, trace.KindAccess}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer in.Close()
 	prog.Track(in)
@@ -421,7 +428,7 @@ func analyzeInefficient(path string, opt IneffOptions, prog *Progress) (*IneffRe
 	for {
 		e, err := in.Next()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if e == nil {
 			break
@@ -430,7 +437,10 @@ func analyzeInefficient(path string, opt IneffOptions, prog *Progress) (*IneffRe
 	}
 	r := a.Finish()
 	r.Input = path
-	return r, nil
+	if len(r.Marks()) == 0 {
+		return r, nil, nil
+	}
+	return r, in.RowOffsets(), nil
 }
 
 // Summary is the console report of check_inefficient.

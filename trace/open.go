@@ -36,7 +36,16 @@ type Input interface {
 	// of each row whose ID is in ids, which must be sorted. It reads the
 	// file again and leaves Next's position alone.
 	Lookup(ids []uint64, fn func(*Event) error) error
+	// RowOffsets returns where the MALLOC rows returned so far start in the
+	// file, by ID (a CSV opened with IndexMallocs; nil otherwise).
+	RowOffsets() []RowOffset
 	Close() error
+}
+
+// RowOffset is where a row starts in a CSV file.
+type RowOffset struct {
+	ID  uint64
+	Off int64
 }
 
 // OpenOptions tune Open.
@@ -52,6 +61,10 @@ type OpenOptions struct {
 	// valid only until a few thousand more have been read. For analyses
 	// that copy what they keep; it saves allocating and collecting.
 	Reuse bool
+	// IndexMallocs makes a CSV input remember where each MALLOC row it
+	// returns starts in the file (RowOffsets): AddInefficient then copies
+	// the rest of the file without reading it.
+	IndexMallocs bool
 	// Kinds, when not empty, keeps only rows of these kinds: the others
 	// are skipped as soon as their Event column is read, unchecked beyond
 	// it (an analysis needs only its rows to be well formed).
@@ -151,11 +164,13 @@ type csvChunk struct {
 	buf  *[]byte // the buffer data is in, to recycle
 	data []byte  // whole records (the last chunk: whatever is left)
 	line int     // the line number of data's first line, 1-based
+	off  int64   // the file offset of data
 	res  chan csvResult
 }
 
 type csvResult struct {
 	events []Event
+	offs   []RowOffset // of the MALLOC rows, with IndexMallocs
 	err    error
 }
 
@@ -174,6 +189,8 @@ type csvInput struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 
+	index   bool
+	offs    []RowOffset
 	cur     []Event
 	i       int
 	pending error
@@ -182,10 +199,12 @@ type csvInput struct {
 }
 
 func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*csvInput, error) {
-	in := &csvInput{f: f, path: path, size: size, lean: opt.Lean, reuse: opt.Reuse, kinds: maskOf(opt.Kinds), stop: make(chan struct{})}
+	in := &csvInput{f: f, path: path, size: size, lean: opt.Lean, reuse: opt.Reuse, kinds: maskOf(opt.Kinds),
+		index: opt.IndexMallocs, stop: make(chan struct{})}
 	br := bufio.NewReaderSize(f, 64<<10)
 	// The header, checked as CSVReader checks it.
-	hr, err := NewCSVReader(&headerOnly{br: br}, path)
+	ho := &headerOnly{br: br}
+	hr, err := NewCSVReader(ho, path)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +221,7 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 			defer in.wg.Done()
 			p := newChunkParser(path, opt.Lean)
 			p.kinds = in.kinds
+			p.index = in.index
 			for c := range jobs {
 				var evs []Event
 				if in.reuse {
@@ -209,11 +229,12 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 						evs = (*b)[:0]
 					}
 				}
-				evs, err := p.parse(evs, c.data, c.line)
+				p.offs = nil
+				evs, err := p.parse(evs, c.data, c.line, c.off)
 				if c.buf != nil { // events hold no reference to the chunk's bytes
 					in.bufs.Put(c.buf)
 				}
-				c.res <- csvResult{evs, err}
+				c.res <- csvResult{evs, p.offs, err}
 			}
 		}()
 	}
@@ -222,7 +243,7 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 		defer in.wg.Done()
 		defer close(jobs)
 		defer close(in.order)
-		in.produce(br, hdrLines+1, jobs)
+		in.produce(br, hdrLines+1, ho.n, jobs)
 	}()
 	return in, nil
 }
@@ -230,6 +251,7 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 // headerOnly reads one line at most from br: NewCSVReader must consume the
 // header row and nothing else.
 type headerOnly struct {
+	n     int64 // bytes read
 	br    *bufio.Reader
 	done  bool
 	quot  bool // inside a quoted field
@@ -251,6 +273,7 @@ func (h *headerOnly) Read(p []byte) (int, error) {
 		}
 		p[n] = c
 		n++
+		h.n++
 		if c == '"' {
 			h.quot = !h.quot
 		}
@@ -268,7 +291,7 @@ func (h *headerOnly) Read(p []byte) (int, error) {
 }
 
 // produce cuts the file into chunks of whole records.
-func (in *csvInput) produce(br *bufio.Reader, line int, jobs chan<- *csvChunk) {
+func (in *csvInput) produce(br *bufio.Reader, line int, off int64, jobs chan<- *csvChunk) {
 	var carry []byte
 	eof := false
 	for !eof {
@@ -305,7 +328,7 @@ func (in *csvInput) produce(br *bufio.Reader, line int, jobs chan<- *csvChunk) {
 			carry = append([]byte(nil), buf...)
 			continue
 		}
-		c := &csvChunk{buf: bp, data: buf[:cut], line: line, res: make(chan csvResult, 1)}
+		c := &csvChunk{buf: bp, data: buf[:cut], line: line, off: off, res: make(chan csvResult, 1)}
 		carry = append(carry[:0], buf[cut:]...) // before the chunk is parsed and recycled
 		if !in.send(c, jobs) {
 			return
@@ -314,6 +337,7 @@ func (in *csvInput) produce(br *bufio.Reader, line int, jobs chan<- *csvChunk) {
 			return
 		}
 		line += lines
+		off += int64(cut)
 	}
 }
 
@@ -387,6 +411,9 @@ func (in *csvInput) Next() (*Event, error) {
 			return nil, nil
 		}
 		r := <-c.res
+		if in.index {
+			in.offs = append(in.offs, r.offs...)
+		}
 		if in.reuse && in.cur != nil {
 			b := in.cur[:0]
 			in.pool.Put(&b)
@@ -397,6 +424,8 @@ func (in *csvInput) Next() (*Event, error) {
 	in.i++
 	return e, nil
 }
+
+func (in *csvInput) RowOffsets() []RowOffset { return in.offs }
 
 func (in *csvInput) Path() string   { return in.path }
 func (in *csvInput) Format() string { return FormatCSV }
@@ -542,6 +571,8 @@ type chunkParser struct {
 	f      [numCols][]byte
 	recent [numCols][4]string
 	kinds  kindMask
+	index  bool        // record where MALLOC rows start
+	offs   []RowOffset // ... here
 }
 
 func newChunkParser(name string, lean bool) *chunkParser {
@@ -558,11 +589,13 @@ func newChunkParser(name string, lean bool) *chunkParser {
 
 // parse parses the records of data, whose first line is line number line.
 // It returns the events before the first bad record and its error.
-func (p *chunkParser) parse(evs []Event, data []byte, line int) ([]Event, error) {
+func (p *chunkParser) parse(evs []Event, data []byte, line int, off int64) ([]Event, error) {
 	if n := bytes.Count(data, []byte{'\n'}) + 1; cap(evs) < n {
 		evs = make([]Event, 0, n)
 	}
+	end := off + int64(len(data)) // the offset where data ends
 	for len(data) > 0 {
+		at := end - int64(len(data)) // where this record starts
 		i := bytes.IndexByte(data, '\n')
 		var ln []byte
 		if i < 0 {
@@ -598,7 +631,10 @@ func (p *chunkParser) parse(evs []Event, data []byte, line int) ([]Event, error)
 				}
 			}
 			evs = append(evs, Event{})
-			if p.fast(&evs[len(evs)-1], ln, q) {
+			if e := &evs[len(evs)-1]; p.fast(e, ln, q) {
+				if p.index && e.Kind == KindMalloc {
+					p.offs = append(p.offs, RowOffset{e.ID, at})
+				}
 				continue
 			}
 			evs = evs[:len(evs)-1]
@@ -609,6 +645,9 @@ func (p *chunkParser) parse(evs []Event, data []byte, line int) ([]Event, error)
 		}
 		if p.kinds.has(e.Kind) {
 			evs = append(evs, *e)
+			if p.index && e.Kind == KindMalloc {
+				p.offs = append(p.offs, RowOffset{e.ID, at})
+			}
 		}
 	}
 	return evs, nil
@@ -910,7 +949,12 @@ func mergeIneff(old string, types []string) (string, int) {
 // updated in one transaction. Nothing is written when nothing is new; on an
 // error the file is left as it was. progress, when set, is told how far the
 // rewrite has got (done, total). It returns the number of results added.
-func AddInefficient(path string, marks []IneffMark, progress func(done, total int64)) (int, error) {
+//
+// offs, when given (Input.RowOffsets of the pass that found the results),
+// says where the MALLOC rows start in a CSV: the rows in between are then
+// copied by the kernel without being read. Offsets that do not match the
+// file are ignored.
+func AddInefficient(path string, marks []IneffMark, offs []RowOffset, progress func(done, total int64)) (int, error) {
 	if len(marks) == 0 {
 		return 0, nil
 	}
@@ -921,7 +965,124 @@ func AddInefficient(path string, marks []IneffMark, progress func(done, total in
 	if format == FormatDB {
 		return addIneffDB(path, marks)
 	}
+	if len(offs) > 0 {
+		if n, err := addIneffCSVAt(path, marks, offs, progress); err != errStale {
+			return n, err
+		}
+	}
 	return addIneffCSV(path, marks, progress)
+}
+
+// errStale says that row offsets do not match the file.
+var errStale = errors.New("row offsets do not match the file")
+
+// addIneffCSVAt is addIneffCSV with the offsets of the MALLOC rows known:
+// the spans between the rows that change are copied with copy_file_range.
+func addIneffCSVAt(path string, marks []IneffMark, offs []RowOffset, progress func(done, total int64)) (int, error) {
+	if !slices.IsSortedFunc(offs, func(a, b RowOffset) int { return cmpU64(a.ID, b.ID) }) {
+		return 0, errStale
+	}
+	src, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %v", path, err)
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %v", path, err)
+	}
+	size := st.Size()
+	p := newChunkParser(path, false)
+	br := bufio.NewReaderSize(nil, 64<<10)
+	var acc []byte
+	added := 0
+	var inner error
+	err = safefs.Replace(path, func(w io.Writer) error {
+		cw := NewCSVWriter(w)
+		cw.header = true
+		pos := int64(0)
+		copyTo := func(end int64) error {
+			if _, err := src.Seek(pos, io.SeekStart); err != nil {
+				return err
+			}
+			if _, err := io.CopyN(w, src, end-pos); err != nil {
+				return err
+			}
+			pos = end
+			return nil
+		}
+		for _, m := range marks {
+			i, ok := slices.BinarySearchFunc(offs, m.ID, func(r RowOffset, id uint64) int { return cmpU64(r.ID, id) })
+			if !ok {
+				inner = errStale
+				return inner
+			}
+			off := offs[i].Off
+			if off < pos || off >= size {
+				inner = errStale
+				return inner
+			}
+			br.Reset(io.NewSectionReader(src, off, size-off))
+			raw, _, _, err := readRawRecord(br, acc)
+			acc = raw
+			if err != nil {
+				inner = errStale
+				return inner
+			}
+			if id, ok := leadingID(raw); !ok || id != m.ID {
+				inner = errStale
+				return inner
+			}
+			e, err := p.one(raw, 0)
+			if err != nil || e.Kind != KindMalloc {
+				inner = errStale // the scan reports it with its line
+				return inner
+			}
+			s, n := mergeIneff(e.Inefficient, m.Types)
+			if n == 0 {
+				continue
+			}
+			if err := copyTo(off); err != nil {
+				return err
+			}
+			e.Inefficient = s
+			if err := cw.Write(e); err != nil {
+				return err
+			}
+			if err := cw.flushBuf(); err != nil {
+				return err
+			}
+			added += n
+			pos = off + int64(len(raw))
+			if progress != nil {
+				progress(pos, size)
+			}
+		}
+		if added == 0 {
+			inner = errNothingNew
+			return inner
+		}
+		return copyTo(size)
+	})
+	switch {
+	case inner == errStale:
+		return 0, errStale
+	case added == 0:
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return added, nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // markCursor finds marks by ID in a file whose IDs ascend: it moves

@@ -505,6 +505,9 @@ func replay(err error) chan sqliteBatchRes {
 	return ch
 }
 
+// RowOffsets is nil: rows of a database are found by ID.
+func (in *sqliteInput) RowOffsets() []RowOffset { return nil }
+
 func (in *sqliteInput) Path() string   { return in.path }
 func (in *sqliteInput) Format() string { return FormatDB }
 func (in *sqliteInput) Progress() (int64, int64) {
