@@ -569,7 +569,7 @@ type chunkParser struct {
 	rd     bytes.Reader
 	acc    []byte
 	f      [numCols][]byte
-	recent [numCols][4]string
+	recent [numCols][8]string
 	kinds  kindMask
 	index  bool        // record where MALLOC rows start
 	offs   []RowOffset // ... here
@@ -836,6 +836,9 @@ func fastKind(b []byte) Kind {
 // leanAttr parses the typed pairs of an Attr column as parseAttr does and
 // skips the others; it reports false for anything parseAttr might refuse
 // (the slow path then says why).
+// attrValueStop marks the bytes that end (',') or spoil ('{', '}') a value.
+var attrValueStop = [256]uint8{',': 1, '{': 1, '}': 1}
+
 func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 	e.AllocID, e.Size, e.Owner, e.Inefficient, e.Shadow, e.MstxID = 0, 0, "", "", false, 0
 	e.Extra = nil
@@ -855,11 +858,11 @@ func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 		k := body[ks:i]
 		i++
 		vs := i
-		for i < len(body) && body[i] != ',' {
-			if c := body[i]; c == '{' || c == '}' {
-				return false
-			}
+		for i < len(body) && attrValueStop[body[i]] == 0 {
 			i++
+		}
+		if i < len(body) && body[i] != ',' {
+			return false // '{' or '}' in a value
 		}
 		v := body[vs:i]
 		if i < len(body) { // past the ','; a trailing ',' leaves an empty pair
