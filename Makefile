@@ -75,6 +75,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseAttr -fuzztime=5s ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzCSVReader -fuzztime=5s ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzOpenCSV -fuzztime=5s ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzSQLiteRoundTrip -fuzztime=5s ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzAlign -fuzztime=5s ./analyzer/
 
 # The main job on a bundled example: a C program leaking inside mstx steps.
