@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 N=${OFFLINE_EVENTS:-10000000}
 WORK=${OFFLINE_WORK:-$ROOT/bench/work_offline}
-OUT=${OFFLINE_RESULTS:-$ROOT/bench/results.md}
+OUT=${OFFLINE_RESULTS:-${RESULTS:-$ROOT/bench/results.md}}
 LIB=$ROOT/build/lib/libmemscope.so
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 GO=${GO:-go}
