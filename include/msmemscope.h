@@ -22,6 +22,22 @@ int msmemscope_step(void);
  * same report. Returns -1 on error, with the message in buf. */
 int msmemscope_get_mem_report(char *buf, int n);
 
+/* The peak timeline of a finished capture (a capture folder, or an output
+ * folder holding one): JSON [[t_ms, max_live_bytes], ...], and the per-site
+ * report at the maximum of the interval holding t_ms. Same buffer contract
+ * as msmemscope_get_mem_report. */
+int msmemscope_get_all_time_size(const char *input, int interval_ms, char *buf, int n);
+int msmemscope_get_mem_report_with_time(const char *input, long long t_ms, int interval_ms, char *buf, int n);
+
+/* Offline analyses (SPEC §6) over CSV or DB dumps. Each returns a JSON
+ * string {"ok": true, "result": ...} or {"ok": false, "error": ...} to be
+ * released with msmemscope_free_string. kwargs is a JSON object of the
+ * analyzer's parameters (msmemscope_analyzer_config lists them). */
+char *msmemscope_list_analyzers(void);
+char *msmemscope_analyzer_config(const char *name);
+char *msmemscope_analyze(const char *name, const char *kwargs);
+void msmemscope_free_string(char *s);
+
 #ifdef __cplusplus
 }
 #endif

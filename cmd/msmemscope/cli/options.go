@@ -129,7 +129,7 @@ var valued = []option{
 		func(c config.Config) string { return strconv.Itoa(c.LogFiles) }},
 	{"log-file-mb", "M", "size of a spool file in MiB with --log-mode=rotate, in [1,10240]",
 		func(c config.Config) string { return strconv.Itoa(c.LogFileMB) }},
-	{"input", "A[,B]", "capture folder(s) to process offline; two with --compare; each path at most 4096 bytes",
+	{"input", "A[,B]", "a capture folder, or a memscope_dump CSV/DB file, to process offline; two with --compare; each path at most 4096 bytes",
 		func(c config.Config) string { return "" }},
 	{"interval-ms", "N", "interval of --timeline in milliseconds, in [1,3600000]",
 		func(c config.Config) string { return strconv.Itoa(DefaultIntervalMs) }},
