@@ -251,27 +251,33 @@ func LogFiles(dir string) []string {
 	return m
 }
 
-// ReadLog decompresses one rotated log (whole frames; a frame cut off by a
-// kill ends it).
+// decoder is shared: DecodeAll is safe for concurrent use.
+var logDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0))
+
+// ReadLog decompresses one rotated log. A frame cut off by a kill ends it:
+// the frames before it are kept (the spool reader keeps whole events only).
 func ReadLog(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	z, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	d, err := zstd.NewReader(f, zstd.WithDecoderConcurrency(1))
-	if err != nil {
-		return nil, err
+	// Our frames carry their size: decoding them all at once into one buffer
+	// avoids regrowing it (the parallel timeline decodes a log per goroutine).
+	out, err := logDecoder.DecodeAll(z, make([]byte, 0, 10*len(z)))
+	if err == nil {
+		return out, nil
+	}
+	// Damaged or truncated: decode frame by frame, as far as they go.
+	d, derr := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1))
+	if derr != nil {
+		return nil, fmt.Errorf("%s: %v", path, derr)
 	}
 	defer d.Close()
-	var out bytes.Buffer
-	_, err = io.Copy(&out, d)
-	if err != nil && out.Len() < trace.SpoolHdrSize {
+	var buf bytes.Buffer
+	if _, err := io.Copy(&buf, d); err != nil && buf.Len() < trace.SpoolHdrSize {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
-	// A truncated last frame: keep what decoded (the spool reader keeps whole
-	// events only).
-	return out.Bytes(), nil
+	return buf.Bytes(), nil
 }
 
 // combineLogs writes the rotated logs still on disk and late.bin into one raw
