@@ -157,15 +157,8 @@ func scanNumber[T string | []byte](body T, i int, hex bool) (n uint64, j int, ok
 		j += 2
 		start := j
 		for ; j < len(body); j++ {
-			c := body[j]
-			switch {
-			case c >= '0' && c <= '9':
-				c -= '0'
-			case c >= 'a' && c <= 'f':
-				c -= 'a' - 10
-			case c >= 'A' && c <= 'F':
-				c -= 'A' - 10
-			default:
+			c, ok := hexVal(body[j])
+			if !ok {
 				return n, j, j > start && j-start <= 16
 			}
 			n = n<<4 | uint64(c)
@@ -238,10 +231,17 @@ func typedKey[T string | []byte](kind Kind, k T) (uint16, bool) {
 }
 
 func setTyped[T string | []byte](e *Event, s, k, v T, bit uint16, val func(T) string) error {
-	var ok bool
-	switch bit {
-	case 0:
+	if bit == 0 || applyTyped(e, bit, v, val) {
 		return nil
+	}
+	return attrError(s, fmt.Sprintf("bad %s %q", string(k), string(v)))
+}
+
+// applyTyped stores the value of a typed Attr key (bit) in e; false when it
+// does not parse. Shared by the reader and the fast path of trace.Open.
+func applyTyped[T string | []byte](e *Event, bit uint16, v T, val func(T) string) bool {
+	ok := true
+	switch bit {
 	case bitAllocID, bitAccessAllocID:
 		e.AllocID, ok = parseUintDec(v)
 	case bitSize, bitAccessSize:
@@ -252,21 +252,20 @@ func setTyped[T string | []byte](e *Event, s, k, v T, bit uint16, val func(T) st
 		e.Ptr, ok = parseHexPtr(v)
 		e.HasPtr = ok
 	case bitOwner:
-		e.Owner, ok = val(v), true
+		e.Owner = val(v)
 	case bitInefficient:
-		e.Inefficient, ok = val(v), true
+		e.Inefficient = val(v)
 	case bitShadow:
 		switch string(v) {
 		case "true":
-			e.Shadow, ok = true, true
+			e.Shadow = true
 		case "false":
-			e.Shadow, ok = false, true
+			e.Shadow = false
+		default:
+			ok = false
 		}
 	}
-	if !ok {
-		return attrError(s, fmt.Sprintf("bad %s %q", string(k), string(v)))
-	}
-	return nil
+	return ok
 }
 
 func required[T string | []byte](e *Event, s T, seen uint16) error {
@@ -335,15 +334,8 @@ func parseHexPtr[T string | []byte](s T) (uint64, bool) {
 	}
 	var n uint64
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
+		c, ok := hexVal(s[i])
+		if !ok {
 			return 0, false
 		}
 		n = n<<4 | uint64(c)
@@ -371,4 +363,17 @@ func parseIntDec[T string | []byte](s T) (int64, bool) {
 		return 0, false
 	}
 	return int64(u), true
+}
+
+// hexVal is the value of one hex digit.
+func hexVal(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }

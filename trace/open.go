@@ -881,32 +881,7 @@ func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 			}
 			seen |= bit
 		}
-		ok := true
-		switch bit {
-		case bitAllocID, bitAccessAllocID:
-			e.AllocID, ok = parseUintDec(v)
-		case bitSize, bitAccessSize:
-			e.Size, ok = parseUintDec(v)
-		case bitMstxID:
-			e.MstxID, ok = parseUintDec(v)
-		case bitAddr:
-			e.Ptr, ok = parseHexPtr(v)
-			e.HasPtr = ok
-		case bitOwner:
-			e.Owner = intern(v)
-		case bitInefficient:
-			e.Inefficient = intern(v)
-		case bitShadow:
-			switch string(v) {
-			case "true":
-				e.Shadow = true
-			case "false":
-				e.Shadow = false
-			default:
-				ok = false
-			}
-		}
-		if !ok {
+		if !applyTyped(e, bit, v, intern) {
 			return false
 		}
 	}
