@@ -39,22 +39,26 @@ func SiteOf(e *trace.Event) (site, function string) {
 		return f, ""
 	}
 	if e.CStack != "" {
-		f := firstFrame(e.CStack)
-		// C frames are "function file:line (module)" or "function (module+0xoff)".
-		fn, rest, ok := strings.Cut(f, " ")
-		if !ok {
-			return f, ""
-		}
-		if strings.HasPrefix(rest, "(") {
-			return strings.Trim(rest, "()"), fn
-		}
-		loc, _, _ := strings.Cut(rest, " (")
-		return loc, fn
+		return cFrameSite(firstFrame(e.CStack))
 	}
 	if e.Site != "" {
-		return SiteOf(&trace.Event{CStack: e.Site})
+		return cFrameSite(e.Site)
 	}
 	return "(unknown)", ""
+}
+
+// cFrameSite splits a C frame, "function file:line (module)" or
+// "function (module+0xoff)", into site and function.
+func cFrameSite(f string) (site, function string) {
+	fn, rest, ok := strings.Cut(f, " ")
+	if !ok {
+		return f, ""
+	}
+	if strings.HasPrefix(rest, "(") {
+		return strings.Trim(rest, "()"), fn
+	}
+	loc, _, _ := strings.Cut(rest, " (")
+	return loc, fn
 }
 
 func firstFrame(stack string) string {

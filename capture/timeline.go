@@ -36,7 +36,15 @@ func Timeline(dir string, intervalMs uint64, workers int) (*analyzer.Timeline, e
 // ReportWithTime returns the live bytes per site at the maximum of the
 // interval holding tMs (ms from the timeline's start).
 func ReportWithTime(dir string, intervalMs, tMs uint64) (analyzer.MemReport, error) {
-	tl, err := Timeline(dir, intervalMs, 0)
+	files := LogFiles(dir)
+	var tl *analyzer.Timeline
+	var spans []logSpan
+	var err error
+	if len(files) > 0 {
+		tl, spans, err = logTimeline(files, intervalMs, 0) // the spans pick the log below
+	} else {
+		tl, err = Timeline(dir, intervalMs, 0)
+	}
 	if err != nil {
 		return analyzer.MemReport{}, err
 	}
@@ -45,12 +53,8 @@ func ReportWithTime(dir string, intervalMs, tMs uint64) (analyzer.MemReport, err
 	}
 	target := tl.StartNs + tMs/intervalMs*intervalMs*1_000_000
 	open := func() (trace.Stream, func() error, error) { return OpenStream(dir) }
-	if files := LogFiles(dir); len(files) > 0 {
+	if len(files) > 0 {
 		// The log that reached the interval's maximum rebuilds its report.
-		_, spans, err := logTimeline(files, intervalMs, 0)
-		if err != nil {
-			return analyzer.MemReport{}, err
-		}
 		file, best := "", uint64(0)
 		bucket := target / (intervalMs * 1_000_000)
 		for _, sp := range spans {
