@@ -47,7 +47,7 @@ const (
 // thread's MALLOC of the same (reused) address, so counts, not presence,
 // decide what is live.
 type liveBlock struct {
-	rec []byte
+	rec []byte // a full record, whatever form the MALLOC had
 	n   int
 }
 
@@ -62,8 +62,9 @@ type Rotator struct {
 	curBytes int64
 	enc      *zstd.Encoder
 	live     map[trace.BlockKey]*liveBlock
-	globals  [][]byte // records every log repeats
-	calibs   [][]byte // the latest clock calibration records (epoch starts)
+	globals  [][]byte         // records every log repeats
+	calibs   [][]byte         // the latest clock calibration records (epoch starts)
+	epochs   map[int32]uint64 // each thread's current epoch (its compact records' stamp)
 	files    []string
 	last     int
 	// Totals for reports and tests.
@@ -80,7 +81,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 		return nil, err
 	}
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
-		live: map[trace.BlockKey]*liveBlock{}}
+		live: map[trace.BlockKey]*liveBlock{}, epochs: map[int32]uint64{}}
 	return r, r.open()
 }
 
@@ -108,7 +109,7 @@ func (r *Rotator) open() error {
 	n := 0
 	add := func(rec []byte) {
 		body.Write(rec)
-		n += len(rec) / trace.RecSize
+		n += len(rec) / trace.UnitSize
 	}
 	// Inherited blocks first: they are dated before everything else.
 	keys := make([]trace.BlockKey, 0, len(r.live))
@@ -121,10 +122,10 @@ func (r *Rotator) open() error {
 	// the log's earliest record.
 	const tick = 1
 	for _, k := range keys {
-		rec := append([]byte(nil), r.live[k].rec...)
-		binary.LittleEndian.PutUint64(rec[0:], tick) // live when this log began
-		binary.LittleEndian.PutUint16(rec[26:], binary.LittleEndian.Uint16(rec[26:])|FInherit)
-		add(rec)
+		rec, _, _ := trace.DecodeRec(r.live[k].rec, 0)
+		rec.TS = tick // live when this log began
+		rec.Flags |= FInherit
+		add(trace.AppendRec(nil, &rec))
 	}
 	// Records drained late (a lagging drain) can carry an epoch that began
 	// several passes ago: repeat the recent epoch starts.
@@ -137,6 +138,18 @@ func (r *Rotator) open() error {
 	if n > 0 {
 		writeChunkHeader(&pro, uint32(n), 0, r.pid)
 		pro.Write(body.Bytes())
+	}
+	// A thread's records drained next may continue an epoch it entered in
+	// an earlier log: restate each thread's epoch in a chunk of its own.
+	tids := make([]int32, 0, len(r.epochs))
+	for tid := range r.epochs {
+		tids = append(tids, tid)
+	}
+	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
+	for _, tid := range tids {
+		ep := trace.Rec{Kind: trace.REpoch, TS: trace.TSEpoch | r.epochs[tid]}
+		writeChunkHeader(&pro, trace.RecSize/trace.UnitSize, tid, r.pid)
+		pro.Write(trace.AppendRec(nil, &ep))
 	}
 	return r.frame(pro.Bytes())
 }
@@ -189,31 +202,39 @@ func (r *Rotator) observe(b []byte) error {
 		if len(b) < trace.ChunkHdrSize || binary.LittleEndian.Uint32(b) != 0x4b4e4843 {
 			return fmt.Errorf("rotate: bad chunk")
 		}
-		nrec := int(binary.LittleEndian.Uint32(b[4:]))
+		nunit := int(binary.LittleEndian.Uint32(b[4:]))
+		tid := int32(binary.LittleEndian.Uint32(b[8:]))
 		b = b[trace.ChunkHdrSize:]
-		if len(b) < nrec*trace.RecSize {
+		if len(b) < nunit*trace.UnitSize {
 			return fmt.Errorf("rotate: short chunk")
 		}
-		recs := b[:nrec*trace.RecSize]
-		b = b[nrec*trace.RecSize:]
+		recs := b[:nunit*trace.UnitSize]
+		b = b[nunit*trace.UnitSize:]
 		for len(recs) > 0 {
-			cont := int(binary.LittleEndian.Uint32(recs[28:]) & 0xffff)
-			ev := recs[:(1+cont)*trace.RecSize]
-			recs = recs[len(ev):]
+			rec, size, ok := trace.DecodeRec(recs, 0)
+			if !ok {
+				return fmt.Errorf("rotate: event cut at a chunk's end")
+			}
+			ev := recs[:size]
+			recs = recs[size:]
+			if rec.TS&trace.TSEpoch != 0 && rec.Kind != trace.RCalib {
+				r.epochs[tid] = rec.TS &^ trace.TSEpoch
+			}
+			if rec.Kind == trace.REpoch {
+				continue // not an event
+			}
 			r.Events++
-			kind := binary.LittleEndian.Uint16(ev[24:])
-			flags := binary.LittleEndian.Uint16(ev[26:])
-			key := trace.BlockKey{Sub: flags & trace.FSubMask, Ptr: binary.LittleEndian.Uint64(ev[8:])}
-			switch kind {
+			key := trace.BlockKey{Sub: rec.Flags & trace.FSubMask, Ptr: rec.A}
+			switch rec.Kind {
 			case trace.RMalloc:
-				if flags&trace.FUndo == 0 {
+				if rec.Flags&trace.FUndo == 0 {
 					b := r.live[key]
 					if b == nil {
 						b = &liveBlock{}
 						r.live[key] = b
 					}
 					b.n++
-					b.rec = append(b.rec[:0], ev...)
+					b.rec = trace.AppendRec(b.rec[:0], &rec)
 				}
 			case trace.RFree:
 				if b := r.live[key]; b != nil {

@@ -10,32 +10,23 @@ import (
 	"msmemscope/trace"
 )
 
-// chunkOf builds one drained chunk (spool chunk format) of 32-byte records.
+// chunkOf builds one drained chunk (spool chunk format) of full records.
 func chunkOf(tid int32, recs [][4]uint64) []byte {
-	var b bytes.Buffer
-	writeChunkHeader(&b, uint32(len(recs)), tid, 42)
+	var body []byte
 	for _, r := range recs {
-		var h [trace.RecSize]byte
-		binary.LittleEndian.PutUint64(h[0:], r[0])
-		binary.LittleEndian.PutUint64(h[8:], r[1])
-		binary.LittleEndian.PutUint64(h[16:], r[2])
-		binary.LittleEndian.PutUint16(h[24:], uint16(r[3]))
-		binary.LittleEndian.PutUint16(h[26:], trace.FHost)
-		b.Write(h[:])
+		body = trace.AppendRec(body, &trace.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: trace.FHost})
 	}
+	var b bytes.Buffer
+	writeChunkHeader(&b, uint32(len(body)/trace.UnitSize), tid, 42)
+	b.Write(body)
 	return b.Bytes()
 }
 
 func calibRec(tick, epoch uint64) []byte {
-	var h [trace.RecSize]byte
-	binary.LittleEndian.PutUint64(h[0:], tick)
-	binary.LittleEndian.PutUint64(h[8:], tick)
-	binary.LittleEndian.PutUint64(h[16:], epoch)
-	binary.LittleEndian.PutUint16(h[24:], trace.RCalib)
-	binary.LittleEndian.PutUint16(h[26:], trace.FEpoch)
+	body := trace.AppendRec(nil, &trace.Rec{TS: tick, A: tick, B: epoch, Kind: trace.RCalib, Flags: trace.FEpoch})
 	var b bytes.Buffer
-	writeChunkHeader(&b, 1, 0, 42)
-	b.Write(h[:])
+	writeChunkHeader(&b, uint32(len(body)/trace.UnitSize), 0, 42)
+	b.Write(body)
 	return b.Bytes()
 }
 
@@ -137,5 +128,67 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 	}
 	if r.RawBytes == 0 || r.Written == 0 || r.Written >= r.RawBytes/4 {
 		t.Errorf("compression: %d raw bytes -> %d written", r.RawBytes, r.Written)
+	}
+}
+
+// A thread's compact records can continue, in the next log, an epoch it
+// entered in the previous one: the new log restates the thread's epoch.
+func TestRotatorRestatesThreadEpochs(t *testing.T) {
+	r, err := NewRotator(t.TempDir(), 42, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compact := func(ptr uint64) []byte { // a compact FREE (hook.h)
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], ptr|1<<63|1<<62|uint64(trace.FHost)<<48)
+		return b[:]
+	}
+	thread := func(tid int32, body []byte) []byte {
+		var b bytes.Buffer
+		writeChunkHeader(&b, uint32(len(body)/trace.UnitSize), tid, 42)
+		b.Write(body)
+		return b.Bytes()
+	}
+	first := trace.AppendRec(nil, &trace.Rec{Kind: trace.REpoch, TS: trace.TSEpoch | 1})
+	first = trace.AppendRec(first, &trace.Rec{Kind: trace.RMalloc, TS: 1500, A: 0x100, B: 8, Flags: trace.FHost})
+	first = trace.AppendRec(first, &trace.Rec{Kind: trace.RMalloc, TS: 1600, A: 0x200, B: 8, Flags: trace.FHost})
+	if err := r.Write(append(append(calibRec(1000, 1), calibRec(5000, 2)...), thread(7, first)...)); err != nil {
+		t.Fatal(err)
+	}
+	r.cur.Close()
+	if err := r.open(); err != nil { // rotate now
+		t.Fatal(err)
+	}
+	if err := r.Write(thread(7, append(compact(0x100), compact(0x200)...))); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	b, err := ReadLog(r.Files()[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := sp.Reader()
+	frees := 0
+	for {
+		rec, ns, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec == nil {
+			break
+		}
+		if rec.Kind == trace.RFree {
+			frees++
+			if rec.TS != trace.TSEpoch|1 || ns < 1000 || ns >= 5000 {
+				t.Errorf("FREE of %#x: stamp %#x at %d ns, want epoch 1 (1000..5000 ns)", rec.A, rec.TS, ns)
+			}
+		}
+	}
+	if frees != 2 {
+		t.Fatalf("%d FREEs read from the second log, want 2", frees)
 	}
 }

@@ -51,6 +51,9 @@ static _Atomic int ms_state;           // 0 new, 1 initializing, 2 ready
 static _Atomic int ms_active;          // hooks record (heap events wanted, not a child)
 static _Atomic int ms_collecting;      // collection switched on
 static _Atomic int ms_direct;          // after the final drain: write straight to the spool
+// The hot path's one check: ready, recording the heap, no stacks wanted, not
+// writing directly. Anything else takes the general path (ms_fast_update).
+static _Atomic int ms_fast;
 static _Atomic int ms_spool_fd = -1;
 static _Atomic uint64_t ms_lost_count;
 static _Atomic uint64_t ms_fork_count;
@@ -71,11 +74,11 @@ static pthread_mutex_t ms_drain_lock = PTHREAD_MUTEX_INITIALIZER;
 // ---- per-thread state: keep the TLS block small (DESIGN: < 1 KiB free after torch) ----
 typedef struct ms_seg {
 	struct ms_seg *_Atomic next;
-	uint32_t cap;           // records
+	uint32_t cap;           // units
 	_Atomic uint32_t head;  // written by the owner thread
 	uint32_t tail;          // read by the drain
 	uint32_t pad;
-	ms_rec rec[];
+	uint64_t u[];
 } ms_seg;
 
 #define NSPARE 4
@@ -98,7 +101,7 @@ static TLS int tls_guard;       // >0: inside msmemscope (or an internal thread)
 static TLS ms_thr *tls_thr;
 
 #define SEG_BYTES (1u << 20)
-#define SEG_CAP ((SEG_BYTES - sizeof(ms_seg)) / sizeof(ms_rec))
+#define SEG_CAP ((SEG_BYTES - sizeof(ms_seg)) / 8)
 #define SEG_WAIT_CAP 512 // segments pending per thread before a writer waits for the drain
 
 static void *raw_mmap(size_t n) {
@@ -134,12 +137,18 @@ static inline uint64_t stamp_before(void) {
 	}
 	return mono_ns();
 }
+static void emit_n(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t hi);
+
 // The stamp of a hot event: precise on the first event of a drain epoch and
-// on every STAMP_EVERY-th, else the epoch alone.
+// on every STAMP_EVERY-th, else the epoch alone. A thread entering a new
+// epoch says so first (R_EPOCH): its compact records carry no stamp.
 static inline uint64_t ev_stamp(ms_thr *t, int after) {
 	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
 	if (likely(t->last_epoch == e && ++t->since_stamp < STAMP_EVERY)) return TS_EPOCH | e;
-	t->last_epoch = e;
+	if (t->last_epoch != e) {
+		t->last_epoch = e;
+		emit_n(R_EPOCH, 0, TS_EPOCH | e, 0, 0, NULL, 0, 0);
+	}
 	t->since_stamp = 0;
 	return after ? stamp_after() : stamp_before();
 }
@@ -200,20 +209,20 @@ static ms_thr *thr_acquire(void) {
 
 static ms_seg *seg_new(uint32_t need) {
 	size_t bytes = SEG_BYTES;
-	if (need > SEG_CAP) bytes = sizeof(ms_seg) + (size_t)need * sizeof(ms_rec);
+	if (need > SEG_CAP) bytes = sizeof(ms_seg) + (size_t)need * 8;
 	ms_seg *s = raw_mmap(bytes);
 	if (!s) return NULL;
-	s->cap = (uint32_t)((bytes - sizeof(ms_seg)) / sizeof(ms_rec));
+	s->cap = (uint32_t)((bytes - sizeof(ms_seg)) / 8);
 	return s;
 }
 
-static long write_direct(const ms_rec *r, uint32_t n, int32_t tid);
+static long write_direct(const uint64_t *u, uint32_t n, int32_t tid);
 
-// Reserves n contiguous records in the calling thread's ring, or NULL.
-static ms_rec *ring_reserve(ms_thr *t, uint32_t n) {
+// Reserves n contiguous units in the calling thread's ring, or NULL.
+static uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
 	ms_seg *s = t->wseg;
 	if (likely(s && atomic_load_explicit(&s->head, memory_order_relaxed) + n <= s->cap))
-		return &s->rec[atomic_load_explicit(&s->head, memory_order_relaxed)];
+		return &s->u[atomic_load_explicit(&s->head, memory_order_relaxed)];
 	// Past the cap, wait for the drain while it is alive; never inside a child.
 	while (atomic_load_explicit(&t->segs, memory_order_acquire) >= SEG_WAIT_CAP) {
 		if (ms_child || atomic_load(&ms_spool_fd) < 0) break;
@@ -231,7 +240,7 @@ static ms_rec *ring_reserve(ms_thr *t, uint32_t n) {
 	else
 		t->rseg = ns; // first segment: publish before the registry sees records
 	t->wseg = ns;
-	return &ns->rec[0];
+	return &ns->u[0];
 }
 
 static inline void ring_commit(ms_thr *t, uint32_t n) {
@@ -240,25 +249,26 @@ static inline void ring_commit(ms_thr *t, uint32_t n) {
 }
 
 // After the final drain: one event straight to the spool.
+#define DIRECT_UNITS 1024 // payload units of an event written directly
 static __attribute__((noinline)) void emit_direct(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t hi) {
-	uint32_t n = (plen + sizeof(ms_rec) - 1) / sizeof(ms_rec);
-	{
-		ms_rec buf[1 + 256];
-		if (n > 256) n = 256, plen = 256 * sizeof(ms_rec);
-		buf[0] = (ms_rec){ts, a, b, kind, flags, n | hi << 16};
-		if (n) {
-			memset(&buf[1], 0, n * sizeof(ms_rec));
-			memcpy(&buf[1], payload, plen);
-		}
-		ms_thr *t = tls_thr;
-		write_direct(buf, 1 + n, t ? t->tid : (int32_t)syscall(SYS_gettid));
+	uint32_t n = (plen + 7) / 8;
+	uint64_t buf[REC_UNITS + DIRECT_UNITS];
+	if (n > DIRECT_UNITS) n = DIRECT_UNITS, plen = DIRECT_UNITS * 8;
+	ms_rec h = {n | hi << 16, flags, kind, ts, a, b};
+	memcpy(buf, &h, sizeof h);
+	if (n) {
+		buf[REC_UNITS + n - 1] = 0;
+		memcpy(&buf[REC_UNITS], payload, plen);
 	}
+	ms_thr *t = tls_thr;
+	write_direct(buf, REC_UNITS + n, t ? t->tid : (int32_t)syscall(SYS_gettid));
 }
 
 // Appends an event and its payload; hi goes into the upper half of the
 // record's n (a MALLOC's site id). Caller holds tls_guard.
 static void emit_n(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t hi) {
-	uint32_t n = (plen + sizeof(ms_rec) - 1) / sizeof(ms_rec);
+	if (plen > 0xffff * 8) plen = 0xffff * 8; // n holds 16 bits of units
+	uint32_t n = (plen + 7) / 8;
 	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) {
 		emit_direct(kind, flags, ts, a, b, payload, plen, hi);
 		return;
@@ -271,17 +281,18 @@ static void emit_n(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint6
 			return;
 		}
 	}
-	ms_rec *r = ring_reserve(t, 1 + n);
+	uint64_t *r = ring_reserve(t, REC_UNITS + n);
 	if (unlikely(!r)) {
 		atomic_fetch_add(&ms_lost_count, 1);
 		return;
 	}
-	r[0] = (ms_rec){ts, a, b, kind, flags, n | hi << 16};
+	ms_rec h = {n | hi << 16, flags, kind, ts, a, b};
+	memcpy(r, &h, sizeof h);
 	if (n) {
-		memset(&r[1], 0, n * sizeof(ms_rec));
-		memcpy(&r[1], payload, plen);
+		r[REC_UNITS + n - 1] = 0;
+		memcpy(&r[REC_UNITS], payload, plen);
 	}
-	ring_commit(t, 1 + n);
+	ring_commit(t, REC_UNITS + n);
 	// The final drain may have run between our check of ms_direct and the
 	// commit: then nobody will drain this ring again, so drain it now.
 	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
@@ -373,6 +384,7 @@ static void atfork_parent(void) { atomic_fetch_add(&ms_fork_count, 1); }
 static void atfork_child(void) {
 	ms_child = 1;
 	atomic_store(&ms_active, 0);
+	atomic_store(&ms_fast, 0);
 }
 
 static long env_int(const char *s, const char *key, long def) {
@@ -410,6 +422,7 @@ static void ms_init(void) {
 	atomic_store(&ms_active, cfg_heap);
 	tls_guard--;
 	atomic_store(&ms_state, 2);
+	ms_fast_update();
 }
 
 static inline int ready(void) {
@@ -443,13 +456,22 @@ static inline ms_thr *cur_thr(void) {
 	return likely(t != NULL) ? t : thr_acquire();
 }
 
-// The hot path's append: one record, no payload, room in the current segment.
+// A MALLOC or FREE without payload: compact when its stamp is the epoch
+// alone and its values fit (see hook.h).
 static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
 	ms_seg *s = t->wseg;
-	if (likely(s != NULL && !atomic_load_explicit(&ms_direct, memory_order_relaxed))) {
+	if (likely(s != NULL && (ts & TS_EPOCH) && a <= C_MAX && !(flags & ~C_FLAGS) &&
+	           !atomic_load_explicit(&ms_direct, memory_order_relaxed))) {
 		uint32_t h = atomic_load_explicit(&s->head, memory_order_relaxed);
-		if (likely(h < s->cap)) {
-			s->rec[h] = (ms_rec){ts, a, b, kind, flags, site << 16};
+		if (kind == R_MALLOC && b <= C_MAX && h + 2 <= s->cap) {
+			s->u[h] = a | C_COMPACT | (uint64_t)flags << 48;
+			s->u[h + 1] = b | (uint64_t)site << 48;
+			atomic_store_explicit(&s->head, h + 2, memory_order_release);
+			if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
+			return;
+		}
+		if (kind == R_FREE && b == 0 && h + 1 <= s->cap) {
+			s->u[h] = a | C_COMPACT | C_FREE | (uint64_t)flags << 48;
 			atomic_store_explicit(&s->head, h + 1, memory_order_release);
 			if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
 			return;
@@ -564,11 +586,73 @@ static void rec_free(void *p, size_t size, uint16_t sub) {
 	tls_guard--;
 }
 
+// ---- the fast path: a compact record straight into the ring ----
+// Runs only while ms_fast holds; returns 0 whenever the general path must
+// run instead (a precise stamp is due, a new site, no ring yet, inside
+// msmemscope). Takes no guard: it calls nothing that allocates.
+void ms_fast_update(void) {
+	int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && cfg_cstack <= 0 &&
+	        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child;
+	atomic_store(&ms_fast, f);
+}
+
+static inline int fast_on(void) { return likely(atomic_load_explicit(&ms_fast, memory_order_relaxed)); }
+
+// The final drain may have run between the check of ms_fast and the commit:
+// then nobody will drain this ring again, so drain it now.
+static __attribute__((noinline)) void fast_recheck(void) {
+	if (atomic_load(&ms_direct)) ms_drain();
+}
+
+static inline __attribute__((always_inline)) ms_seg *fast_seg(ms_thr *t, uint32_t units, uint32_t *head) {
+	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
+	if (unlikely(t->last_epoch != e || t->since_stamp + 1 >= STAMP_EVERY)) return NULL;
+	ms_seg *s = t->wseg;
+	if (unlikely(!s)) return NULL;
+	*head = atomic_load_explicit(&s->head, memory_order_relaxed);
+	return likely(*head + units <= s->cap) ? s : NULL;
+}
+
+static inline __attribute__((always_inline)) uint64_t fast_flags(uint64_t sub) {
+	return (sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF)) << 48;
+}
+
+static inline __attribute__((always_inline)) int fast_alloc(void *p, size_t n, uintptr_t ra) {
+	ms_thr *t = tls_thr;
+	if (unlikely(!t || tls_guard || (uintptr_t)p > C_MAX || n > C_MAX)) return 0;
+	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
+	uint32_t site = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48);
+	if (unlikely(!tab || !site || tab[site] != ra)) return 0;
+	uint32_t h;
+	ms_seg *s = fast_seg(t, 2, &h);
+	if (unlikely(!s)) return 0;
+	s->u[h] = (uint64_t)p | C_COMPACT | fast_flags(F_HOST);
+	s->u[h + 1] = n | (uint64_t)site << 48;
+	t->since_stamp++;
+	atomic_store_explicit(&s->head, h + 2, memory_order_release);
+	if (unlikely(!atomic_load_explicit(&ms_fast, memory_order_relaxed))) fast_recheck();
+	return 1;
+}
+
+static inline __attribute__((always_inline)) int fast_free(void *p) {
+	ms_thr *t = tls_thr;
+	if (unlikely(!t || tls_guard || (uintptr_t)p > C_MAX)) return 0;
+	uint32_t h;
+	ms_seg *s = fast_seg(t, 1, &h);
+	if (unlikely(!s)) return 0;
+	s->u[h] = (uint64_t)p | C_COMPACT | C_FREE | fast_flags(F_HOST);
+	t->since_stamp++;
+	atomic_store_explicit(&s->head, h + 1, memory_order_release);
+	if (unlikely(!atomic_load_explicit(&ms_fast, memory_order_relaxed))) fast_recheck();
+	return 1;
+}
+
 // ---- the host allocator family (SPEC §4.1) ----
 // The public entry points pass their caller's return address down: it is the
 // allocation site (an inlined helper would otherwise name msmemscope itself).
 static inline __attribute__((always_inline)) void *malloc_at(size_t n, uintptr_t ra) {
 	void *p = __libc_malloc(n);
+	if (fast_on() && p && fast_alloc(p, n, ra)) return p;
 	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, ra);
 	return p;
 }
@@ -577,26 +661,29 @@ void *malloc(size_t n) { return malloc_at(n, (uintptr_t)__builtin_return_address
 
 void free(void *p) {
 	if (!p) return;
-	if (ready() && should_record()) rec_free(p, 0, F_HOST);
+	if (!(fast_on() && fast_free(p)) && ready() && should_record()) rec_free(p, 0, F_HOST);
 	__libc_free(p);
 }
 
 void *calloc(size_t n, size_t m) {
 	void *p = __libc_calloc(n, m);
-	if (ready() && should_record() && p) rec_alloc(p, n * m, F_HOST, (uintptr_t)__builtin_return_address(0));
+	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+	if (fast_on() && p && fast_alloc(p, n * m, ra)) return p;
+	if (ready() && should_record() && p) rec_alloc(p, n * m, F_HOST, ra);
 	return p;
 }
 
 static inline __attribute__((always_inline)) void *realloc_at(void *old, size_t n, uintptr_t ra) {
 	if (!old) return malloc_at(n, ra);
 	int rec = ready() && should_record();
-	if (rec) rec_free(old, 0, F_HOST);
+	if (rec && !(fast_on() && fast_free(old))) rec_free(old, 0, F_HOST);
 	void *p = __libc_realloc(old, n);
 	if (rec) {
-		if (p)
-			rec_alloc(p, n, F_HOST, ra);
-		else if (n != 0)
+		if (p) {
+			if (!(fast_on() && fast_alloc(p, n, ra))) rec_alloc(p, n, F_HOST, ra);
+		} else if (n != 0) {
 			rec_alloc(old, 0, F_HOST | F_UNDO, ra); // failed: the old block lives on
+		}
 	}
 	return p;
 }
@@ -827,6 +914,12 @@ static int ndone;
 static long drained_bytes;
 static ms_rec cal_rec;
 
+// Units the event starting at u spans (see hook.h).
+static inline uint32_t ev_units(const uint64_t *u) {
+	if (u[0] & C_COMPACT) return (u[0] & C_FREE) ? 1 : 2;
+	return REC_UNITS + (uint32_t)(u[0] & 0xffff); // a full record: n is the low half of unit 0
+}
+
 static int write_all(int fd, const void *buf, size_t n) {
 	const char *p = buf;
 	while (n) {
@@ -853,7 +946,7 @@ static void seg_release(ms_thr *t, ms_seg *s) {
 				return; // reused next time: no page faults
 		}
 	}
-	raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * sizeof(ms_rec));
+	raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * 8);
 }
 
 // Rotating logs (--log-mode=rotate): the Go engine drains into memory
@@ -892,25 +985,25 @@ static int iov_flush(int fd) {
 	return rc;
 }
 
-static int add_chunk(int fd, int32_t tid, const ms_rec *r, uint32_t n) {
+static int add_chunk(int fd, int32_t tid, const uint64_t *r, uint32_t n) {
 	if (niov + 2 > MAX_IOV && iov_flush(fd)) return -1;
 	hdrs[nhdr] = (ms_chunk){MS_CHUNK_MAGIC, n, tid, ms_mypid};
 	iov[niov++] = (struct iovec){&hdrs[nhdr++], sizeof(ms_chunk)};
-	iov[niov++] = (struct iovec){(void *)r, (size_t)n * sizeof(ms_rec)};
-	iov_pending += sizeof(ms_chunk) + (size_t)n * sizeof(ms_rec);
+	iov[niov++] = (struct iovec){(void *)r, (size_t)n * 8};
+	iov_pending += sizeof(ms_chunk) + (size_t)n * 8;
 	return 0;
 }
 
-// How many of n records (whole events only) still fit in the sink.
-static uint32_t sink_fit(const ms_rec *r, uint32_t n) {
+// How many of n units (whole events only) still fit in the sink.
+static uint32_t sink_fit(const uint64_t *r, uint32_t n) {
 	size_t room = sink_cap - sink_used - iov_pending;
 	if (room < sizeof(ms_chunk) + sizeof(ms_rec)) return 0;
-	size_t maxrec = (room - sizeof(ms_chunk)) / sizeof(ms_rec);
-	if (n <= maxrec) return n;
+	size_t maxu = (room - sizeof(ms_chunk)) / 8;
+	if (n <= maxu) return n;
 	uint32_t take = 0;
 	while (take < n) {
-		uint32_t ev = 1 + (r[take].n & 0xffff);
-		if (take + ev > maxrec) break;
+		uint32_t ev = ev_units(&r[take]);
+		if (take + ev > maxu) break;
 		take += ev;
 	}
 	return take;
@@ -921,8 +1014,8 @@ static uint32_t sink_fit(const ms_rec *r, uint32_t n) {
 static int drain_range(int fd, ms_thr *t, ms_seg *s, uint32_t h) {
 	if (h <= s->tail) return 0;
 	uint32_t take = h - s->tail;
-	if (sink) take = sink_fit(&s->rec[s->tail], take);
-	if (take && add_chunk(fd, t->tid, &s->rec[s->tail], take)) return -1;
+	if (sink) take = sink_fit(&s->u[s->tail], take);
+	if (take && add_chunk(fd, t->tid, &s->u[s->tail], take)) return -1;
 	s->tail += take;
 	return s->tail < h ? 1 : 0;
 }
@@ -935,17 +1028,17 @@ static int seg_done(int fd, ms_thr *t, ms_seg *s) {
 	return 0;
 }
 
-static long write_direct(const ms_rec *r, uint32_t n, int32_t tid) {
+static long write_direct(const uint64_t *r, uint32_t n, int32_t tid) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0) {
 		atomic_fetch_add(&ms_lost_count, 1);
 		return -1;
 	}
-	char buf[sizeof(ms_chunk) + (1 + 256) * sizeof(ms_rec)];
+	char buf[sizeof(ms_chunk) + (REC_UNITS + DIRECT_UNITS) * 8];
 	ms_chunk h = {MS_CHUNK_MAGIC, n, tid, ms_mypid};
 	memcpy(buf, &h, sizeof h);
-	memcpy(buf + sizeof h, r, n * sizeof(ms_rec));
-	return write_all(fd, buf, sizeof h + n * sizeof(ms_rec)); // O_APPEND: one write, one chunk
+	memcpy(buf + sizeof h, r, n * 8);
+	return write_all(fd, buf, sizeof h + n * 8); // O_APPEND: one write, one chunk
 }
 
 static int drain_thread(int fd, ms_thr *t) {
@@ -966,11 +1059,11 @@ static int drain_thread(int fd, ms_thr *t) {
 	if (atomic_load_explicit(&t->state, memory_order_acquire) == 1 && s &&
 	    atomic_load_explicit(&s->head, memory_order_acquire) == s->tail) {
 		if (iov_flush(fd)) return -1;
-		raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * sizeof(ms_rec));
+		raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * 8);
 		atomic_fetch_sub(&t->segs, 1);
 		for (int i = 0; i < NSPARE; i++) {
 			ms_seg *sp = atomic_exchange(&t->spare[i], NULL);
-			if (sp) raw_munmap(sp, sizeof(ms_seg) + (size_t)sp->cap * sizeof(ms_rec));
+			if (sp) raw_munmap(sp, sizeof(ms_seg) + (size_t)sp->cap * 8);
 		}
 		t->rseg = t->wseg = NULL;
 		atomic_store(&t->state, 2);
@@ -986,9 +1079,9 @@ long ms_drain(void) {
 	long before = drained_bytes;
 	// A new epoch begins now; the calibration point marks its start.
 	uint64_t e = atomic_load(&ms_epoch) + 1;
-	cal_rec = (ms_rec){stamp_after(), mono_ns(), e, R_CALIB, F_EPOCH, 0};
+	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), e};
 	atomic_store(&ms_epoch, e);
-	int rc = add_chunk(fd, 0, &cal_rec, 1);
+	int rc = add_chunk(fd, 0, (const uint64_t *)&cal_rec, REC_UNITS);
 	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
 		if (atomic_load(&t->state) == 2) continue;
 		rc = drain_thread(fd, t);
@@ -1011,9 +1104,9 @@ long ms_drain_into(void *buf, long cap) {
 	sink_cap = (size_t)cap;
 	sink_used = iov_pending = 0;
 	uint64_t e = atomic_load(&ms_epoch) + 1;
-	cal_rec = (ms_rec){stamp_after(), mono_ns(), e, R_CALIB, F_EPOCH, 0};
+	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), e};
 	atomic_store(&ms_epoch, e);
-	int rc = add_chunk(-1, 0, &cal_rec, 1);
+	int rc = add_chunk(-1, 0, (const uint64_t *)&cal_rec, REC_UNITS);
 	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
 		if (atomic_load(&t->state) == 2) continue;
 		rc = drain_thread(-1, t);
@@ -1029,10 +1122,10 @@ long ms_drain_into(void *buf, long cap) {
 void ms_calibrate(void) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0) return;
-	ms_rec r = {stamp_after(), mono_ns(), atomic_load(&ms_epoch), R_CALIB, 0, 0};
+	ms_rec r = {0, 0, R_CALIB, stamp_after(), mono_ns(), atomic_load(&ms_epoch)};
 	tls_guard++;
 	pthread_mutex_lock(&ms_drain_lock);
-	write_direct(&r, 1, 0);
+	write_direct((const uint64_t *)&r, REC_UNITS, 0);
 	pthread_mutex_unlock(&ms_drain_lock);
 	tls_guard--;
 }
@@ -1047,6 +1140,7 @@ void ms_finish(void) {
 	if (lost) emit(R_LOST, 0, stamp_after(), lost, 0, NULL, 0);
 	ms_calibrate();
 	atomic_store(&ms_direct, 1);
+	ms_fast_update();
 	ms_drain();
 	tls_guard--;
 }
@@ -1074,6 +1168,7 @@ void ms_set_hook(int heap, int cstack) {
 	cfg_cstack = cstack;
 	cfg_heap = heap;
 	if (!ms_child) atomic_store(&ms_active, heap);
+	ms_fast_update();
 }
 
 extern void *ms_own_malloc(size_t) __attribute__((alias("malloc"), copy(malloc), visibility("hidden")));

@@ -1,4 +1,4 @@
-// The hot path's shared definitions: the 32-byte event record that rings and
+// The hot path's shared definitions: the event records (8-byte units) that rings and
 // the spool hold, and the functions the Go engine calls. Keep in sync with
 // trace/spool.go, which reads these records.
 #ifndef MEMSCOPE_HOOK_H
@@ -7,16 +7,28 @@
 #include <stdint.h>
 #include <stddef.h>
 
-// One event. Variable-length payloads (stack frames, message text) follow as
-// n continuation records of the same size.
+// The spool and the rings are sequences of 8-byte units. An event is either
+// a full record (4 units, then n continuation units holding its payload:
+// stack frames or text), or, for the hot path, a compact record: MALLOC in
+// 2 units {ptr | tag << 48, size | site << 48}, FREE in 1 unit {ptr | tag << 48}.
+// The top bit of an event's first unit tells them apart (a full record's
+// first unit ends with its kind, always < 0x8000). A compact record carries
+// no stamp: its time is interpolated within the thread's current epoch (the
+// last R_EPOCH before it). Keep in sync with trace/spool.go.
 typedef struct {
-	uint64_t ts;   // TSC ticks or ns (see R_CALIB)
+	uint32_t n; // continuation units that follow (low 16 bits); a MALLOC's site id (high 16)
+	uint16_t flags;
+	uint16_t kind; // R_*
+	uint64_t ts;   // TSC ticks or ns (see R_CALIB), or TS_EPOCH | epoch
 	uint64_t a;    // ptr, mstx id, child pid, calib ns
 	uint64_t b;    // size, payload length in bytes
-	uint16_t kind; // R_*
-	uint16_t flags;
-	uint32_t n; // continuation records that follow
 } ms_rec;
+
+#define REC_UNITS 4 // sizeof(ms_rec) / 8
+#define C_COMPACT (1ull << 63)
+#define C_FREE (1ull << 62)
+#define C_FLAGS 0x3fffull // a compact record's flags (bits 48-61)
+#define C_MAX ((1ull << 48) - 1)
 
 enum {
 	R_MALLOC = 1,
@@ -33,6 +45,7 @@ enum {
 	R_FORK = 12,  // a = child pid
 	R_LOST = 13,  // a = events lost
 	R_SITE = 14,  // a = allocation site (return address), b = its id (the upper half of a MALLOC's n)
+	R_EPOCH = 15, // ts = TS_EPOCH | epoch: this thread's compact records that follow belong to it
 	// Python (pystack.c, libmemscope/api.go)
 	R_PYCODE = 32,     // a = code id; payload: ms_pycode + file, name, qualname, line table
 	R_PYSKIP = 33,     // payload: a folder whose Python frames are msmemscope's own
@@ -60,10 +73,10 @@ enum {
 #define F_EPOCH 0x0001  // R_CALIB: a drain epoch starts at this point
 #define F_INHERIT 0x0200 // MALLOC: a block live when this rotated log began (allocated earlier)
 
-// Spool chunk header: nrec records of one thread follow.
+// Spool chunk header: nunit units of one thread follow.
 typedef struct {
 	uint32_t magic; // MS_CHUNK_MAGIC
-	uint32_t nrec;
+	uint32_t nunit;
 	int32_t tid;
 	int32_t pid;
 } ms_chunk;
@@ -82,5 +95,6 @@ uint64_t ms_forks(void);
 int ms_is_child(void);
 void ms_guard_enter(void);
 void ms_guard_leave(void);
+void ms_fast_update(void); // after changing what the hot path records
 
 #endif

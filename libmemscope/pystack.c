@@ -232,6 +232,7 @@ unsigned long ms_py_version(void) {
 int ms_py_enable(int depth) {
 	if (depth <= 0) {
 		ms_py_depth = 0;
+		ms_fast_update();
 		return 0;
 	}
 	if (!tstate_fn) {
@@ -254,6 +255,7 @@ int ms_py_enable(int depth) {
 		tstate_fn = (void *(*)(void))fn;
 	}
 	ms_py_depth = depth;
+	ms_fast_update();
 	return 1;
 }
 

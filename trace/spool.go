@@ -12,17 +12,25 @@ import (
 
 // The spool is what the traced process writes during a run (DESIGN.md,
 // "Capture, then files"): a 32-byte header, then chunks. A chunk is a 16-byte
-// header {magic "CHNK", nrec, tid, pid} and nrec 32-byte records of one
-// thread, in that thread's order. A record {ts, a, b uint64; kind, flags
-// uint16; n uint32} may be followed by n continuation records holding its
-// payload (C stack frames or text). These layouts mirror libmemscope/hook.h.
+// header {magic "CHNK", nunit, tid, pid} and nunit 8-byte units of one
+// thread's events, in that thread's order. An event is a full record
+// {n uint32; flags, kind uint16; ts, a, b uint64} followed by n&0xffff
+// payload units (C stack frames or text), or a compact MALLOC (2 units) or
+// FREE (1 unit) without a stamp, told apart by the top bit of the first unit
+// (see DecodeRec). These layouts mirror libmemscope/hook.h.
 const (
 	SpoolMagic    = "MSSPOOL1"
+	SpoolVersion  = 2
 	SpoolHdrSize  = 32
-	RecSize       = 32
+	UnitSize      = 8
+	RecSize       = 32 // a full record
 	ChunkHdrSize  = 16
 	chunkMagic    = 0x4b4e4843
 	SpoolFileName = "spool.bin"
+
+	compactBit  = uint64(1) << 63
+	compactFree = uint64(1) << 62
+	compactMask = uint64(1)<<48 - 1
 )
 
 // Record kinds (R_* in hook.h).
@@ -40,7 +48,8 @@ const (
 	RExec
 	RFork
 	RLost
-	RSite // a = allocation site address, b = its id
+	RSite  // a = allocation site address, b = its id
+	REpoch // ts = TSEpoch | epoch: the thread's compact records that follow belong to it
 )
 
 // Record flags (F_* in hook.h).
@@ -97,15 +106,67 @@ func (r *Rec) Text() string {
 func WriteSpoolHeader(w io.Writer, pid int) error {
 	var h [SpoolHdrSize]byte
 	copy(h[:], SpoolMagic)
-	binary.LittleEndian.PutUint32(h[8:], 1) // format version
+	binary.LittleEndian.PutUint32(h[8:], SpoolVersion)
 	binary.LittleEndian.PutUint64(h[16:], uint64(pid))
 	_, err := w.Write(h[:])
 	return err
 }
 
+// DecodeRec decodes the event at the start of b, which holds whole units.
+// A compact record gets the stamp TSEpoch|epoch (its thread's current epoch).
+// It returns the event, its size in bytes, and false when b ends inside it.
+func DecodeRec(b []byte, epoch uint64) (Rec, int, bool) {
+	if len(b) < UnitSize {
+		return Rec{}, 0, false
+	}
+	w := binary.LittleEndian.Uint64(b)
+	if w&compactBit != 0 {
+		r := Rec{TS: TSEpoch | epoch, A: w & compactMask, Flags: uint16(w>>48) & 0x3fff}
+		if w&compactFree != 0 {
+			r.Kind = RFree
+			return r, UnitSize, true
+		}
+		if len(b) < 2*UnitSize {
+			return Rec{}, 0, false
+		}
+		w1 := binary.LittleEndian.Uint64(b[8:])
+		r.Kind, r.B, r.Site = RMalloc, w1&compactMask, uint32(w1>>48)
+		return r, 2 * UnitSize, true
+	}
+	size := RecSize + UnitSize*int(w&0xffff)
+	if len(b) < size {
+		return Rec{}, 0, false
+	}
+	return Rec{
+		TS:      binary.LittleEndian.Uint64(b[8:]),
+		A:       binary.LittleEndian.Uint64(b[16:]),
+		B:       binary.LittleEndian.Uint64(b[24:]),
+		Kind:    uint16(w >> 48),
+		Flags:   uint16(w >> 32),
+		Site:    uint32(w>>16) & 0xffff,
+		Payload: b[RecSize:size],
+	}, size, true
+}
+
+// AppendRec appends r as a full record (its payload padded to whole units).
+func AppendRec(dst []byte, r *Rec) []byte {
+	n := (len(r.Payload) + UnitSize - 1) / UnitSize
+	var h [RecSize]byte
+	binary.LittleEndian.PutUint64(h[0:], uint64(n)|uint64(r.Site&0xffff)<<16|uint64(r.Flags)<<32|uint64(r.Kind)<<48)
+	binary.LittleEndian.PutUint64(h[8:], r.TS)
+	binary.LittleEndian.PutUint64(h[16:], r.A)
+	binary.LittleEndian.PutUint64(h[24:], r.B)
+	dst = append(dst, h[:]...)
+	dst = append(dst, r.Payload...)
+	for i := len(r.Payload); i < n*UnitSize; i++ {
+		dst = append(dst, 0)
+	}
+	return dst
+}
+
 type chunkRef struct {
-	off  int64 // of the first record
-	nrec uint32
+	off   int64 // of the first unit
+	nunit uint32
 }
 
 // calibPoint pairs a raw tick with CLOCK_MONOTONIC ns.
@@ -177,6 +238,9 @@ func (s *Spool) index() error {
 	if _, err := s.f.ReadAt(hdr[:], 0); err != nil || string(hdr[:8]) != SpoolMagic {
 		return errors.New("not an msmemscope spool (bad header)")
 	}
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v != SpoolVersion {
+		return fmt.Errorf("spool format version %d, this msmemscope reads version %d", v, SpoolVersion)
+	}
 	s.Pid = int(binary.LittleEndian.Uint64(hdr[16:]))
 	var buf []byte
 	off := int64(SpoolHdrSize)
@@ -191,12 +255,12 @@ func (s *Spool) index() error {
 		want := binary.LittleEndian.Uint32(ch[4:])
 		tid := int32(binary.LittleEndian.Uint32(ch[8:]))
 		data := off + ChunkHdrSize
-		nrec := want
-		if avail := (size - data) / RecSize; int64(nrec) > avail {
-			nrec = uint32(avail) // the run was killed while this chunk was written
+		nunit := want
+		if avail := (size - data) / UnitSize; int64(nunit) > avail {
+			nunit = uint32(avail) // the run was killed while this chunk was written
 			s.Truncated = true
 		}
-		n := int(nrec) * RecSize
+		n := int(nunit) * UnitSize
 		if cap(buf) < n {
 			buf = make([]byte, n)
 		}
@@ -205,49 +269,60 @@ func (s *Spool) index() error {
 			return err
 		}
 		// Whole events only: calibrations and steps are noted on the way.
-		var whole uint32
-		for whole < nrec {
-			r := buf[int(whole)*RecSize:]
-			cont := binary.LittleEndian.Uint32(r[28:]) & 0xffff
-			if uint64(whole)+1+uint64(cont) > uint64(nrec) {
+		whole := 0
+		for whole < n {
+			// Compact records (the bulk) carry nothing the index needs.
+			if w := binary.LittleEndian.Uint64(buf[whole:]); w&compactBit != 0 {
+				if w&compactFree != 0 {
+					whole += UnitSize
+				} else if whole+2*UnitSize <= n {
+					whole += 2 * UnitSize
+				} else {
+					s.Truncated = true
+					break
+				}
+				s.Records++
+				continue
+			}
+			r, size, ok := DecodeRec(buf[whole:], 0)
+			if !ok {
 				s.Truncated = true
 				break
 			}
-			kind, flags, ts := binary.LittleEndian.Uint16(r[24:]), binary.LittleEndian.Uint16(r[26:]), binary.LittleEndian.Uint64(r[0:])
-			if !(kind == RMalloc && flags&FInherit != 0) && kind != RCalib {
-				if ts&TSEpoch != 0 {
-					if e := ts &^ TSEpoch; s.minEpoch == 0 || e < s.minEpoch {
+			whole += size
+			if !(r.Kind == RMalloc && r.Flags&FInherit != 0) && r.Kind != RCalib {
+				if r.TS&TSEpoch != 0 {
+					if e := r.TS &^ TSEpoch; s.minEpoch == 0 || e < s.minEpoch {
 						s.minEpoch = e
 					}
-				} else if ts != 0 && (s.minTick == 0 || ts < s.minTick) {
-					s.minTick = ts
+				} else if r.TS != 0 && (s.minTick == 0 || r.TS < s.minTick) {
+					s.minTick = r.TS
 				}
 			}
-			switch kind {
+			switch r.Kind {
+			case REpoch:
+				continue // not an event
 			case RCalib:
-				ns := binary.LittleEndian.Uint64(r[8:])
-				s.calib = append(s.calib, calibPoint{binary.LittleEndian.Uint64(r[0:]), ns})
-				if binary.LittleEndian.Uint16(r[26:])&FEpoch != 0 {
-					s.epochNs[binary.LittleEndian.Uint64(r[16:])] = ns
+				s.calib = append(s.calib, calibPoint{r.TS, r.A})
+				if r.Flags&FEpoch != 0 {
+					s.epochNs[r.B] = r.A
 				}
 			case RStep:
 				s.HasStep = true
 			case ROpStart, RTag:
 				s.HasTorch = true
 			case RSite:
-				s.Sites[uint32(binary.LittleEndian.Uint64(r[16:]))] = binary.LittleEndian.Uint64(r[8:])
+				s.Sites[uint32(r.B)] = r.A
 			case RPyCode, RPySkip, RConfig:
-				s.Py.note(binary.LittleEndian.Uint16(r[24:]), binary.LittleEndian.Uint64(r[0:]),
-					binary.LittleEndian.Uint64(r[8:]), binary.LittleEndian.Uint64(r[16:]), r[RecSize:RecSize*(1+int(cont))])
+				s.Py.note(r.Kind, r.TS, r.A, r.B, r.Payload)
 			}
 			s.Records++
-			whole += 1 + cont
 		}
 		if whole > 0 {
-			s.threads[tid] = append(s.threads[tid], chunkRef{data, whole})
+			s.threads[tid] = append(s.threads[tid], chunkRef{data, uint32(whole / UnitSize)})
 		}
-		off = data + int64(nrec)*RecSize
-		if nrec < want {
+		off = data + int64(nunit)*UnitSize
+		if nunit < want {
 			break
 		}
 	}
@@ -308,7 +383,8 @@ type threadCursor struct {
 	tid    int32
 	chunks []chunkRef
 	buf    []byte
-	pos    int // byte offset in buf
+	pos    int    // byte offset in buf
+	epoch  uint64 // the thread's current epoch (its compact records' stamp)
 	seq    uint64
 	cur    Rec
 	ns     uint64
@@ -329,26 +405,21 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 		}
 		ch := c.chunks[0]
 		c.chunks = c.chunks[1:]
-		c.buf = make([]byte, int(ch.nrec)*RecSize)
+		c.buf = make([]byte, int(ch.nunit)*UnitSize)
 		if _, err := f.ReadAt(c.buf, ch.off); err != nil {
 			return Rec{}, false, err
 		}
 		c.pos = 0
 	}
-	r := c.buf[c.pos:]
-	n := binary.LittleEndian.Uint32(r[28:])
-	cont := int(n & 0xffff) // the upper half is a MALLOC's site id
-	rec := Rec{
-		TS:      binary.LittleEndian.Uint64(r[0:]),
-		A:       binary.LittleEndian.Uint64(r[8:]),
-		B:       binary.LittleEndian.Uint64(r[16:]),
-		Kind:    binary.LittleEndian.Uint16(r[24:]),
-		Flags:   binary.LittleEndian.Uint16(r[26:]),
-		Tid:     c.tid,
-		Site:    n >> 16,
-		Payload: r[RecSize : RecSize*(1+cont)],
+	rec, size, _ := DecodeRec(c.buf[c.pos:], c.epoch) // the index kept whole events only
+	c.pos += size
+	rec.Tid = c.tid
+	if rec.TS&TSEpoch != 0 {
+		c.epoch = rec.TS &^ TSEpoch
 	}
-	c.pos += RecSize * (1 + cont)
+	if rec.Kind == REpoch {
+		return c.raw(f)
+	}
 	return rec, true, nil
 }
 

@@ -24,29 +24,21 @@ type rec struct {
 }
 
 func (sb *spoolBuilder) chunk(tid int32, recs ...rec) {
-	var body bytes.Buffer
-	n := 0
+	var body []byte
 	for _, r := range recs {
-		cont := (len(r.payload) + RecSize - 1) / RecSize
-		var h [RecSize]byte
-		binary.LittleEndian.PutUint64(h[0:], r.ts)
-		binary.LittleEndian.PutUint64(h[8:], r.a)
-		binary.LittleEndian.PutUint64(h[16:], r.b)
-		binary.LittleEndian.PutUint16(h[24:], r.kind)
-		binary.LittleEndian.PutUint16(h[26:], r.flags)
-		binary.LittleEndian.PutUint32(h[28:], uint32(cont))
-		body.Write(h[:])
-		p := make([]byte, cont*RecSize)
-		copy(p, r.payload)
-		body.Write(p)
-		n += 1 + cont
+		body = AppendRec(body, &Rec{TS: r.ts, A: r.a, B: r.b, Kind: r.kind, Flags: r.flags, Payload: r.payload})
 	}
+	sb.units(tid, body)
+}
+
+// units writes one chunk of raw units (compact records, say).
+func (sb *spoolBuilder) units(tid int32, body []byte) {
 	var ch [ChunkHdrSize]byte
 	binary.LittleEndian.PutUint32(ch[0:], chunkMagic)
-	binary.LittleEndian.PutUint32(ch[4:], uint32(n))
+	binary.LittleEndian.PutUint32(ch[4:], uint32(len(body)/UnitSize))
 	binary.LittleEndian.PutUint32(ch[8:], uint32(tid))
 	sb.b.Write(ch[:])
-	sb.b.Write(body.Bytes())
+	sb.b.Write(body)
 }
 
 func (sb *spoolBuilder) open(t *testing.T) *Spool {
@@ -226,5 +218,99 @@ func TestSpoolRejectsForeignFiles(t *testing.T) {
 	os.WriteFile(p2, sb.b.Bytes(), 0o640)
 	if _, err := OpenSpool(p2); err == nil {
 		t.Fatal("a corrupt chunk header was accepted")
+	}
+}
+
+// Compact records (the hot path's MALLOC and FREE) carry no stamp: they take
+// their thread's epoch from the R_EPOCH before them, across chunks.
+func TestSpoolCompactRecordsTakeTheThreadsEpoch(t *testing.T) {
+	compactMalloc := func(ptr, size uint64, site uint32) []byte {
+		var b [16]byte
+		binary.LittleEndian.PutUint64(b[0:], ptr|compactBit|uint64(FHost)<<48)
+		binary.LittleEndian.PutUint64(b[8:], size|uint64(site)<<48)
+		return b[:]
+	}
+	compactFree := func(ptr uint64) []byte {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[0:], ptr|compactBit|compactFree|uint64(FHost|FOff)<<48)
+		return b[:]
+	}
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1), calib(2000, 2), calib(3000, 3))
+	body := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
+	body = AppendRec(body, &Rec{Kind: RMalloc, TS: 1100, A: 0x10, B: 1, Flags: FHost, Site: 3})
+	body = append(body, compactMalloc(0x20, 2, 9)...)
+	body = append(body, compactFree(0x10)...)
+	sb.units(5, body)
+	// The next drain's chunk continues epoch 1, then the thread enters epoch 2.
+	body = append(compactMalloc(0x30, 1<<40, 65535), AppendRec(nil, &Rec{Kind: REpoch, TS: ep(2)})...)
+	body = AppendRec(body, &Rec{Kind: RFree, TS: 2200, A: 0x20, Flags: FHost})
+	body = append(body, compactFree(0x30)...)
+	sb.units(5, body)
+	s := sb.open(t)
+	if s.Records != 3+6 {
+		t.Fatalf("indexed %d events, want 9 (3 calibrations, 6 events; R_EPOCH is none)", s.Records)
+	}
+	type want struct {
+		kind      uint16
+		a, b      uint64
+		flags     uint16
+		site      uint32
+		nsLo, nsH uint64
+	}
+	wants := []want{
+		{RMalloc, 0x10, 1, FHost, 3, 1100, 1100},
+		{RMalloc, 0x20, 2, FHost, 9, 1101, 1999},
+		{RFree, 0x10, 0, FHost | FOff, 0, 1101, 1999},
+		{RMalloc, 0x30, 1 << 40, FHost, 65535, 1101, 1999},
+		{RFree, 0x20, 0, FHost, 0, 2200, 2200},
+		{RFree, 0x30, 0, FHost | FOff, 0, 2201, 2999},
+	}
+	rd := s.Reader()
+	var prev uint64
+	for i := 0; ; {
+		r, ns, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == nil {
+			if i != len(wants) {
+				t.Fatalf("read %d events, want %d", i, len(wants))
+			}
+			break
+		}
+		if r.Kind == RCalib {
+			continue
+		}
+		w := wants[i]
+		if r.Kind != w.kind || r.A != w.a || r.B != w.b || r.Flags != w.flags || r.Site != w.site || r.Tid != 5 {
+			t.Errorf("event %d: %+v, want %+v", i, *r, w)
+		}
+		if ns < w.nsLo || ns > w.nsH || ns < prev {
+			t.Errorf("event %d at %d ns, want within [%d, %d] and not before %d", i, ns, w.nsLo, w.nsH, prev)
+		}
+		prev = ns
+		i++
+	}
+}
+
+func TestDecodeRecRefusesCutEvents(t *testing.T) {
+	full := AppendRec(nil, &Rec{Kind: RMark, TS: 5, A: 1, B: 3, Flags: FText, Payload: []byte("abc")})
+	if len(full) != RecSize+UnitSize {
+		t.Fatalf("full record with 3 payload bytes is %d bytes, want %d", len(full), RecSize+UnitSize)
+	}
+	r, n, ok := DecodeRec(full, 0)
+	if !ok || n != len(full) || r.Text() != "abc" || r.Kind != RMark || r.TS != 5 {
+		t.Fatalf("round trip: %+v %d %v", r, n, ok)
+	}
+	for cut := 0; cut < len(full); cut += UnitSize {
+		if _, _, ok := DecodeRec(full[:cut], 0); ok {
+			t.Errorf("a record cut to %d bytes decoded", cut)
+		}
+	}
+	var m [8]byte
+	binary.LittleEndian.PutUint64(m[:], 0x1000|compactBit)
+	if _, _, ok := DecodeRec(m[:], 0); ok {
+		t.Error("a compact MALLOC without its second unit decoded")
 	}
 }
