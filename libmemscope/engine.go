@@ -5,7 +5,7 @@
 package libmemscope
 
 /*
-#cgo CFLAGS: -O2 -g -fno-omit-frame-pointer -Wall -Wno-unused-function
+#cgo CFLAGS: -O2 -g -fno-plt -fno-omit-frame-pointer -Wall -Wno-unused-function
 #cgo LDFLAGS: -ldl -lpthread
 #include "hook.h"
 */

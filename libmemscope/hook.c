@@ -53,7 +53,8 @@ static _Atomic int ms_collecting;      // collection switched on
 static _Atomic int ms_direct;          // after the final drain: write straight to the spool
 // The hot path's one check: ready, recording the heap, no stacks wanted, not
 // writing directly. Anything else takes the general path (ms_fast_update).
-static _Atomic int ms_fast;
+// Nonzero, it is the compact MALLOC's tag: C_COMPACT | its flags << 48.
+static _Atomic uint64_t ms_fast;
 static _Atomic int ms_spool_fd = -1;
 static _Atomic uint64_t ms_lost_count;
 static _Atomic uint64_t ms_fork_count;
@@ -75,7 +76,7 @@ static pthread_mutex_t ms_drain_lock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct ms_seg {
 	struct ms_seg *_Atomic next;
 	uint32_t cap;           // units
-	_Atomic uint32_t head;  // written by the owner thread
+	_Atomic uint32_t head;  // units written, set by the owner when it moves on (else see ms_thr.wp)
 	uint32_t tail;          // read by the drain
 	uint32_t pad;
 	uint64_t u[];
@@ -83,22 +84,31 @@ typedef struct ms_seg {
 
 #define NSPARE 4
 typedef struct ms_thr {
-	struct ms_thr *next_all; // registry, push-only
-	_Atomic int state;       // 0 owned, 1 dead (drain releases), 2 free for reuse
-	int32_t tid;
+	// The owner's line: what every event reads and writes.
+	uint64_t *_Atomic wp;    // next unit to write in wseg (published: the drain reads up to it)
+	uint64_t *wend;          // end of wseg
 	ms_seg *wseg;            // owner's current segment
-	ms_seg *rseg;            // drain's current segment
-	_Atomic uint64_t segs;   // segments allocated and not yet released
-	uintptr_t stack_hi; // frame-pointer walks stay below this
 	uint64_t last_epoch;     // epoch of the last precise stamp
 	uint32_t since_stamp;    // events since then
+	int32_t tid;
+	uintptr_t stack_hi;      // frame-pointer walks stay below this
+	// The drain's side, on a line of its own.
+	_Alignas(64) struct ms_thr *next_all; // registry, push-only
+	_Atomic int state;       // 0 owned, 1 dead (drain releases), 2 free for reuse
+	ms_seg *rseg;            // drain's current segment
+	_Atomic uint64_t segs;   // segments allocated and not yet released
 	ms_seg *_Atomic spare[NSPARE]; // drained segments handed back for reuse
 } ms_thr;
 
 static ms_thr *_Atomic ms_threads;
 
-static TLS int tls_guard;       // >0: inside msmemscope (or an internal thread): invisible
-static TLS ms_thr *tls_thr;
+// One TLS block, so the hot path finds both with one offset.
+static TLS struct {
+	ms_thr *thr;
+	int guard; // >0: inside msmemscope (or an internal thread): invisible
+} tls;
+#define tls_thr tls.thr
+#define tls_guard tls.guard
 
 #define SEG_BYTES (1u << 20)
 #define SEG_CAP ((SEG_BYTES - sizeof(ms_seg)) / 8)
@@ -199,6 +209,9 @@ static ms_thr *thr_acquire(void) {
 		}
 	}
 	t->tid = (int32_t)syscall(SYS_gettid);
+	atomic_store(&t->wp, NULL);
+	t->wend = NULL;
+	t->wseg = NULL;
 	t->last_epoch = 0;
 	t->since_stamp = 0;
 	thr_stack_bounds(t);
@@ -218,11 +231,16 @@ static ms_seg *seg_new(uint32_t need) {
 
 static long write_direct(const uint64_t *u, uint32_t n, int32_t tid);
 
+// Room for n more units in the thread's current segment.
+static inline int ring_room(ms_thr *t, uint64_t *wp, uint32_t n) {
+	return likely((uintptr_t)wp + (uintptr_t)n * 8 <= (uintptr_t)t->wend);
+}
+
 // Reserves n contiguous units in the calling thread's ring, or NULL.
 static uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
 	ms_seg *s = t->wseg;
-	if (likely(s && atomic_load_explicit(&s->head, memory_order_relaxed) + n <= s->cap))
-		return &s->u[atomic_load_explicit(&s->head, memory_order_relaxed)];
+	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	if (s && ring_room(t, wp, n)) return wp;
 	// Past the cap, wait for the drain while it is alive; never inside a child.
 	while (atomic_load_explicit(&t->segs, memory_order_acquire) >= SEG_WAIT_CAP) {
 		if (ms_child || atomic_load(&ms_spool_fd) < 0) break;
@@ -235,17 +253,22 @@ static uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
 	if (!ns) ns = seg_new(n);
 	if (!ns) return NULL;
 	atomic_fetch_add(&t->segs, 1);
-	if (s)
+	// Moving on: s's head is final before the drain can see s->next, and
+	// s->next is set before wp leaves s (see drain_thread).
+	if (s) {
+		atomic_store_explicit(&s->head, (uint32_t)(wp - s->u), memory_order_release);
 		atomic_store_explicit(&s->next, ns, memory_order_release);
-	else
+	} else {
 		t->rseg = ns; // first segment: publish before the registry sees records
+	}
 	t->wseg = ns;
-	return &ns->u[0];
+	t->wend = ns->u + ns->cap;
+	atomic_store_explicit(&t->wp, ns->u, memory_order_release);
+	return ns->u;
 }
 
 static inline void ring_commit(ms_thr *t, uint32_t n) {
-	ms_seg *s = t->wseg;
-	atomic_store_explicit(&s->head, atomic_load_explicit(&s->head, memory_order_relaxed) + n, memory_order_release);
+	atomic_store_explicit(&t->wp, atomic_load_explicit(&t->wp, memory_order_relaxed) + n, memory_order_release);
 }
 
 // After the final drain: one event straight to the spool.
@@ -459,20 +482,19 @@ static inline ms_thr *cur_thr(void) {
 // A MALLOC or FREE without payload: compact when its stamp is the epoch
 // alone and its values fit (see hook.h).
 static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
-	ms_seg *s = t->wseg;
-	if (likely(s != NULL && (ts & TS_EPOCH) && a <= C_MAX && !(flags & ~C_FLAGS) &&
+	uint64_t *w = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	if (likely((ts & TS_EPOCH) && a <= C_MAX && !(flags & ~C_FLAGS) &&
 	           !atomic_load_explicit(&ms_direct, memory_order_relaxed))) {
-		uint32_t h = atomic_load_explicit(&s->head, memory_order_relaxed);
-		if (kind == R_MALLOC && b <= C_MAX && h + 2 <= s->cap) {
-			s->u[h] = a | C_COMPACT | (uint64_t)flags << 48;
-			s->u[h + 1] = b | (uint64_t)site << 48;
-			atomic_store_explicit(&s->head, h + 2, memory_order_release);
+		if (kind == R_MALLOC && b <= C_MAX && ring_room(t, w, 2)) {
+			w[0] = a | C_COMPACT | (uint64_t)flags << 48;
+			w[1] = b | (uint64_t)site << 48;
+			atomic_store_explicit(&t->wp, w + 2, memory_order_release);
 			if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
 			return;
 		}
-		if (kind == R_FREE && b == 0 && h + 1 <= s->cap) {
-			s->u[h] = a | C_COMPACT | C_FREE | (uint64_t)flags << 48;
-			atomic_store_explicit(&s->head, h + 1, memory_order_release);
+		if (kind == R_FREE && b == 0 && ring_room(t, w, 1)) {
+			w[0] = a | C_COMPACT | C_FREE | (uint64_t)flags << 48;
+			atomic_store_explicit(&t->wp, w + 1, memory_order_release);
 			if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
 			return;
 		}
@@ -529,6 +551,8 @@ static inline uint32_t site_id(uintptr_t ra) {
 			if (tab) raw_munmap(tab, SITE_SLOTS * sizeof(uintptr_t));
 			tab = atomic_load(&site_tab);
 			if (!tab) return 0;
+		} else {
+			ms_fast_update(); // the fast path needs the table
 		}
 	}
 	// Fast path: a caller seen before sits in its home slot. Callers inside
@@ -592,11 +616,12 @@ static void rec_free(void *p, size_t size, uint16_t sub) {
 // msmemscope). Takes no guard: it calls nothing that allocates.
 void ms_fast_update(void) {
 	int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && cfg_cstack <= 0 &&
-	        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child;
-	atomic_store(&ms_fast, f);
+	        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child && atomic_load(&site_tab);
+	uint64_t fl = F_HOST | (atomic_load(&ms_collecting) ? 0 : F_OFF);
+	atomic_store(&ms_fast, f ? C_COMPACT | fl << 48 : 0);
 }
 
-static inline int fast_on(void) { return likely(atomic_load_explicit(&ms_fast, memory_order_relaxed)); }
+static inline uint64_t fast_on(void) { return atomic_load_explicit(&ms_fast, memory_order_relaxed); }
 
 // The final drain may have run between the check of ms_fast and the commit:
 // then nobody will drain this ring again, so drain it now.
@@ -604,46 +629,40 @@ static __attribute__((noinline)) void fast_recheck(void) {
 	if (atomic_load(&ms_direct)) ms_drain();
 }
 
-static inline __attribute__((always_inline)) ms_seg *fast_seg(ms_thr *t, uint32_t units, uint32_t *head) {
+// Where the next event goes, or NULL: a precise stamp is due or the segment is full.
+static inline __attribute__((always_inline)) uint64_t *fast_slot(ms_thr *t, uint32_t units) {
 	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
 	if (unlikely(t->last_epoch != e || t->since_stamp + 1 >= STAMP_EVERY)) return NULL;
-	ms_seg *s = t->wseg;
-	if (unlikely(!s)) return NULL;
-	*head = atomic_load_explicit(&s->head, memory_order_relaxed);
-	return likely(*head + units <= s->cap) ? s : NULL;
+	uint64_t *w = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	return ring_room(t, w, units) ? w : NULL;
 }
 
-static inline __attribute__((always_inline)) uint64_t fast_flags(uint64_t sub) {
-	return (sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF)) << 48;
-}
-
-static inline __attribute__((always_inline)) int fast_alloc(void *p, size_t n, uintptr_t ra) {
+static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *p, size_t n, uintptr_t ra) {
 	ms_thr *t = tls_thr;
 	if (unlikely(!t || tls_guard || (uintptr_t)p > C_MAX || n > C_MAX)) return 0;
+	// ms_fast is set only once the site table exists; slot 0 stays empty.
 	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
 	uint32_t site = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48);
-	if (unlikely(!tab || !site || tab[site] != ra)) return 0;
-	uint32_t h;
-	ms_seg *s = fast_seg(t, 2, &h);
-	if (unlikely(!s)) return 0;
-	s->u[h] = (uint64_t)p | C_COMPACT | fast_flags(F_HOST);
-	s->u[h + 1] = n | (uint64_t)site << 48;
+	if (unlikely(tab[site] != ra)) return 0;
+	uint64_t *w = fast_slot(t, 2);
+	if (unlikely(!w)) return 0;
+	w[0] = (uint64_t)p | tag;
+	w[1] = n | (uint64_t)site << 48;
 	t->since_stamp++;
-	atomic_store_explicit(&s->head, h + 2, memory_order_release);
-	if (unlikely(!atomic_load_explicit(&ms_fast, memory_order_relaxed))) fast_recheck();
+	atomic_store_explicit(&t->wp, w + 2, memory_order_release);
+	if (unlikely(atomic_load_explicit(&ms_fast, memory_order_relaxed) != tag)) fast_recheck();
 	return 1;
 }
 
-static inline __attribute__((always_inline)) int fast_free(void *p) {
+static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p) {
 	ms_thr *t = tls_thr;
 	if (unlikely(!t || tls_guard || (uintptr_t)p > C_MAX)) return 0;
-	uint32_t h;
-	ms_seg *s = fast_seg(t, 1, &h);
-	if (unlikely(!s)) return 0;
-	s->u[h] = (uint64_t)p | C_COMPACT | C_FREE | fast_flags(F_HOST);
+	uint64_t *w = fast_slot(t, 1);
+	if (unlikely(!w)) return 0;
+	w[0] = (uint64_t)p | tag | C_FREE;
 	t->since_stamp++;
-	atomic_store_explicit(&s->head, h + 1, memory_order_release);
-	if (unlikely(!atomic_load_explicit(&ms_fast, memory_order_relaxed))) fast_recheck();
+	atomic_store_explicit(&t->wp, w + 1, memory_order_release);
+	if (unlikely(atomic_load_explicit(&ms_fast, memory_order_relaxed) != tag)) fast_recheck();
 	return 1;
 }
 
@@ -652,7 +671,8 @@ static inline __attribute__((always_inline)) int fast_free(void *p) {
 // allocation site (an inlined helper would otherwise name msmemscope itself).
 static inline __attribute__((always_inline)) void *malloc_at(size_t n, uintptr_t ra) {
 	void *p = __libc_malloc(n);
-	if (fast_on() && p && fast_alloc(p, n, ra)) return p;
+	uint64_t tag = fast_on();
+	if (likely(tag && p) && fast_alloc(tag, p, n, ra)) return p;
 	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, ra);
 	return p;
 }
@@ -661,14 +681,16 @@ void *malloc(size_t n) { return malloc_at(n, (uintptr_t)__builtin_return_address
 
 void free(void *p) {
 	if (!p) return;
-	if (!(fast_on() && fast_free(p)) && ready() && should_record()) rec_free(p, 0, F_HOST);
+	uint64_t tag = fast_on();
+	if (!(likely(tag) && fast_free(tag, p)) && ready() && should_record()) rec_free(p, 0, F_HOST);
 	__libc_free(p);
 }
 
 void *calloc(size_t n, size_t m) {
 	void *p = __libc_calloc(n, m);
 	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
-	if (fast_on() && p && fast_alloc(p, n * m, ra)) return p;
+	uint64_t tag = fast_on();
+	if (likely(tag && p) && fast_alloc(tag, p, n * m, ra)) return p;
 	if (ready() && should_record() && p) rec_alloc(p, n * m, F_HOST, ra);
 	return p;
 }
@@ -676,11 +698,12 @@ void *calloc(size_t n, size_t m) {
 static inline __attribute__((always_inline)) void *realloc_at(void *old, size_t n, uintptr_t ra) {
 	if (!old) return malloc_at(n, ra);
 	int rec = ready() && should_record();
-	if (rec && !(fast_on() && fast_free(old))) rec_free(old, 0, F_HOST);
+	uint64_t tag = fast_on();
+	if (rec && !(tag && fast_free(tag, old))) rec_free(old, 0, F_HOST);
 	void *p = __libc_realloc(old, n);
 	if (rec) {
 		if (p) {
-			if (!(fast_on() && fast_alloc(p, n, ra))) rec_alloc(p, n, F_HOST, ra);
+			if (!(tag && fast_alloc(tag, p, n, ra))) rec_alloc(p, n, F_HOST, ra);
 		} else if (n != 0) {
 			rec_alloc(old, 0, F_HOST | F_UNDO, ra); // failed: the old block lives on
 		}
@@ -1041,23 +1064,32 @@ static long write_direct(const uint64_t *r, uint32_t n, int32_t tid) {
 	return write_all(fd, buf, sizeof h + n * 8); // O_APPEND: one write, one chunk
 }
 
+// How far the writer got in s, the drain's segment: its final head once the
+// writer moved on (s->next set), else the writer's position; -1 while the
+// writer is between the two (try again next pass).
+static int64_t seg_head(ms_thr *t, ms_seg *s, ms_seg **next) {
+	*next = atomic_load_explicit(&s->next, memory_order_acquire);
+	if (*next) return atomic_load_explicit(&s->head, memory_order_acquire);
+	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_acquire);
+	if (wp < s->u || wp > s->u + s->cap) return -1;
+	return wp - s->u;
+}
+
 static int drain_thread(int fd, ms_thr *t) {
-	ms_seg *s = t->rseg;
+	ms_seg *s = t->rseg, *next = NULL;
+	int64_t h = -1;
 	while (s) {
-		int rc = drain_range(fd, t, s, atomic_load_explicit(&s->head, memory_order_acquire));
+		h = seg_head(t, s, &next);
+		if (h < 0) break;
+		int rc = drain_range(fd, t, s, (uint32_t)h);
 		if (rc) return rc;
-		ms_seg *next = atomic_load_explicit(&s->next, memory_order_acquire);
 		if (!next) break;
-		// The writer moved on: whatever it published in s is final.
-		rc = drain_range(fd, t, s, atomic_load_explicit(&s->head, memory_order_acquire));
-		if (rc) return rc;
-		t->rseg = next;
+		t->rseg = next; // the writer moved on: s is drained for good
 		if (seg_done(fd, t, s)) return -1;
 		s = next;
 	}
 	// A dead thread, fully drained: release its ring for reuse.
-	if (atomic_load_explicit(&t->state, memory_order_acquire) == 1 && s &&
-	    atomic_load_explicit(&s->head, memory_order_acquire) == s->tail) {
+	if (atomic_load_explicit(&t->state, memory_order_acquire) == 1 && s && h == s->tail && !next) {
 		if (iov_flush(fd)) return -1;
 		raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * 8);
 		atomic_fetch_sub(&t->segs, 1);
@@ -1066,6 +1098,8 @@ static int drain_thread(int fd, ms_thr *t) {
 			if (sp) raw_munmap(sp, sizeof(ms_seg) + (size_t)sp->cap * 8);
 		}
 		t->rseg = t->wseg = NULL;
+		t->wend = NULL;
+		atomic_store(&t->wp, NULL);
 		atomic_store(&t->state, 2);
 	}
 	return 0;
@@ -1201,6 +1235,7 @@ int msmemscope_start(void) {
 	if (in_child()) return -1;
 	ready();
 	if (atomic_exchange(&ms_collecting, 1)) return 0;
+	ms_fast_update();
 	return api_event(R_START, 0, 0, NULL);
 }
 
@@ -1208,6 +1243,7 @@ int msmemscope_stop(void) {
 	if (in_child()) return -1;
 	ready();
 	if (!atomic_exchange(&ms_collecting, 0)) return 0;
+	ms_fast_update();
 	return api_event(R_STOP, 0, 0, NULL);
 }
 
