@@ -65,7 +65,7 @@ static _Atomic uint64_t ms_mstx_next = 1;
 // costs about as much as a whole malloc/free pair on some virtual machines.
 static _Atomic uint64_t ms_epoch = 1;
 #define TS_EPOCH (1ull << 63)
-#define STAMP_EVERY 64
+#define STAMP_EVERY 256
 static int ms_use_tsc;
 static int ms_child;  // in a forked child: never record, never enter Go
 static pid_t ms_mypid;
