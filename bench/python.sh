@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 LIB=$ROOT/build/lib/libmemscope.so
 PY=${PYTHON:-$ROOT/.venv/bin/python}
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 WORK=$ROOT/bench/work-py
 OUT=${RESULTS:-$ROOT/bench/results.md}
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -44,6 +44,8 @@ run() {
 }
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# ratios A B: the per-repetition ratios A[i]/B[i] of two space-separated lists, one a line.
+ratios() { awk -v a="$1" -v b="$2" 'BEGIN {n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) printf "%.4f\n", x[i] / y[i]}'; }
 modes="bare traced py16 memray memray_native"
 declare -A loops
 for rep in $(seq "$REPS"); do
@@ -53,19 +55,21 @@ for rep in $(seq "$REPS"); do
 		echo "rep=$rep $mode loop_ns=$ns" >&2
 	done
 done
-b=$(echo ${loops[bare]} | tr ' ' '\n' | median)
 {
 	echo
 	echo "## Python workload (issue 3)"
 	echo
-	echo "Build and drop 1 M small \`str\` objects with \`PYTHONMALLOC=malloc\`, median of $REPS alternating"
-	echo "repetitions of the script's own loop time (\`$("$PY" -c 'import sys;print(sys.version.split()[0])')\`, memray $("$PY" -c 'import memray;print(memray.__version__)'))."
+	echo "Build and drop 1 M small \`str\` objects with \`PYTHONMALLOC=malloc\`, $REPS repetitions each running"
+	echo "every mode in turn, the script's own loop time (\`$("$PY" -c 'import sys;print(sys.version.split()[0])')\`, memray $("$PY" -c 'import memray;print(memray.__version__)'))."
+	echo "A ratio is the median of the per-repetition ratios to the bare run of the same repetition."
 	echo
-	echo "| mode | loop ms (median) | ratio to bare |"
+	echo "| mode | loop ms (median) | ratio to bare (median, range) |"
 	echo "|---|---|---|"
 	for mode in $modes; do
 		m=$(echo ${loops[$mode]} | tr ' ' '\n' | median)
-		awk -v mode="$mode" -v m="$m" -v b="$b" 'BEGIN {printf "| %s | %.0f | %.2f× |\n", mode, m/1e6, m/b}'
+		r=$(ratios "${loops[$mode]}" "${loops[bare]}" | median)
+		rr=$(ratios "${loops[$mode]}" "${loops[bare]}" | sort -n | awk 'NR==1 {lo=$1} {hi=$1} END {printf "%.2f–%.2f", lo, hi}')
+		awk -v mode="$mode" -v m="$m" -v r="$r" -v rr="$rr" 'BEGIN {printf "| %s | %.0f | **%.2f×** (%s) |\n", mode, m/1e6, r, rr}'
 	done
 	echo
 	echo "traced = msmemscope recording alloc/free; py16 = with \`--call-stack=python:16\`;"

@@ -15,7 +15,7 @@ ROOT=$PWD
 LIB=$ROOT/build/lib/libmemscope.so
 CLI=$ROOT/build/bin/msmemscope
 PAIRS=${PAIRS:-20000000}
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 WORK=$ROOT/bench/work
 OUT=${RESULTS:-$ROOT/bench/results.md}
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -23,6 +23,8 @@ gcc -O2 -g -fno-omit-frame-pointer -o "$WORK/malloc_bench" bench/malloc_bench.c 
 
 now_ns() { date +%s%N; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# ratios A B: the per-repetition ratios A[i]/B[i] of two space-separated lists, one a line.
+ratios() { awk -v a="$1" -v b="$2" 'BEGIN {n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) printf "%.4f\n", x[i] / y[i]}'; }
 
 # run MODE THREADS -> prints loop_ns; leaves spool size in $WORK/last_spool
 run() {
@@ -86,18 +88,26 @@ done
 	echo
 	echo "## malloc/free microbenchmark (issue 2)"
 	echo
-	echo "$PAIRS pairs of mixed sizes (8–1031 B), median of $REPS alternating repetitions; loop time is the"
-	echo "program's own measurement of its allocation loop, with every event in the spool."
+	echo "$PAIRS pairs of mixed sizes (8–1031 B), $REPS repetitions, each running every mode in turn;"
+	echo "loop time is the program's own measurement of its allocation loop, with every event in the"
+	echo "spool. The speed of this virtual machine drifts by up to 2× within minutes (the bare loop alone"
+	echo "ranged as shown), so a ratio is the median of the per-repetition ratios: each run divided by"
+	echo "the bare run of the same repetition, seconds apart; their range is shown too."
 	echo
-	echo "| threads | mode | loop ms (median) | ratio to bare | ratio / heaptrack's |"
+	echo "| threads | mode | loop ms (median, range) | ratio to bare (median, range) | ratio / heaptrack's |"
 	echo "|---|---|---|---|---|"
 	for threads in 1 2; do
-		b=$(echo ${loops[bare,$threads]} | tr ' ' '\n' | median)
-		h=$(echo ${loops[heaptrack,$threads]} | tr ' ' '\n' | median)
+		b=${loops[bare,$threads]}
+		h=${loops[heaptrack,$threads]}
 		for mode in $modes; do
-			m=$(echo ${loops[$mode,$threads]} | tr ' ' '\n' | median)
-			awk -v t="$threads" -v mode="$mode" -v m="$m" -v b="$b" -v h="$h" \
-				'BEGIN {printf "| %s | %s | %.0f | %.2f× | %.2f |\n", t, mode, m/1e6, m/b, (m/b)/(h/b)}'
+			m=${loops[$mode,$threads]}
+			lm=$(echo $m | tr ' ' '\n' | median)
+			lr=$(echo $m | tr ' ' '\n' | sort -n | awk 'NR==1 {lo=$1} {hi=$1} END {printf "%.0f–%.0f", lo/1e6, hi/1e6}')
+			r=$(ratios "$m" "$b" | median)
+			rr=$(ratios "$m" "$b" | sort -n | awk 'NR==1 {lo=$1} {hi=$1} END {printf "%.2f–%.2f", lo, hi}')
+			rh=$(ratios "$m" "$h" | median)
+			awk -v t="$threads" -v mode="$mode" -v lm="$lm" -v lr="$lr" -v r="$r" -v rr="$rr" -v rh="$rh" \
+				'BEGIN {printf "| %s | %s | %.0f (%s) | **%.2f×** (%s) | %.2f |\n", t, mode, lm/1e6, lr, r, rr, rh}'
 		done
 	done
 	echo
