@@ -77,6 +77,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzOpenCSV -fuzztime=5s ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzSQLiteRoundTrip -fuzztime=5s ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzAlign -fuzztime=5s ./analyzer/
+	$(GO) test -run='^$$' -fuzz=FuzzSpool -fuzztime=5s ./trace/
 
 # The main job on a bundled example: a C program leaking inside mstx steps.
 demo: deps build venv

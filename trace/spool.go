@@ -411,7 +411,11 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 		}
 		c.pos = 0
 	}
-	rec, size, _ := DecodeRec(c.buf[c.pos:], c.epoch) // the index kept whole events only
+	rec, size, ok := DecodeRec(c.buf[c.pos:], c.epoch) // the index kept whole events only
+	if !ok {
+		c.pos = len(c.buf) // cannot happen for an indexed chunk; never loop on it
+		return c.raw(f)
+	}
 	c.pos += size
 	rec.Tid = c.tid
 	if rec.TS&TSEpoch != 0 {
