@@ -116,6 +116,12 @@ func WriteNew(p string, write func(w io.Writer) error) error {
 // Replace atomically replaces an existing file p with new contents (the one
 // case where msmemscope rewrites a file: offline results added in place).
 func Replace(p string, write func(w io.Writer) error) error {
+	return ReplaceFile(p, func(f *os.File) error { return write(f) })
+}
+
+// ReplaceFile is Replace for writers that need the temporary file itself
+// (to copy into it in the kernel, truncate it, or start its writeback).
+func ReplaceFile(p string, write func(f *os.File) error) error {
 	dir, base := filepath.Split(p)
 	f, err := os.CreateTemp(dir, "."+strings.TrimPrefix(base, ".")+".*.tmp")
 	if err != nil {
@@ -134,7 +140,7 @@ func Replace(p string, write func(w io.Writer) error) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("cannot rewrite %s: %v", p, err)
+		return fmt.Errorf("cannot rewrite %s: %w", p, err)
 	}
 	return nil
 }
