@@ -118,9 +118,11 @@ type ineffProc struct {
 
 type ineffLive struct {
 	b        IneffBlock
+	off      int64 // where its MALLOC row starts in a CSV (with a writer)
 	flags    uint8
 	had      uint8 // the results its MALLOC row holds already
 	accessed bool
+	pinned   bool // the writer was told its row gets results
 }
 
 // InefficientAnalyzer judges blocks over a stream of events; memory grows
@@ -136,7 +138,20 @@ type InefficientAnalyzer struct {
 	rows   uint64
 	apis   uint64
 	judged int
+
+	// Writing the results into a CSV while reading it (see trace.IneffWriter).
+	w    *trace.IneffWriter
+	in   trace.Input // where the MALLOC rows are
+	sure int64       // a MALLOC row's offset, to tell w as final once ineffLag is read past it
 }
+
+// ineffLag is how far past a MALLOC row the analysis reads before telling
+// the writer that the row is final when its block is still alive. Blocks
+// alive longer are guessed to get no results (a wrong guess costs copying
+// again): most results are found within a few MiB of their row, and blocks
+// that never get one (weights, leaks) must not hold the copy back. A
+// variable for tests.
+var ineffLag int64 = 32 << 20
 
 // ineffHeap is a min-heap of blocks by size (then latest row first out).
 type ineffHeap []IneffBlock
@@ -245,10 +260,18 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 			if old := a.live[key]; old != nil { // a MALLOC of a live id: the old block is gone
 				a.retire(old)
 			}
+			off := int64(-1)
+			if a.w != nil {
+				off = a.in.Offset()
+				if off >= a.sure+ineffLag {
+					a.w.Final(a.sure)
+					a.sure = off
+				}
+			}
 			if e.Size >= a.opt.MemSize {
 				a.judged++
 				a.live[key] = &ineffLive{b: IneffBlock{ID: e.ID, AllocID: e.AllocID, Pid: e.Pid, Size: e.Size,
-					EventType: e.Type, Device: e.Device, MallocAPI: api}, had: flagsOf(e.Inefficient)}
+					EventType: e.Type, Device: e.Device, MallocAPI: api}, off: off, had: flagsOf(e.Inefficient)}
 			}
 			if api != p.lastMalloc {
 				p.prevMalloc, p.lastMalloc = p.lastMalloc, api
@@ -292,12 +315,23 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 			if f > l.b.MallocAPI {
 				l.flags |= flagEarly
 				l.b.EarlySpan = api - l.b.MallocAPI
+				a.pin(l)
 			}
 		} else if gap := api - l.b.LastAccessAPI; api > l.b.LastAccessAPI && gap > a.opt.IdleThreshold {
 			l.flags |= flagIdle
 			l.b.IdleSpan += gap
+			a.pin(l)
 		}
 		l.b.LastAccessAPI = api
+	}
+}
+
+// pin tells the writer, once, that l's row will get results: its copy
+// must wait for them.
+func (a *InefficientAnalyzer) pin(l *ineffLive) {
+	if a.w != nil && !l.pinned && l.flags&a.want&^l.had != 0 {
+		l.pinned = true
+		a.w.Pin(l.off)
 	}
 }
 
@@ -308,7 +342,11 @@ func (a *InefficientAnalyzer) retire(l *ineffLive) {
 	if f == 0 {
 		return
 	}
-	a.found = append(a.found, ineffFound{l.b.ID, f, f&^l.had != 0})
+	isNew := f&^l.had != 0
+	a.found = append(a.found, ineffFound{l.b.ID, f, isNew})
+	if a.w != nil && isNew {
+		a.w.Add(l.off, trace.IneffMark{ID: l.b.ID, Types: ineffTypeLists[f]})
+	}
 	spans := [3]uint64{l.b.EarlySpan, l.b.LateSpan, l.b.IdleSpan}
 	for i, t := range IneffTypes {
 		if f&typeFlag(t) != 0 {
@@ -385,7 +423,7 @@ func (r *IneffReport) Marks() []trace.IneffMark {
 
 // CheckInefficient runs the analysis over a dump file (CSV or SQLite) and
 // adds its results to the file's MALLOC rows, keeping earlier results and
-// adding none twice.
+// adding none twice. A CSV is rewritten while it is read (trace.IneffWriter).
 func CheckInefficient(path string, opt IneffOptions, prog *Progress) (*IneffReport, error) {
 	if err := CheckIneffTypes(opt.Types); err != nil {
 		return nil, err
@@ -394,41 +432,32 @@ func CheckInefficient(path string, opt IneffOptions, prog *Progress) (*IneffRepo
 		return nil, fmt.Errorf("idle_threshold must be a positive integer")
 	}
 	defer prog.Done()
-	r, offs, err := analyzeInefficientOffsets(path, opt, prog)
-	if err != nil {
-		return nil, err
-	}
-	prog.Phase("check_inefficient: writing results")
-	r.Added, err = trace.AddInefficient(path, r.Marks(), offs, func(done, total int64) {
-		prog.Func(func() (int64, int64) { return done, total })
-	})
-	if err != nil {
-		return nil, err
-	}
-	r.Written = r.Added > 0
-	return r, nil
+	return runInefficient(path, opt, prog, true)
 }
 
 func analyzeInefficient(path string, opt IneffOptions, prog *Progress) (*IneffReport, error) {
-	r, _, err := analyzeInefficientOffsets(path, opt, prog)
-	return r, err
+	return runInefficient(path, opt, prog, false)
 }
 
-// analyzeInefficientOffsets runs the analysis and returns where the MALLOC
-// rows start when the file is a CSV.
-func analyzeInefficientOffsets(path string, opt IneffOptions, prog *Progress) (*IneffReport, []trace.RowOffset, error) {
-	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true, IndexMallocs: true,
+// runInefficient runs the analysis, and with write adds its results to the
+// file.
+func runInefficient(path string, opt IneffOptions, prog *Progress, write bool) (*IneffReport, error) {
+	in, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true, IndexMallocs: write,
 		Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindMalloc, trace.KindFree, trace.KindAccess}})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer in.Close()
 	prog.Track(in)
 	a := NewInefficientAnalyzer(opt)
+	if write && in.Format() == trace.FormatCSV {
+		a.w, a.in = trace.NewIneffWriter(path), in
+		defer a.w.Abort()
+	}
 	for {
 		e, err := in.Next()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if e == nil {
 			break
@@ -437,10 +466,24 @@ func analyzeInefficientOffsets(path string, opt IneffOptions, prog *Progress) (*
 	}
 	r := a.Finish()
 	r.Input = path
-	if len(r.Marks()) == 0 {
-		return r, nil, nil
+	in.Close() // its buffers are not needed for the rest
+	if !write {
+		return r, nil
 	}
-	return r, in.RowOffsets(), nil
+	prog.Phase("check_inefficient: writing results")
+	if a.w != nil {
+		prog.Func(a.w.Progress)
+		r.Added, err = a.w.Commit()
+	} else {
+		r.Added, err = trace.AddInefficient(path, r.Marks(), func(done, total int64) {
+			prog.Func(func() (int64, int64) { return done, total })
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.Written = r.Added > 0
+	return r, nil
 }
 
 // Summary is the console report of check_inefficient.

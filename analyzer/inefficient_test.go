@@ -3,6 +3,7 @@ package analyzer
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -267,5 +268,105 @@ func TestCheckInefficientManyBlocks(t *testing.T) {
 	}
 	if got := len(ineffOf(t, csvPath)); got != n {
 		t.Fatalf("%d MALLOC rows marked, want %d", got, n)
+	}
+}
+
+// ineffStream is a long capture in the manner of bench/offlinegen: blocks
+// freed late, idle, allocated early, leaked, some with results already,
+// operator names that need quoting.
+func ineffStream(steps int) *capBuilder {
+	c := newCap()
+	type pending struct {
+		a    uint64
+		step int
+	}
+	var late, idle []pending
+	var prev, early uint64
+	for step := 0; step < steps; step++ {
+		op := []string{"aten::add", `aten::"odd", op`}[step%2]
+		c.opStart(op)
+		out := c.malloc("PTA", 1000+uint64(step%7))
+		c.access(out, op)
+		if prev != 0 {
+			c.access(prev, op)
+		}
+		if early != 0 {
+			c.access(early, op)
+			late = append(late, pending{early, step})
+			early = 0
+		}
+		if len(idle) > 0 && step-idle[0].step >= 40 {
+			c.access(idle[0].a, op)
+			late = append(late, pending{idle[0].a, step})
+			idle = idle[1:]
+		}
+		c.opEnd(op)
+		switch {
+		case prev == 0:
+		case step%50 == 1: // a leak
+		case step%10 == 1:
+			late = append(late, pending{prev, step})
+		case step%10 == 5:
+			idle = append(idle, pending{prev, step})
+		case step%13 == 7: // allocated, then a FREE, then accessed
+			early = c.malloc("PTA", 4096)
+			c.free(prev)
+		default:
+			c.free(prev)
+		}
+		for len(late) > 0 && step-late[0].step >= 3 {
+			c.free(late[0].a)
+			late = late[1:]
+		}
+		prev = out
+	}
+	for i := range c.evs {
+		if e := &c.evs[i]; e.Kind == trace.KindMalloc && e.ID%9 == 0 {
+			e.Inefficient = LateDeallocation
+		}
+	}
+	return c
+}
+
+// CheckInefficient on a CSV writes the results while it reads the file,
+// guessing which rows are final: the file must be the one the analysis
+// followed by AddInefficient writes, whether the guesses hold or not.
+func TestCheckInefficientWhileReading(t *testing.T) {
+	defer func(l int64) { ineffLag = l }(ineffLag)
+	dir := t.TempDir()
+	src, _ := ineffStream(3000).write(t, dir, "src")
+	orig, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := IneffOptions{IdleThreshold: 30}
+	ref := filepath.Join(dir, "ref.csv")
+	os.WriteFile(ref, orig, 0o640)
+	r, err := analyzeInefficient(ref, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantN, err := trace.AddInefficient(ref, r.Marks(), nil)
+	if err != nil || wantN == 0 {
+		t.Fatalf("AddInefficient: %d, %v", wantN, err)
+	}
+	want, _ := os.ReadFile(ref)
+	for _, lag := range []int64{1, 2000, 1 << 40} {
+		ineffLag = lag
+		p := filepath.Join(dir, "got.csv")
+		os.WriteFile(p, orig, 0o640)
+		r, err := CheckInefficient(p, opt, nil)
+		if err != nil || r.Added != wantN || !r.Written {
+			t.Fatalf("lag %d: added %d, %v; want %d", lag, r.Added, err, wantN)
+		}
+		if got, _ := os.ReadFile(p); !bytes.Equal(got, want) {
+			t.Fatalf("lag %d: the file differs from AddInefficient's", lag)
+		}
+		if r, err := CheckInefficient(p, opt, nil); err != nil || r.Added != 0 {
+			t.Fatalf("lag %d: second run added %d, %v", lag, r.Added, err)
+		}
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, ".*")); len(tmp) != 0 {
+		t.Fatalf("temporary files left: %v", tmp)
 	}
 }

@@ -36,9 +36,10 @@ type Input interface {
 	// of each row whose ID is in ids, which must be sorted. It reads the
 	// file again and leaves Next's position alone.
 	Lookup(ids []uint64, fn func(*Event) error) error
-	// RowOffsets returns where the MALLOC rows returned so far start in the
-	// file, by ID (a CSV opened with IndexMallocs; nil otherwise).
-	RowOffsets() []RowOffset
+	// Offset returns where the row Next returned last starts in the file
+	// when it is a MALLOC row of a CSV opened with IndexMallocs; -1
+	// otherwise.
+	Offset() int64
 	Close() error
 }
 
@@ -61,9 +62,9 @@ type OpenOptions struct {
 	// valid only until a few thousand more have been read. For analyses
 	// that copy what they keep; it saves allocating and collecting.
 	Reuse bool
-	// IndexMallocs makes a CSV input remember where each MALLOC row it
-	// returns starts in the file (RowOffsets): AddInefficient then copies
-	// the rest of the file without reading it.
+	// IndexMallocs makes a CSV input tell where each MALLOC row it returns
+	// starts in the file (Offset): an IneffWriter then copies the rest of
+	// the file without reading it.
 	IndexMallocs bool
 	// Kinds, when not empty, keeps only rows of these kinds: the others
 	// are skipped as soon as their Event column is read, unchecked beyond
@@ -190,7 +191,9 @@ type csvInput struct {
 	once  sync.Once
 
 	index   bool
-	offs    []RowOffset
+	offs    []RowOffset // of the MALLOC rows in cur, with IndexMallocs
+	oi      int         // offs[oi] is the next MALLOC row's
+	off     int64       // Offset
 	cur     []Event
 	i       int
 	pending error
@@ -411,9 +414,7 @@ func (in *csvInput) Next() (*Event, error) {
 			return nil, nil
 		}
 		r := <-c.res
-		if in.index {
-			in.offs = append(in.offs, r.offs...)
-		}
+		in.offs, in.oi = r.offs, 0
 		if in.reuse && in.cur != nil {
 			b := in.cur[:0]
 			in.pool.Put(&b)
@@ -422,10 +423,16 @@ func (in *csvInput) Next() (*Event, error) {
 	}
 	e := &in.cur[in.i]
 	in.i++
+	in.off = -1
+	// offs holds the chunk's MALLOC rows in order: the next one is e's.
+	if in.index && e.Kind == KindMalloc && in.oi < len(in.offs) && in.offs[in.oi].ID == e.ID {
+		in.off = in.offs[in.oi].Off
+		in.oi++
+	}
 	return e, nil
 }
 
-func (in *csvInput) RowOffsets() []RowOffset { return in.offs }
+func (in *csvInput) Offset() int64 { return in.off }
 
 func (in *csvInput) Path() string   { return in.path }
 func (in *csvInput) Format() string { return FormatCSV }
@@ -927,12 +934,8 @@ func mergeIneff(old string, types []string) (string, int) {
 // updated in one transaction. Nothing is written when nothing is new; on an
 // error the file is left as it was. progress, when set, is told how far the
 // rewrite has got (done, total). It returns the number of results added.
-//
-// offs, when given (Input.RowOffsets of the pass that found the results),
-// says where the MALLOC rows start in a CSV: the rows in between are then
-// copied by the kernel without being read. Offsets that do not match the
-// file are ignored.
-func AddInefficient(path string, marks []IneffMark, offs []RowOffset, progress func(done, total int64)) (int, error) {
+// (An IneffWriter does the same for a CSV while the analysis still reads it.)
+func AddInefficient(path string, marks []IneffMark, progress func(done, total int64)) (int, error) {
 	if len(marks) == 0 {
 		return 0, nil
 	}
@@ -943,124 +946,7 @@ func AddInefficient(path string, marks []IneffMark, offs []RowOffset, progress f
 	if format == FormatDB {
 		return addIneffDB(path, marks)
 	}
-	if len(offs) > 0 {
-		if n, err := addIneffCSVAt(path, marks, offs, progress); err != errStale {
-			return n, err
-		}
-	}
 	return addIneffCSV(path, marks, progress)
-}
-
-// errStale says that row offsets do not match the file.
-var errStale = errors.New("row offsets do not match the file")
-
-// addIneffCSVAt is addIneffCSV with the offsets of the MALLOC rows known:
-// the spans between the rows that change are copied with copy_file_range.
-func addIneffCSVAt(path string, marks []IneffMark, offs []RowOffset, progress func(done, total int64)) (int, error) {
-	if !slices.IsSortedFunc(offs, func(a, b RowOffset) int { return cmpU64(a.ID, b.ID) }) {
-		return 0, errStale
-	}
-	src, err := os.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %v", path, err)
-	}
-	defer src.Close()
-	st, err := src.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("%s: %v", path, err)
-	}
-	size := st.Size()
-	p := newChunkParser(path, false)
-	br := bufio.NewReaderSize(nil, 64<<10)
-	var acc []byte
-	added := 0
-	var inner error
-	err = safefs.Replace(path, func(w io.Writer) error {
-		cw := NewCSVWriter(w)
-		cw.header = true
-		pos := int64(0)
-		copyTo := func(end int64) error {
-			if _, err := src.Seek(pos, io.SeekStart); err != nil {
-				return err
-			}
-			if _, err := io.CopyN(w, src, end-pos); err != nil {
-				return err
-			}
-			pos = end
-			return nil
-		}
-		for _, m := range marks {
-			i, ok := slices.BinarySearchFunc(offs, m.ID, func(r RowOffset, id uint64) int { return cmpU64(r.ID, id) })
-			if !ok {
-				inner = errStale
-				return inner
-			}
-			off := offs[i].Off
-			if off < pos || off >= size {
-				inner = errStale
-				return inner
-			}
-			br.Reset(io.NewSectionReader(src, off, size-off))
-			raw, _, _, err := readRawRecord(br, acc)
-			acc = raw
-			if err != nil {
-				inner = errStale
-				return inner
-			}
-			if id, ok := leadingID(raw); !ok || id != m.ID {
-				inner = errStale
-				return inner
-			}
-			e, err := p.one(raw, 0)
-			if err != nil || e.Kind != KindMalloc {
-				inner = errStale // the scan reports it with its line
-				return inner
-			}
-			s, n := mergeIneff(e.Inefficient, m.Types)
-			if n == 0 {
-				continue
-			}
-			if err := copyTo(off); err != nil {
-				return err
-			}
-			e.Inefficient = s
-			if err := cw.Write(e); err != nil {
-				return err
-			}
-			if err := cw.flushBuf(); err != nil {
-				return err
-			}
-			added += n
-			pos = off + int64(len(raw))
-			if progress != nil {
-				progress(pos, size)
-			}
-		}
-		if added == 0 {
-			inner = errNothingNew
-			return inner
-		}
-		return copyTo(size)
-	})
-	switch {
-	case inner == errStale:
-		return 0, errStale
-	case added == 0:
-		return 0, nil
-	case err != nil:
-		return 0, err
-	}
-	return added, nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // markCursor finds marks by ID in a file whose IDs ascend: it moves

@@ -395,7 +395,7 @@ func TestAddInefficient(t *testing.T) {
 		}
 		// Row 3 has no results yet; row 4 has two; row 5 is a FREE.
 		marks := []IneffMark{{3, []string{"late_deallocation"}}, {4, []string{"temporary_idleness", "late_deallocation"}}, {5, []string{"early_allocation"}}}
-		n, err := AddInefficient(p, marks, nil, nil)
+		n, err := AddInefficient(p, marks, nil)
 		if err != nil || n != 2 {
 			t.Fatalf("%s: added %d, %v; want 2", format, n, err)
 		}
@@ -408,7 +408,7 @@ func TestAddInefficient(t *testing.T) {
 		}
 		before, _ := os.ReadFile(p)
 		st, _ := os.Stat(p)
-		if n, err := AddInefficient(p, marks, nil, nil); err != nil || n != 0 {
+		if n, err := AddInefficient(p, marks, nil); err != nil || n != 0 {
 			t.Fatalf("%s: second run added %d, %v", format, n, err)
 		}
 		after, _ := os.ReadFile(p)
@@ -486,60 +486,4 @@ func FuzzSQLiteRoundTrip(f *testing.F) {
 			}
 		}
 	})
-}
-
-// With the MALLOC rows' offsets the rewrite copies the rest as it is: the
-// same file as without them; offsets that do not match are ignored.
-func TestAddInefficientAtOffsets(t *testing.T) {
-	dir := t.TempDir()
-	evs := append(sampleEvents(), manyEvents(3000)...)
-	for i := range evs {
-		evs[i].ID = uint64(i + 1)
-	}
-	want := writeFile(t, dir, "want.csv", writeCSV(t, evs))
-	var marks []IneffMark
-	for _, e := range evs {
-		if e.Kind == KindMalloc && e.ID%7 == 0 {
-			marks = append(marks, IneffMark{e.ID, []string{"late_deallocation"}})
-		}
-	}
-	if _, err := AddInefficient(want, marks, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	wantBytes, _ := os.ReadFile(want)
-	for _, stale := range []bool{false, true} {
-		p := writeFile(t, dir, "got.csv", writeCSV(t, evs))
-		in, err := Open(p, OpenOptions{Lean: true, IndexMallocs: true, Kinds: []Kind{KindMalloc}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := readInput(t, in); err != nil {
-			t.Fatal(err)
-		}
-		offs := in.RowOffsets()
-		in.Close()
-		if len(offs) == 0 {
-			t.Fatal("no offsets")
-		}
-		if stale {
-			for i := range offs {
-				offs[i].Off += 3
-			}
-		}
-		n, err := AddInefficient(p, marks, offs, nil)
-		if err != nil || n != len(marks) {
-			t.Fatalf("stale=%v: added %d, %v", stale, n, err)
-		}
-		if got, _ := os.ReadFile(p); !bytes.Equal(got, wantBytes) {
-			t.Fatalf("stale=%v: the rewrite with offsets differs", stale)
-		}
-		// Nothing new: nothing rewritten.
-		st, _ := os.Stat(p)
-		if n, err := AddInefficient(p, marks, offs, nil); err != nil || n != 0 {
-			t.Fatalf("second run: %d, %v", n, err)
-		}
-		if st2, _ := os.Stat(p); !st2.ModTime().Equal(st.ModTime()) {
-			t.Fatal("second run rewrote the file")
-		}
-	}
 }

@@ -505,8 +505,8 @@ func replay(err error) chan sqliteBatchRes {
 	return ch
 }
 
-// RowOffsets is nil: rows of a database are found by ID.
-func (in *sqliteInput) RowOffsets() []RowOffset { return nil }
+// Offset is -1: rows of a database are found by ID.
+func (in *sqliteInput) Offset() int64 { return -1 }
 
 func (in *sqliteInput) Path() string   { return in.path }
 func (in *sqliteInput) Format() string { return FormatDB }
