@@ -139,6 +139,10 @@ type InefficientAnalyzer struct {
 	apis   uint64
 	judged int
 
+	spare    []*ineffLive // retired blocks to reuse: one per MALLOC row adds up
+	lastPid  int64        // rows of one process come in runs: its proc, cached
+	lastProc *ineffProc
+
 	// Writing the results into a CSV while reading it (see trace.IneffWriter).
 	w    *trace.IneffWriter
 	in   trace.Input // where the MALLOC rows are
@@ -221,11 +225,15 @@ func flagsOf(s string) uint8 {
 func judgedType(t string) bool { return t == trace.TypePTA || t == "HAL" }
 
 func (a *InefficientAnalyzer) proc(pid int64) *ineffProc {
+	if a.lastProc != nil && a.lastPid == pid {
+		return a.lastProc
+	}
 	p := a.procs[pid]
 	if p == nil {
 		p = &ineffProc{}
 		a.procs[pid] = p
 	}
+	a.lastPid, a.lastProc = pid, p
 	return p
 }
 
@@ -258,7 +266,9 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 		key := blockKey{e.Pid, e.AllocID}
 		if e.Kind == trace.KindMalloc {
 			if old := a.live[key]; old != nil { // a MALLOC of a live id: the old block is gone
+				delete(a.live, key)
 				a.retire(old)
+				a.spare = append(a.spare, old)
 			}
 			off := int64(-1)
 			if a.w != nil {
@@ -270,8 +280,10 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 			}
 			if e.Size >= a.opt.MemSize {
 				a.judged++
-				a.live[key] = &ineffLive{b: IneffBlock{ID: e.ID, AllocID: e.AllocID, Pid: e.Pid, Size: e.Size,
+				l := a.newLive()
+				*l = ineffLive{b: IneffBlock{ID: e.ID, AllocID: e.AllocID, Pid: e.Pid, Size: e.Size,
 					EventType: e.Type, Device: e.Device, MallocAPI: api}, off: off, had: flagsOf(e.Inefficient)}
+				a.live[key] = l
 			}
 			if api != p.lastMalloc {
 				p.prevMalloc, p.lastMalloc = p.lastMalloc, api
@@ -293,6 +305,7 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 			}
 			delete(a.live, key)
 			a.retire(l)
+			a.spare = append(a.spare, l)
 		}
 		if api != p.lastFree {
 			p.prevFree, p.lastFree = p.lastFree, api
@@ -324,6 +337,15 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 		}
 		l.b.LastAccessAPI = api
 	}
+}
+
+func (a *InefficientAnalyzer) newLive() *ineffLive {
+	if n := len(a.spare); n > 0 {
+		l := a.spare[n-1]
+		a.spare = a.spare[:n-1]
+		return l
+	}
+	return new(ineffLive)
 }
 
 // pin tells the writer, once, that l's row will get results: its copy

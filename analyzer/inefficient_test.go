@@ -370,3 +370,30 @@ func TestCheckInefficientWhileReading(t *testing.T) {
 		t.Fatalf("temporary files left: %v", tmp)
 	}
 }
+
+// A MALLOC of a live allocation id ends the old block, even when the new one
+// is too small to judge: the old one is judged once, not again at the FREE.
+func TestInefficientMallocOfLiveID(t *testing.T) {
+	c := newCap()
+	c.opStart("aten::a")
+	a := c.malloc("PTA", 1000)
+	c.access(a, "aten::a")
+	c.opEnd("aten::a")
+	for range 5 {
+		c.opStart("aten::b")
+		c.opEnd("aten::b")
+	}
+	c.opStart("aten::c")
+	c.access(a, "aten::c") // 6 apis later: temporary_idleness
+	c.opEnd("aten::c")
+	c.add(trace.Event{Kind: trace.KindMalloc, Type: "PTA", Device: "host", Ptr: 0x10000 * a, HasPtr: true, AllocID: a, Size: 10, Owner: "PTA"})
+	c.free(a)
+	csvPath, _ := c.write(t, t.TempDir(), "dump")
+	r, err := CheckInefficient(csvPath, IneffOptions{MemSize: 100, IdleThreshold: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BlocksTotal != 1 || r.Added != 1 || r.Totals[TemporaryIdleness].Blocks != 1 {
+		t.Fatalf("found %d blocks, added %d, totals %+v; want the old block once", r.BlocksTotal, r.Added, r.Totals)
+	}
+}
