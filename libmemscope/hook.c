@@ -479,6 +479,19 @@ static inline ms_thr *cur_thr(void) {
 	return likely(t != NULL) ? t : thr_acquire();
 }
 
+// Writes a compact event (units 1 or 2) at w, the thread's write position,
+// and publishes it. The final drain may have run between the caller's check
+// and this commit: then nobody will drain this ring again, so drain it now.
+static inline __attribute__((always_inline)) void put_compact(ms_thr *t, uint64_t *w, uint64_t u0, uint64_t u1, int units) {
+	w[0] = u0;
+	if (units == 2) w[1] = u1;
+	atomic_store_explicit(&t->wp, w + units, memory_order_release);
+	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
+}
+
+// The home slot of an allocation site in the site table (and its id).
+static inline uint32_t site_hash(uintptr_t ra) { return (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48); }
+
 // A MALLOC or FREE without payload: compact when its stamp is the epoch
 // alone and its values fit (see hook.h).
 static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
@@ -486,16 +499,11 @@ static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, 
 	if (likely((ts & TS_EPOCH) && a <= C_MAX && !(flags & ~C_FLAGS) &&
 	           !atomic_load_explicit(&ms_direct, memory_order_relaxed))) {
 		if (kind == R_MALLOC && b <= C_MAX && ring_room(t, w, 2)) {
-			w[0] = a | C_COMPACT | (uint64_t)flags << 48;
-			w[1] = b | (uint64_t)site << 48;
-			atomic_store_explicit(&t->wp, w + 2, memory_order_release);
-			if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
+			put_compact(t, w, a | C_COMPACT | (uint64_t)flags << 48, b | (uint64_t)site << 48, 2);
 			return;
 		}
 		if (kind == R_FREE && b == 0 && ring_room(t, w, 1)) {
-			w[0] = a | C_COMPACT | C_FREE | (uint64_t)flags << 48;
-			atomic_store_explicit(&t->wp, w + 1, memory_order_release);
-			if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
+			put_compact(t, w, a | C_COMPACT | C_FREE | (uint64_t)flags << 48, 0, 1);
 			return;
 		}
 	}
@@ -558,11 +566,11 @@ static inline uint32_t site_id(uintptr_t ra) {
 	// Fast path: a caller seen before sits in its home slot. Callers inside
 	// libc/libstdc++ never do (their site is the wrapper's caller), so the
 	// range check and the unwind happen only on a miss.
-	uint32_t h = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48);
+	uint32_t h = site_hash(ra);
 	if (likely(h != 0 && atomic_load_explicit((_Atomic uintptr_t *)&tab[h], memory_order_relaxed) == ra)) return h;
 	if (unlikely(nofp(ra)) && unw_backtrace_fn) {
 		ra = site_through_wrapper(ra);
-		h = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48);
+		h = site_hash(ra);
 	}
 	return site_insert(tab, ra, h);
 }
@@ -623,12 +631,6 @@ void ms_fast_update(void) {
 
 static inline uint64_t fast_on(void) { return atomic_load_explicit(&ms_fast, memory_order_relaxed); }
 
-// The final drain may have run between the check of ms_fast and the commit:
-// then nobody will drain this ring again, so drain it now.
-static __attribute__((noinline)) void fast_recheck(void) {
-	if (atomic_load(&ms_direct)) ms_drain();
-}
-
 // Where the next event goes, or NULL: a precise stamp is due or the segment is full.
 static inline __attribute__((always_inline)) uint64_t *fast_slot(ms_thr *t, uint32_t units) {
 	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
@@ -642,15 +644,12 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *
 	if (unlikely(!t || tls_guard || (uintptr_t)p > C_MAX || n > C_MAX)) return 0;
 	// ms_fast is set only once the site table exists; slot 0 stays empty.
 	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
-	uint32_t site = (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48);
+	uint32_t site = site_hash(ra);
 	if (unlikely(tab[site] != ra)) return 0;
 	uint64_t *w = fast_slot(t, 2);
 	if (unlikely(!w)) return 0;
-	w[0] = (uint64_t)p | tag;
-	w[1] = n | (uint64_t)site << 48;
 	t->since_stamp++;
-	atomic_store_explicit(&t->wp, w + 2, memory_order_release);
-	if (unlikely(atomic_load_explicit(&ms_fast, memory_order_relaxed) != tag)) fast_recheck();
+	put_compact(t, w, (uint64_t)p | tag, n | (uint64_t)site << 48, 2);
 	return 1;
 }
 
@@ -659,10 +658,8 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p
 	if (unlikely(!t || tls_guard || (uintptr_t)p > C_MAX)) return 0;
 	uint64_t *w = fast_slot(t, 1);
 	if (unlikely(!w)) return 0;
-	w[0] = (uint64_t)p | tag | C_FREE;
 	t->since_stamp++;
-	atomic_store_explicit(&t->wp, w + 1, memory_order_release);
-	if (unlikely(atomic_load_explicit(&ms_fast, memory_order_relaxed) != tag)) fast_recheck();
+	put_compact(t, w, (uint64_t)p | tag | C_FREE, 0, 1);
 	return 1;
 }
 
