@@ -693,10 +693,23 @@ func (p *chunkParser) slow(raw []byte, line int) (*Event, error) {
 // reports false when it needs the slow path.
 func (p *chunkParser) fast(e *Event, ln []byte, quotes int) bool {
 	ln = ln[:len(ln)-eolLen(ln)]
+	// Usually the leading fields are plain and parse as they are found.
+	if pos, ok := p.lead(e, ln); ok {
+		return p.tail(e, ln, pos, colAttr, quotes, 0)
+	}
+	*e = Event{}
+	if !p.tail(e, ln, 0, colID, quotes, 0) {
+		return false
+	}
+	return p.fillLead(e)
+}
+
+// tail splits the fields of ln from column col on, starting at pos, into
+// p.f and parses the Attr and stack columns; quoted counts the quoted
+// fields before col.
+func (p *chunkParser) tail(e *Event, ln []byte, pos, col, quotes, quoted int) bool {
 	f := &p.f
-	quoted := 0
-	pos := 0
-	for i := 0; i < numCols; i++ {
+	for i := col; i < numCols; i++ {
 		if pos < len(ln) && ln[pos] == '"' {
 			j := bytes.IndexByte(ln[pos+1:], '"')
 			if j < 0 {
@@ -735,12 +748,111 @@ func (p *chunkParser) fast(e *Event, ln []byte, quotes int) bool {
 	if quotes != 2*quoted { // a quote inside a field
 		return false
 	}
-	return p.fill(e)
+	if col > colID {
+		return p.fillTail(e)
+	}
+	return true
 }
 
-// fill parses the fields in p.f into e, or reports false when the slow path
-// must say what is wrong.
-func (p *chunkParser) fill(e *Event) bool {
+// lead parses the fields before Attr when none is quoted or unusual, in the
+// same pass that finds them, and returns where Attr starts; ok false leaves
+// them to tail and fillLead, which accept the same rows and give the same
+// event.
+func (p *chunkParser) lead(e *Event, ln []byte) (pos int, ok bool) {
+	var b []byte
+	if e.ID, pos, ok = leadUint(ln, 0); !ok {
+		return 0, false
+	}
+	if b, pos = leadField(ln, pos); pos < 0 {
+		return 0, false
+	}
+	if e.Kind = fastKind(b); e.Kind == 0 {
+		return 0, false
+	}
+	if b, pos = leadField(ln, pos); pos < 0 {
+		return 0, false
+	}
+	e.Type = p.str(colType, b, false)
+	if b, pos = leadField(ln, pos); pos < 0 {
+		return 0, false
+	}
+	e.Name = p.str(colName, b, true)
+	if e.Timestamp, pos, ok = leadUint(ln, pos); !ok {
+		return 0, false
+	}
+	if e.Pid, pos, ok = leadInt(ln, pos); !ok {
+		return 0, false
+	}
+	if e.Tid, pos, ok = leadInt(ln, pos); !ok {
+		return 0, false
+	}
+	if b, pos = leadField(ln, pos); pos < 0 {
+		return 0, false
+	}
+	e.Device = p.str(colDevice, b, true)
+	if b, pos = leadField(ln, pos); pos < 0 {
+		return 0, false
+	}
+	e.Ptr, e.HasPtr = 0, false
+	if string(b) != NA {
+		if e.Ptr, ok = parseHexPtr(b); !ok {
+			return 0, false
+		}
+		e.HasPtr = true
+	}
+	return pos, true
+}
+
+// leadField returns the plain field at ln[pos:] and the position past its
+// ',', or -1 when it is quoted or the last one.
+func leadField(ln []byte, pos int) ([]byte, int) {
+	j := pos
+	for j < len(ln) && ln[j] != ',' {
+		j++
+	}
+	if j == len(ln) || (j > pos && ln[pos] == '"') {
+		return nil, -1
+	}
+	return ln[pos:j], j + 1
+}
+
+// leadUint parses the unsigned decimal field at ln[pos:] of at most 19
+// digits (no overflow is possible) and returns the position past its ','.
+func leadUint(ln []byte, pos int) (uint64, int, bool) {
+	var n uint64
+	i := pos
+	for ; i < len(ln); i++ {
+		c := ln[i] - '0'
+		if c > 9 {
+			break
+		}
+		n = n*10 + uint64(c)
+	}
+	if i == pos || i-pos > 19 || i == len(ln) || ln[i] != ',' {
+		return 0, 0, false
+	}
+	return n, i + 1, true
+}
+
+// leadInt is leadUint with an optional '-', within int64.
+func leadInt(ln []byte, pos int) (int64, int, bool) {
+	neg := pos < len(ln) && ln[pos] == '-'
+	if neg {
+		pos++
+	}
+	u, next, ok := leadUint(ln, pos)
+	if !ok || u > 1<<63-1 {
+		return 0, 0, false
+	}
+	if neg {
+		return -int64(u), next, true
+	}
+	return int64(u), next, true
+}
+
+// fillLead parses the fields before Attr in p.f into e, or reports false
+// when the slow path must say what is wrong.
+func (p *chunkParser) fillLead(e *Event) bool {
 	f := &p.f
 	var ok bool
 	if e.ID, ok = parseUintDec(f[colID]); !ok {
@@ -749,8 +861,8 @@ func (p *chunkParser) fill(e *Event) bool {
 	if e.Kind = fastKind(f[colEvent]); e.Kind == 0 {
 		return false
 	}
-	e.Type = p.str(colType, false)
-	e.Name = p.str(colName, true)
+	e.Type = p.str(colType, f[colType], false)
+	e.Name = p.str(colName, f[colName], true)
 	if e.Timestamp, ok = parseUintDec(f[colTimestamp]); !ok {
 		return false
 	}
@@ -760,13 +872,19 @@ func (p *chunkParser) fill(e *Event) bool {
 	if e.Tid, ok = parseIntDec(f[colTid]); !ok {
 		return false
 	}
-	e.Device = p.str(colDevice, true)
+	e.Device = p.str(colDevice, f[colDevice], true)
 	if string(f[colPtr]) != NA {
 		if e.Ptr, ok = parseHexPtr(f[colPtr]); !ok {
 			return false
 		}
 		e.HasPtr = true
 	}
+	return p.fillTail(e)
+}
+
+// fillTail parses Attr and the stacks in p.f into e, whose Ptr is parsed.
+func (p *chunkParser) fillTail(e *Event) bool {
+	f := &p.f
 	ptr, hasPtr := e.Ptr, e.HasPtr
 	if p.lean {
 		if !leanAttr(e, f[colAttr], p.intern.get) {
@@ -779,16 +897,15 @@ func (p *chunkParser) fill(e *Event) bool {
 		return false
 	}
 	if !p.lean {
-		e.PyStack = p.str(colPyStack, true)
-		e.CStack = p.str(colCStack, true)
+		e.PyStack = p.str(colPyStack, f[colPyStack], true)
+		e.CStack = p.str(colCStack, f[colCStack], true)
 	}
 	return true
 }
 
 // str is CSVReader.str over the fast path's fields, with a few recent
 // values of each column kept to spare map lookups.
-func (p *chunkParser) str(col int, na bool) string {
-	b := p.f[col]
+func (p *chunkParser) str(col int, b []byte, na bool) string {
 	if string(b) == p.last[col] {
 		return p.last[col]
 	}
@@ -840,11 +957,12 @@ func fastKind(b []byte) Kind {
 	return kindOf(b)
 }
 
+// attrValueStop marks the bytes that end (',') or spoil ('{', '}') a value.
+var attrValueStop = [256]uint8{',': 1, '{': 1, '}': 1}
+
 // leanAttr parses the typed pairs of an Attr column as parseAttr does and
 // skips the others; it reports false for anything parseAttr might refuse
 // (the slow path then says why).
-// attrValueStop marks the bytes that end (',') or spoil ('{', '}') a value.
-var attrValueStop = [256]uint8{',': 1, '{': 1, '}': 1}
 
 func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 	e.AllocID, e.Size, e.Owner, e.Inefficient, e.Shadow, e.MstxID = 0, 0, "", "", false, 0
