@@ -693,23 +693,18 @@ func (p *chunkParser) slow(raw []byte, line int) (*Event, error) {
 // reports false when it needs the slow path.
 func (p *chunkParser) fast(e *Event, ln []byte, quotes int) bool {
 	ln = ln[:len(ln)-eolLen(ln)]
-	// Usually the leading fields are plain and parse as they are found.
-	if pos, ok := p.lead(e, ln); ok {
-		return p.tail(e, ln, pos, colAttr, quotes, 0)
-	}
-	*e = Event{}
-	if !p.tail(e, ln, 0, colID, quotes, 0) {
-		return false
-	}
-	return p.fillLead(e)
+	// The leading fields parse as they are found; a row with one quoted
+	// (a rare Name) takes the slow path.
+	pos, ok := p.lead(e, ln)
+	return ok && p.tail(ln, pos, quotes) && p.fillTail(e)
 }
 
-// tail splits the fields of ln from column col on, starting at pos, into
-// p.f and parses the Attr and stack columns; quoted counts the quoted
-// fields before col.
-func (p *chunkParser) tail(e *Event, ln []byte, pos, col, quotes, quoted int) bool {
+// tail splits Attr and the stacks, which start at ln[pos:], into p.f; the
+// fields before them hold none of the line's quotes quote characters.
+func (p *chunkParser) tail(ln []byte, pos, quotes int) bool {
 	f := &p.f
-	for i := col; i < numCols; i++ {
+	quoted := 0
+	for i := colAttr; i < numCols; i++ {
 		if pos < len(ln) && ln[pos] == '"' {
 			j := bytes.IndexByte(ln[pos+1:], '"')
 			if j < 0 {
@@ -718,15 +713,7 @@ func (p *chunkParser) tail(e *Event, ln []byte, pos, col, quotes, quoted int) bo
 			f[i] = ln[pos+1 : pos+1+j]
 			pos += j + 2
 			quoted++
-		} else if i < colAttr {
-			// The first fields are short: a byte loop beats IndexByte.
-			j := pos
-			for j < len(ln) && ln[j] != ',' {
-				j++
-			}
-			f[i] = ln[pos:j]
-			pos = j
-		} else { // Attr and the call stacks can be long
+		} else {
 			j := bytes.IndexByte(ln[pos:], ',')
 			if j < 0 {
 				j = len(ln) - pos
@@ -745,19 +732,11 @@ func (p *chunkParser) tail(e *Event, ln []byte, pos, col, quotes, quoted int) bo
 		}
 		pos++
 	}
-	if quotes != 2*quoted { // a quote inside a field
-		return false
-	}
-	if col > colID {
-		return p.fillTail(e)
-	}
-	return true
+	return quotes == 2*quoted // else a quote inside a field
 }
 
-// lead parses the fields before Attr when none is quoted or unusual, in the
-// same pass that finds them, and returns where Attr starts; ok false leaves
-// them to tail and fillLead, which accept the same rows and give the same
-// event.
+// lead parses the fields before Attr, none of them quoted, in the same pass
+// that finds them (fill's rules), and returns where Attr starts.
 func (p *chunkParser) lead(e *Event, ln []byte) (pos int, ok bool) {
 	var b []byte
 	if e.ID, pos, ok = leadUint(ln, 0); !ok {
@@ -793,14 +772,19 @@ func (p *chunkParser) lead(e *Event, ln []byte) (pos int, ok bool) {
 	if b, pos = leadField(ln, pos); pos < 0 {
 		return 0, false
 	}
+	return pos, parsePtr(e, b)
+}
+
+// parsePtr parses the Ptr column into e: "N/A" or a hex address.
+func parsePtr(e *Event, b []byte) bool {
 	e.Ptr, e.HasPtr = 0, false
-	if string(b) != NA {
-		if e.Ptr, ok = parseHexPtr(b); !ok {
-			return 0, false
-		}
-		e.HasPtr = true
+	if string(b) == NA {
+		return true
 	}
-	return pos, true
+	var ok bool
+	e.Ptr, ok = parseHexPtr(b)
+	e.HasPtr = ok
+	return ok
 }
 
 // leadField returns the plain field at ln[pos:] and the position past its
@@ -850,9 +834,9 @@ func leadInt(ln []byte, pos int) (int64, int, bool) {
 	return int64(u), next, true
 }
 
-// fillLead parses the fields before Attr in p.f into e, or reports false
+// fill parses the fields in p.f into e (SQLite rows), or reports false
 // when the slow path must say what is wrong.
-func (p *chunkParser) fillLead(e *Event) bool {
+func (p *chunkParser) fill(e *Event) bool {
 	f := &p.f
 	var ok bool
 	if e.ID, ok = parseUintDec(f[colID]); !ok {
@@ -873,13 +857,7 @@ func (p *chunkParser) fillLead(e *Event) bool {
 		return false
 	}
 	e.Device = p.str(colDevice, f[colDevice], true)
-	if string(f[colPtr]) != NA {
-		if e.Ptr, ok = parseHexPtr(f[colPtr]); !ok {
-			return false
-		}
-		e.HasPtr = true
-	}
-	return p.fillTail(e)
+	return parsePtr(e, f[colPtr]) && p.fillTail(e)
 }
 
 // fillTail parses Attr and the stacks in p.f into e, whose Ptr is parsed.
@@ -963,7 +941,6 @@ var attrValueStop = [256]uint8{',': 1, '{': 1, '}': 1}
 // leanAttr parses the typed pairs of an Attr column as parseAttr does and
 // skips the others; it reports false for anything parseAttr might refuse
 // (the slow path then says why).
-
 func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 	e.AllocID, e.Size, e.Owner, e.Inefficient, e.Shadow, e.MstxID = 0, 0, "", "", false, 0
 	e.Extra = nil

@@ -315,7 +315,7 @@ func (in *sqliteInput) produce(r *rawDB, stmt uintptr, ncols int) {
 			}
 			b = append(b, Event{})
 			e := &b[len(b)-1]
-			if p.fillLead(e) {
+			if p.fill(e) {
 				in.at.Store(int64(e.ID))
 				continue
 			}
