@@ -169,8 +169,8 @@ func (p *Process) SpoolFD() int { return int(p.spool.Fd()) }
 // writes its own files at exit.
 func (p *Process) Standalone() bool { return p.meta.RunID == "" }
 
-// NoteDrainError counts a failed spool write (a full disk, say).
-func (p *Process) NoteDrainError() { p.drainErrs.Add(1) }
+// NoteDrainErrors counts failed spool writes (a full disk, say).
+func (p *Process) NoteDrainErrors(n uint64) { p.drainErrs.Add(n) }
 
 // End records how the image ended. The spool stays open: events after this
 // (frees in later destructors) are still written to it.

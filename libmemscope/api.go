@@ -269,12 +269,10 @@ func drainNow() {
 		C.ms_drain()
 		return
 	}
-	close(eng.stop)
-	<-eng.done
+	stopDrain()
 	for drainRotate() {
 	}
-	eng.stop, eng.done = make(chan struct{}), make(chan struct{})
-	go drainLoop()
+	startDrain()
 }
 
 // snapshotMaps copies the process's mappings now, for symbolizing C stacks

@@ -34,6 +34,7 @@ var eng struct {
 	rotMu      sync.Mutex
 	buf        []byte
 	stop, done chan struct{}
+	cdrain     bool // the spool's drain is hook.c's thread
 }
 
 func init() {
@@ -81,14 +82,36 @@ func begin(cfg config.Config) error {
 	eng.cfg, eng.proc, eng.started = cfg, p, true
 	C.ms_set_spool(C.int(p.SpoolFD()))
 	C.ms_calibrate()
-	eng.stop, eng.done = make(chan struct{}), make(chan struct{})
-	go drainLoop()
+	startDrain()
 	return nil
 }
 
-// drainLoop moves ring contents to the spool every millisecond, so a run
+// startDrain starts moving ring contents out every millisecond, so a run
 // killed with SIGKILL loses at most the last few milliseconds. Each pass also
-// starts a new timestamp epoch with a clock calibration point (hook.c).
+// starts a new timestamp epoch with a clock calibration point (hook.c). The
+// spool is drained by a C thread (hook.c says why); rotating logs, which Go
+// compresses, by a goroutine, as is the spool if the thread cannot start.
+func startDrain() {
+	eng.cdrain = eng.rot == nil && C.ms_drainer_start() == 0
+	if eng.cdrain {
+		return
+	}
+	eng.stop, eng.done = make(chan struct{}), make(chan struct{})
+	go drainLoop()
+}
+
+// stopDrain stops the periodic drain; what is still in the rings stays there.
+func stopDrain() {
+	if eng.cdrain {
+		eng.proc.NoteDrainErrors(uint64(C.ms_drainer_stop()))
+		return
+	}
+	close(eng.stop)
+	<-eng.done
+}
+
+// drainLoop is the goroutine's drain: at once again while the rotating
+// logs' buffer filled, else after 1 ms, up to 8 ms for an idle process.
 func drainLoop() {
 	defer close(eng.done)
 	idle := 0
@@ -105,14 +128,9 @@ func drainLoop() {
 				continue // more is waiting in the rings
 			}
 			n = eng.rot.LastBytes()
-		} else {
-			n = int(C.ms_drain())
-			if n < 0 {
-				eng.proc.NoteDrainError()
-			}
+		} else if n = int(C.ms_drain()); n < 0 {
+			eng.proc.NoteDrainErrors(1)
 		}
-		// An idle process (only the pass's own calibration drained) is
-		// polled less often, up to every 8 ms: less CPU, fewer records.
 		if n > idleBytes {
 			idle = 0
 		} else if idle < 3 {
@@ -132,13 +150,13 @@ func drainRotate() bool {
 	defer eng.rotMu.Unlock()
 	n := C.ms_drain_into(unsafe.Pointer(&eng.buf[0]), C.long(len(eng.buf)))
 	if n < 0 {
-		eng.proc.NoteDrainError()
+		eng.proc.NoteDrainErrors(1)
 		return false
 	}
 	full := int(n) > len(eng.buf)/2 // more may be waiting in the rings
 	if n > 0 {
 		if err := eng.rot.Write(eng.buf[:n]); err != nil {
-			eng.proc.NoteDrainError()
+			eng.proc.NoteDrainErrors(1)
 		}
 	}
 	return full
@@ -152,8 +170,7 @@ func msGoAtExit() {
 		return
 	}
 	eng.finished = true
-	close(eng.stop)
-	<-eng.done
+	stopDrain()
 	if eng.rot != nil {
 		for drainRotate() {
 		}
