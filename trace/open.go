@@ -9,11 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"msmemscope/internal/safefs"
 )
@@ -176,19 +180,20 @@ type csvResult struct {
 }
 
 type csvInput struct {
-	f     io.Closer
-	path  string
-	size  int64
-	read  atomic.Int64
-	lean  bool
-	reuse bool
-	kinds kindMask
-	pool  sync.Pool // []Event batches to recycle (Reuse)
-	bufs  sync.Pool // chunk buffers to recycle
-	order chan *csvChunk
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	f      io.Closer
+	mapped []byte // the file, when mapped (csvMapMin)
+	path   string
+	size   int64
+	read   atomic.Int64
+	lean   bool
+	reuse  bool
+	kinds  kindMask
+	pool   sync.Pool // []Event batches to recycle (Reuse)
+	bufs   sync.Pool // chunk buffers to recycle
+	order  chan *csvChunk
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
 
 	index   bool
 	offs    []RowOffset // of the MALLOC rows in cur, with IndexMallocs
@@ -204,11 +209,26 @@ type csvInput struct {
 func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*csvInput, error) {
 	in := &csvInput{f: f, path: path, size: size, lean: opt.Lean, reuse: opt.Reuse, kinds: maskOf(opt.Kinds),
 		index: opt.IndexMallocs, stop: make(chan struct{})}
-	br := bufio.NewReaderSize(f, 64<<10)
+	var src io.Reader = f
+	if of, ok := f.(*os.File); ok && size >= csvMapMin && size == int64(int(size)) {
+		// Parsed where the page cache holds it: no copy into buffers.
+		if m, err := unix.Mmap(int(of.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+			_ = unix.Madvise(m, unix.MADV_SEQUENTIAL)
+			in.mapped = m
+			src = bytes.NewReader(m)
+		}
+	}
+	br := bufio.NewReaderSize(src, 64<<10)
 	// The header, checked as CSVReader checks it.
 	ho := &headerOnly{br: br}
-	hr, err := NewCSVReader(ho, path)
+	var hr *CSVReader
+	err := in.faults(func() error {
+		var err error
+		hr, err = NewCSVReader(ho, path)
+		return err
+	})
 	if err != nil {
+		in.unmap()
 		return nil, err
 	}
 	hdrLines := hr.Line()
@@ -233,9 +253,16 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 					}
 				}
 				p.offs = nil
-				evs, err := p.parse(evs, c.data, c.line, c.off)
-				if c.buf != nil { // events hold no reference to the chunk's bytes
+				err := in.faults(func() error {
+					var err error
+					evs, err = p.parse(evs, c.data, c.line, c.off)
+					return err
+				})
+				// Events hold no reference to the chunk's bytes.
+				if c.buf != nil {
 					in.bufs.Put(c.buf)
+				} else {
+					in.release(c.data)
 				}
 				c.res <- csvResult{evs, p.offs, err}
 			}
@@ -246,7 +273,14 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 		defer in.wg.Done()
 		defer close(jobs)
 		defer close(in.order)
-		in.produce(br, hdrLines+1, ho.n, jobs)
+		if in.mapped == nil {
+			in.produce(br, hdrLines+1, ho.n, jobs)
+			return
+		}
+		line, off := hdrLines+1, ho.n
+		if err := in.faults(func() error { return in.produceMapped(&line, &off, jobs) }); err != nil {
+			in.send(&csvChunk{line: line, res: errResult(err)}, jobs)
+		}
 	}()
 	return in, nil
 }
@@ -341,6 +375,83 @@ func (in *csvInput) produce(br *bufio.Reader, line int, off int64, jobs chan<- *
 		}
 		line += lines
 		off += int64(cut)
+	}
+}
+
+// produceMapped cuts the mapped file into chunks of whole records; line and
+// off follow the chunk being cut.
+func (in *csvInput) produceMapped(line *int, off *int64, jobs chan<- *csvChunk) error {
+	m := in.mapped
+	for *off < int64(len(m)) {
+		end := min(*off+int64(csvChunkSize), int64(len(m)))
+		cut, lines := int(end-*off), 0
+		for end < int64(len(m)) {
+			cut, lines = recordsEnd(m[*off:end])
+			if cut > 0 {
+				break
+			}
+			if end-*off > maxLineBytes { // let CSVReader report the record that is too long
+				cut = int(end - *off)
+				break
+			}
+			end = min(end+int64(csvChunkSize), int64(len(m)))
+			cut = int(end - *off)
+		}
+		c := &csvChunk{data: m[*off : *off+int64(cut)], line: *line, off: *off, res: make(chan csvResult, 1)}
+		in.read.Store(*off + int64(cut))
+		if !in.send(c, jobs) {
+			return nil
+		}
+		*line += lines
+		*off += int64(cut)
+	}
+	return nil
+}
+
+// csvMapMin is the size from which a CSV file is mapped rather than read (a
+// variable for tests).
+var csvMapMin int64 = 4 << 20
+
+// faults runs fn, turning a fault on the mapped file (it shrank while being
+// read: SIGBUS) into an error instead of a crash.
+func (in *csvInput) faults(fn func() error) (err error) {
+	if in.mapped == nil {
+		return fn()
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("%s: the file shrank while it was read", in.path)
+		}
+	}()
+	return fn()
+}
+
+// release drops the pages wholly inside b, a parsed chunk of the mapped
+// file, from this process (the page cache keeps them): the mapping would
+// otherwise count the whole file in the process's resident size.
+func (in *csvInput) release(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	base := uintptr(unsafe.Pointer(&in.mapped[0]))
+	start := uintptr(unsafe.Pointer(&b[0])) - base
+	end := start + uintptr(len(b))
+	pg := uintptr(os.Getpagesize())
+	start = (start + pg - 1) &^ (pg - 1)
+	end &^= pg - 1
+	if end > start {
+		_ = unix.Madvise(in.mapped[start:end], unix.MADV_DONTNEED)
+	}
+}
+
+func (in *csvInput) unmap() {
+	if in.mapped != nil {
+		_ = unix.Munmap(in.mapped)
+		in.mapped = nil
 	}
 }
 
@@ -449,6 +560,7 @@ func (in *csvInput) Close() error {
 			}
 		}()
 		in.wg.Wait()
+		in.unmap()
 		in.f.Close()
 	})
 	return nil

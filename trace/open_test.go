@@ -33,6 +33,31 @@ func openBytes(t testing.TB, data []byte, name string, opt OpenOptions) (Input, 
 	return newCSVInput(io.NopCloser(bytes.NewReader(data)), name, int64(len(data)), opt)
 }
 
+// openMapped opens data written to a file, mapped whatever its size.
+func openMapped(t testing.TB, data []byte, name string, opt OpenOptions) (Input, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "dump.csv")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := csvMapMin
+	csvMapMin = 1
+	defer func() { csvMapMin = saved }()
+	in, err := newCSVInput(f, name, int64(len(data)), opt)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if len(data) > 0 && in.mapped == nil {
+		t.Fatal("not mapped")
+	}
+	return in, nil
+}
+
 func leanOf(evs []Event) []Event {
 	out := make([]Event, len(evs))
 	for i, e := range evs {
@@ -50,7 +75,11 @@ func checkSameAsCSVReader(t *testing.T, data []byte) {
 	want, werr := readAll(t, data, "x.csv")
 	for _, lean := range []bool{false, true} {
 		for _, workers := range []int{1, 3} {
-			in, err := openBytes(t, data, "x.csv", OpenOptions{Lean: lean, Workers: workers, Reuse: workers == 3})
+			open := openBytes
+			if workers == 3 { // the read path is workers=1's
+				open = openMapped
+			}
+			in, err := open(t, data, "x.csv", OpenOptions{Lean: lean, Workers: workers, Reuse: workers == 3})
 			if err != nil {
 				if werr == nil || err.Error() != werr.Error() || len(want) > 0 {
 					t.Fatalf("lean=%v: open: %v; CSVReader: %d events, %v", lean, err, len(want), werr)
@@ -118,6 +147,42 @@ func TestOpenCSVMatchesCSVReader(t *testing.T) {
 				checkSameAsCSVReader(t, in)
 			})
 		}
+	}
+}
+
+// A mapped dump that shrinks while it is read gives an error, not SIGBUS.
+func TestOpenMappedShrinks(t *testing.T) {
+	saved := csvChunkSize
+	csvChunkSize = 4096
+	defer func() { csvChunkSize = saved }()
+	data := writeCSV(t, manyEvents(20000))
+	in, err := openMapped(t, data, "x.csv", OpenOptions{Lean: true, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if e, err := in.Next(); e == nil || err != nil {
+		t.Fatalf("first event: %v %v", e, err)
+	}
+	if err := os.Truncate(in.(*csvInput).f.(*os.File).Name(), 0); err != nil {
+		t.Fatal(err)
+	}
+	n := 1
+	for {
+		e, err := in.Next()
+		if err != nil {
+			if !strings.Contains(err.Error(), "x.csv: the file shrank while it was read") {
+				t.Fatalf("error %v", err)
+			}
+			break
+		}
+		if e == nil {
+			t.Fatalf("no error after %d of 20000 events", n)
+		}
+		n++
+	}
+	if n >= 20000 {
+		t.Fatalf("read all %d events of a file cut to nothing", n)
 	}
 }
 
