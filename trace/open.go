@@ -690,6 +690,7 @@ type chunkParser struct {
 	f      [numCols][]byte
 	recent [numCols][8]string
 	kinds  kindMask
+	skip   bool        // lead met a row of a kind not in kinds
 	index  bool        // record where MALLOC rows start
 	offs   []RowOffset // ... here
 }
@@ -744,11 +745,6 @@ func (p *chunkParser) parse(evs []Event, data []byte, line int, off int64) ([]Ev
 			}
 			raw = p.acc
 		} else {
-			if p.kinds != 0 {
-				if k, ok := quickKind(ln); ok && !p.kinds.has(k) {
-					continue
-				}
-			}
 			evs = append(evs, Event{})
 			if e := &evs[len(evs)-1]; p.fast(e, ln, q) {
 				if p.index && e.Kind == KindMalloc {
@@ -757,6 +753,10 @@ func (p *chunkParser) parse(evs []Event, data []byte, line int, off int64) ([]Ev
 				continue
 			}
 			evs = evs[:len(evs)-1]
+			if p.skip { // a kind not wanted
+				p.skip = false
+				continue
+			}
 		}
 		e, err := p.slow(raw, start)
 		if err != nil {
@@ -779,6 +779,7 @@ func (p *chunkParser) one(raw []byte, line int) (*Event, error) {
 		if p.fast(e, raw, q) {
 			return e, nil
 		}
+		p.skip = false
 	}
 	return p.slow(raw, line)
 }
@@ -858,6 +859,10 @@ func (p *chunkParser) lead(e *Event, ln []byte) (pos int, ok bool) {
 		return 0, false
 	}
 	if e.Kind = fastKind(b); e.Kind == 0 {
+		return 0, false
+	}
+	if !p.kinds.has(e.Kind) {
+		p.skip = true
 		return 0, false
 	}
 	if b, pos = leadField(ln, pos); pos < 0 {
@@ -1014,22 +1019,6 @@ func (p *chunkParser) str(col int, b []byte, na bool) string {
 	r[0] = s
 	p.last[col] = s
 	return s
-}
-
-// quickKind reads the Event column of a one-line record whose first two
-// fields are plain; ok is false when it cannot tell.
-func quickKind(ln []byte) (Kind, bool) {
-	i := bytes.IndexByte(ln, ',')
-	if i <= 0 {
-		return 0, false
-	}
-	rest := ln[i+1:]
-	j := bytes.IndexByte(rest, ',')
-	if j <= 0 || rest[0] == '"' {
-		return 0, false
-	}
-	k := fastKind(rest[:j])
-	return k, k != 0
 }
 
 // fastKind is kindOf for the common kinds.
