@@ -220,11 +220,16 @@ static ms_thr *thr_acquire(void) {
 	return t;
 }
 
-static ms_seg *seg_new(uint32_t need) {
+// A thread's first segment is faulted in as it fills (a thread may record a
+// few events only); later ones, of a thread that filled one, come populated:
+// one mmap instead of 256 page faults in the program's thread.
+static ms_seg *seg_new(uint32_t need, int populate) {
 	size_t bytes = SEG_BYTES;
 	if (need > SEG_CAP) bytes = sizeof(ms_seg) + (size_t)need * 8;
-	ms_seg *s = raw_mmap(bytes);
-	if (!s) return NULL;
+	void *p = (void *)syscall(SYS_mmap, 0, bytes, PROT_READ | PROT_WRITE,
+	                          MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+	if (p == MAP_FAILED) return NULL;
+	ms_seg *s = p;
 	s->cap = (uint32_t)((bytes - sizeof(ms_seg)) / 8);
 	return s;
 }
@@ -250,7 +255,7 @@ static uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
 	ms_seg *ns = NULL;
 	for (int i = 0; n <= SEG_CAP && !ns && i < NSPARE; i++)
 		if (atomic_load_explicit(&t->spare[i], memory_order_relaxed)) ns = atomic_exchange_explicit(&t->spare[i], NULL, memory_order_acquire);
-	if (!ns) ns = seg_new(n);
+	if (!ns) ns = seg_new(n, s != NULL);
 	if (!ns) return NULL;
 	atomic_fetch_add(&t->segs, 1);
 	// Moving on: s's head is final before the drain can see s->next, and
