@@ -73,6 +73,7 @@ pyinstall: venv
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseAttr -fuzztime=5s ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzLeanAttr -fuzztime=5s ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzCSVReader -fuzztime=5s ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzOpenCSV -fuzztime=5s ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzSQLiteRoundTrip -fuzztime=5s ./trace/

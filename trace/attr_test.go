@@ -135,3 +135,54 @@ func normExtra(e Event) Event {
 	}
 	return e
 }
+
+// leanAttr, the fast path's Attr parser, agrees with parseAttr on every
+// field it fills whenever it accepts a column; and it accepts the columns
+// msmemscope writes.
+func FuzzLeanAttr(f *testing.F) {
+	for _, s := range []string{
+		"{}", "{allocation_id:1,addr:0x10,size:4096,owner:HOST}", "{id:3}", "{id:3,id:4}",
+		"{allocation_id:2,addr:0x7f31c0000040,size:1048576,owner:PTA@model@weight,total:1048576,used:1048576}",
+		"{allocation_id:1,addr:0x1,size:1,inefficient:a|b,shadow:true}", "{dtype:float32,shape:[64x256],size:65536,format:N/A,type:PTA,allocation_id:168}",
+		"{a:b:c,d:}", "{:}", "{", "", "{a,b}", "{size:007,allocation_id:00,addr:0X00AB}", "{size:4,}", "{size:4,,addr:0x1}",
+		"{allocation_id:1,addr:0x00000000000000010,size:1}", "{allocation_id:99999999999999999999,addr:0x1,size:1}",
+		"{size:8,allocation_id:3,size:9}", "{allocation_id:1,addr:0x1g,size:1}", "{addr:0x,allocation_id:1,size:1}",
+		"{allocation_id:1,addr:0x1xsize:4}", "{alloc:1}", "{shape:[1],shadow:false,type:x,total:1,used:2,format:ND,inefficient:x,owner:y,dtype:z}",
+	} {
+		for k := KindSystem; k <= KindOOM; k++ {
+			f.Add(uint8(k), s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, s string) {
+		k := Kind(kind % 10)
+		want := Event{Kind: k}
+		werr := parseAttr(&want, s, identity, identity)
+		for _, lean := range []func(*Event) bool{
+			func(e *Event) bool { return leanAttr(e, s, identity) },
+			func(e *Event) bool { return leanAttr(e, []byte(s), func(b []byte) string { return string(b) }) },
+		} {
+			got := Event{Kind: k}
+			if !lean(&got) {
+				continue
+			}
+			if werr != nil {
+				t.Fatalf("kind %v %q: leanAttr accepts what parseAttr refuses: %v", k, s, werr)
+			}
+			want.Extra = nil
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("kind %v %q: leanAttr %+v, parseAttr %+v", k, s, got, want)
+			}
+		}
+	})
+}
+
+func TestLeanAttrAcceptsWrittenColumns(t *testing.T) {
+	for _, e := range append(sampleEvents(), manyEvents(500)...) {
+		attr := e.Attr()
+		var got Event
+		got.Kind = e.Kind
+		if !leanAttr(&got, attr, identity) {
+			t.Fatalf("%v %q: refused", e.Kind, attr)
+		}
+	}
+}

@@ -1039,6 +1039,50 @@ func fastKind(b []byte) Kind {
 // attrValueStop marks the bytes that end (',') or spoil ('{', '}') a value.
 var attrValueStop = [256]uint8{',': 1, '{': 1, '}': 1}
 
+// attrKeyLen returns the length of the key at the start of b when it is one
+// that msmemscope writes followed by ':' (found without a loop over its
+// bytes), else 0.
+func attrKeyLen[T string | []byte](b T) int {
+	switch {
+	case len(b) < 4:
+	case b[0] == 'a' && b[1] == 'l':
+		return keyIs(b, "allocation_id:")
+	case b[0] == 'a':
+		return keyIs(b, "addr:")
+	case b[0] == 's' && b[1] == 'i':
+		return keyIs(b, "size:")
+	case b[0] == 's' && b[2] == 'a' && b[3] == 'p':
+		return keyIs(b, "shape:")
+	case b[0] == 's':
+		return keyIs(b, "shadow:")
+	case b[0] == 'o':
+		return keyIs(b, "owner:")
+	case b[0] == 't' && b[1] == 'y':
+		return keyIs(b, "type:")
+	case b[0] == 't':
+		return keyIs(b, "total:")
+	case b[0] == 'u':
+		return keyIs(b, "used:")
+	case b[0] == 'd':
+		return keyIs(b, "dtype:")
+	case b[0] == 'f':
+		return keyIs(b, "format:")
+	case b[0] == 'i' && b[1] == 'd':
+		return keyIs(b, "id:")
+	case b[0] == 'i':
+		return keyIs(b, "inefficient:")
+	}
+	return 0
+}
+
+// keyIs returns len(k)-1 when b starts with k, else 0.
+func keyIs[T string | []byte](b T, k string) int {
+	if len(b) >= len(k) && string(b[:len(k)]) == k {
+		return len(k) - 1
+	}
+	return 0
+}
+
 // leanAttr parses the typed pairs of an Attr column as parseAttr does and
 // skips the others; it reports false for anything parseAttr might refuse
 // (the slow path then says why).
@@ -1052,14 +1096,44 @@ func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 	var seen uint16
 	for i := 0; i < len(body); {
 		ks := i
-		for i < len(body) && attrSpecial[body[i]] == 0 {
-			i++
-		}
-		if i == len(body) || body[i] != ':' || i == ks {
-			return false // no ':', an empty key, or '{', '}', ',' in a key
+		if n := attrKeyLen(body[i:]); n > 0 {
+			i += n
+		} else {
+			for i < len(body) && attrSpecial[body[i]] == 0 {
+				i++
+			}
+			if i == len(body) || body[i] != ':' || i == ks {
+				return false // no ':', an empty key, or '{', '}', ',' in a key
+			}
 		}
 		k := body[ks:i]
 		i++
+		bit, typed := typedKey(e.Kind, k)
+		// A number is parsed in the pass that finds its end (as parseAttr
+		// does); anything unusual goes the general way below.
+		if bit&bitsNumeric != 0 && (!typed || seen&bit == 0) {
+			if n, j, ok := scanNumber(body, i, bit == bitAddr); ok && (j == len(body) || body[j] == ',') {
+				switch bit {
+				case bitAllocID, bitAccessAllocID:
+					e.AllocID = n
+				case bitSize, bitAccessSize:
+					e.Size = n
+				case bitMstxID:
+					e.MstxID = n
+				case bitAddr:
+					e.Ptr, e.HasPtr = n, true
+				}
+				if typed {
+					seen |= bit
+				}
+				if i = j; i < len(body) { // past the ','; a trailing ',' leaves an empty pair
+					if i++; i == len(body) {
+						return false
+					}
+				}
+				continue
+			}
+		}
 		vs := i
 		for i < len(body) && attrValueStop[body[i]] == 0 {
 			i++
@@ -1074,7 +1148,6 @@ func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 				return false
 			}
 		}
-		bit, typed := typedKey(e.Kind, k)
 		if bit == 0 {
 			continue
 		}
