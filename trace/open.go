@@ -855,11 +855,23 @@ func (p *chunkParser) lead(e *Event, ln []byte) (pos int, ok bool) {
 	if e.ID, pos, ok = leadUint(ln, 0); !ok {
 		return 0, false
 	}
-	if b, pos = leadField(ln, pos); pos < 0 {
-		return 0, false
-	}
-	if e.Kind = fastKind(b); e.Kind == 0 {
-		return 0, false
+	// The common values are recognized whole, their ',' included.
+	switch {
+	case leadIs(ln, pos, "MALLOC,"):
+		e.Kind, pos = KindMalloc, pos+7
+	case leadIs(ln, pos, "FREE,"):
+		e.Kind, pos = KindFree, pos+5
+	case leadIs(ln, pos, "ACCESS,"):
+		e.Kind, pos = KindAccess, pos+7
+	case leadIs(ln, pos, "OP_LAUNCH,"):
+		e.Kind, pos = KindOpLaunch, pos+10
+	default:
+		if b, pos = leadField(ln, pos); pos < 0 {
+			return 0, false
+		}
+		if e.Kind = fastKind(b); e.Kind == 0 {
+			return 0, false
+		}
 	}
 	if !p.kinds.has(e.Kind) {
 		p.skip = true
@@ -869,10 +881,14 @@ func (p *chunkParser) lead(e *Event, ln []byte) (pos int, ok bool) {
 		return 0, false
 	}
 	e.Type = p.str(colType, b, false)
-	if b, pos = leadField(ln, pos); pos < 0 {
-		return 0, false
+	if leadIs(ln, pos, NA+",") {
+		e.Name, pos = "", pos+len(NA)+1
+	} else {
+		if b, pos = leadField(ln, pos); pos < 0 {
+			return 0, false
+		}
+		e.Name = p.str(colName, b, true)
 	}
-	e.Name = p.str(colName, b, true)
 	if e.Timestamp, pos, ok = leadUint(ln, pos); !ok {
 		return 0, false
 	}
@@ -886,10 +902,24 @@ func (p *chunkParser) lead(e *Event, ln []byte) (pos int, ok bool) {
 		return 0, false
 	}
 	e.Device = p.str(colDevice, b, true)
+	if leadIs(ln, pos, NA+",") {
+		e.Ptr, e.HasPtr = 0, false
+		return pos + len(NA) + 1, true
+	}
+	// An address is parsed in the pass that finds its end.
+	if n, j, ok := scanNumber(ln, pos, true); ok && j < len(ln) && ln[j] == ',' {
+		e.Ptr, e.HasPtr = n, true
+		return j + 1, true
+	}
 	if b, pos = leadField(ln, pos); pos < 0 {
 		return 0, false
 	}
 	return pos, parsePtr(e, b)
+}
+
+// leadIs reports whether ln[pos:] starts with tok.
+func leadIs(ln []byte, pos int, tok string) bool {
+	return len(ln)-pos >= len(tok) && string(ln[pos:pos+len(tok)]) == tok
 }
 
 // parsePtr parses the Ptr column into e: "N/A" or a hex address.

@@ -134,6 +134,11 @@ func TestOpenCSVMatchesCSVReader(t *testing.T) {
 		[]byte(hdr + "1,SYSTEM,START,N/A,1,1,1,\"host\",N/A,{},N/A,N/A\n"),
 		[]byte(hdr + "1,MALLOC,HOST,N/A,1,1,1,host,0X0010,\"{allocation_id:1,addr:0x10,size:4}\",N/A,N/A\n"),
 		[]byte(hdr + "1,MALLOC,HOST,N/A,1,1,1,host,N/A,\"{allocation_id:1,addr:0x10,size:4}\",N/A,N/A\n"),
+		// Values recognized whole, and their near misses.
+		[]byte(hdr + "1,MALLOCX,HOST,N/A,1,1,1,host,0x10,\"{allocation_id:1,addr:0x10,size:4}\",N/A,N/A\n"),
+		[]byte(hdr + "1,MALLOC,HOST,N/AB,1,1,1,N/A,0x00000000000000010,\"{allocation_id:1,addr:0x10,size:4}\",N/A,N/A\n"),
+		[]byte(hdr + "1,FREE,HOST,N/A,1,1,1,host,0x10x,\"{allocation_id:1,addr:0x10,size:4}\",N/A,N/A\n"),
+		[]byte(hdr + "1,OP_LAUNCH,ATEN_START,N/A,1,1,1,host,0x,{},N/A,N/A\n2,ACCESS,READ,N/A,1,1,1,N/A,N/A,{},N/A,N/A\n"),
 		[]byte(hdr + "1,SYSTEM,START,N/A,1,1,1,N/A\n"),
 		[]byte(hdr + ",SYSTEM,START,N/A,1,1,1,N/A,N/A,{},N/A,N/A\n"),
 		[]byte("ID,Event\n1,SYSTEM\n"),
