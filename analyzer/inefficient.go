@@ -112,8 +112,9 @@ type ineffFound struct {
 type ineffProc struct {
 	api                    uint64
 	depth                  int
-	lastFree, prevFree     uint64 // the two latest distinct apis holding a FREE
-	lastMalloc, prevMalloc uint64 // the same for MALLOC
+	lastFree, prevFree     uint64                // the two latest distinct apis holding a FREE
+	lastMalloc, prevMalloc uint64                // the same for MALLOC
+	live                   map[uint64]*ineffLive // judged blocks alive, by allocation id
 }
 
 type ineffLive struct {
@@ -131,7 +132,6 @@ type InefficientAnalyzer struct {
 	opt    IneffOptions
 	want   uint8
 	procs  map[int64]*ineffProc
-	live   map[blockKey]*ineffLive
 	found  []ineffFound
 	top    ineffHeap // the largest blocks found, at most MaxIneffBlocks
 	totals [3]IneffTotal
@@ -179,7 +179,7 @@ func (h *ineffHeap) Pop() any {
 // NewInefficientAnalyzer returns an analyzer for opt (validated by the
 // caller: see CheckIneffTypes).
 func NewInefficientAnalyzer(opt IneffOptions) *InefficientAnalyzer {
-	a := &InefficientAnalyzer{opt: opt, procs: map[int64]*ineffProc{}, live: map[blockKey]*ineffLive{}}
+	a := &InefficientAnalyzer{opt: opt, procs: map[int64]*ineffProc{}}
 	if len(opt.Types) == 0 {
 		a.want = flagEarly | flagLate | flagIdle
 	}
@@ -230,7 +230,7 @@ func (a *InefficientAnalyzer) proc(pid int64) *ineffProc {
 	}
 	p := a.procs[pid]
 	if p == nil {
-		p = &ineffProc{}
+		p = &ineffProc{live: map[uint64]*ineffLive{}}
 		a.procs[pid] = p
 	}
 	a.lastPid, a.lastProc = pid, p
@@ -263,10 +263,9 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 			a.apis = max(a.apis, p.api)
 		}
 		api := p.api
-		key := blockKey{e.Pid, e.AllocID}
 		if e.Kind == trace.KindMalloc {
-			if old := a.live[key]; old != nil { // a MALLOC of a live id: the old block is gone
-				delete(a.live, key)
+			if old := p.live[e.AllocID]; old != nil { // a MALLOC of a live id: the old block is gone
+				delete(p.live, e.AllocID)
 				a.retire(old)
 				a.spare = append(a.spare, old)
 			}
@@ -283,14 +282,14 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 				l := a.newLive()
 				*l = ineffLive{b: IneffBlock{ID: e.ID, AllocID: e.AllocID, Pid: e.Pid, Size: e.Size,
 					EventType: e.Type, Device: e.Device, MallocAPI: api}, off: off, had: flagsOf(e.Inefficient)}
-				a.live[key] = l
+				p.live[e.AllocID] = l
 			}
 			if api != p.lastMalloc {
 				p.prevMalloc, p.lastMalloc = p.lastMalloc, api
 			}
 			return
 		}
-		if l := a.live[key]; l != nil {
+		if l := p.live[e.AllocID]; l != nil {
 			l.b.FreeAPI = api
 			if l.accessed {
 				// The latest api before this one holding a MALLOC.
@@ -303,7 +302,7 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 					l.b.LateSpan = api - l.b.LastAccessAPI
 				}
 			}
-			delete(a.live, key)
+			delete(p.live, e.AllocID)
 			a.retire(l)
 			a.spare = append(a.spare, l)
 		}
@@ -311,11 +310,11 @@ func (a *InefficientAnalyzer) Observe(e *trace.Event) {
 			p.prevFree, p.lastFree = p.lastFree, api
 		}
 	case trace.KindAccess:
-		l := a.live[blockKey{e.Pid, e.AllocID}]
+		p := a.proc(e.Pid)
+		l := p.live[e.AllocID]
 		if l == nil {
 			return
 		}
-		p := a.proc(e.Pid)
 		api := p.api
 		if !l.accessed {
 			l.accessed = true
@@ -410,10 +409,12 @@ var ineffTypeLists = func() (l [8][]string) {
 
 // Finish judges the blocks still alive and returns the report.
 func (a *InefficientAnalyzer) Finish() *IneffReport {
-	for _, l := range a.live {
-		a.retire(l)
+	for _, p := range a.procs {
+		for _, l := range p.live {
+			a.retire(l)
+		}
+		p.live = nil
 	}
-	a.live = nil
 	slices.SortFunc(a.found, func(x, y ineffFound) int { return cmp.Compare(x.id, y.id) })
 	blocks := []IneffBlock(a.top)
 	slices.SortFunc(blocks, func(x, y IneffBlock) int { return cmp.Compare(x.ID, y.ID) })
