@@ -1137,6 +1137,12 @@ long ms_drain(void) {
 // every 8 ms.
 static pthread_t drainer;
 static int drainer_on, drainer_quit;
+// The thread runs on a stack of its own: glibc caches the stacks it
+// allocates, and returning one to a full cache (our join at exit) frees the
+// oldest cached ones, with the thread-local blocks (DTV) of the program's
+// threads, inside msmemscope where those frees are invisible.
+#define DRAINER_STACK (256u << 10)
+static void *drainer_stack;
 static pthread_mutex_t drainer_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t drainer_cv;
 static _Atomic uint64_t drain_errs;
@@ -1172,19 +1178,32 @@ int ms_drainer_start(void) {
 	pthread_cond_init(&drainer_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	drainer_quit = 0;
-	int rc = pthread_create(&drainer, NULL, drainer_main, NULL); // internal: see pthread_create
+	drainer_stack = raw_mmap(DRAINER_STACK + 4096);
+	if (!drainer_stack) return ENOMEM;
+	mprotect(drainer_stack, 4096, PROT_NONE); // a guard page below the stack
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setstack(&at, (char *)drainer_stack + 4096, DRAINER_STACK);
+	int rc = pthread_create(&drainer, &at, drainer_main, NULL); // internal: see pthread_create
+	pthread_attr_destroy(&at);
 	drainer_on = rc == 0;
+	if (rc) {
+		raw_munmap(drainer_stack, DRAINER_STACK + 4096);
+		drainer_stack = NULL;
+	}
 	return rc;
 }
 
 uint64_t ms_drainer_stop(void) {
-	if (drainer_on) {
+	if (drainer_on && !in_child()) { // a forked child has no drain thread
 		pthread_mutex_lock(&drainer_mu);
 		drainer_quit = 1;
 		pthread_cond_signal(&drainer_cv);
 		pthread_mutex_unlock(&drainer_mu);
 		pthread_join(drainer, NULL);
 		pthread_cond_destroy(&drainer_cv);
+		raw_munmap(drainer_stack, DRAINER_STACK + 4096);
+		drainer_stack = NULL;
 		drainer_on = 0;
 	}
 	return atomic_load(&drain_errs);
