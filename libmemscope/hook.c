@@ -764,13 +764,17 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 	}
 	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 	void *p = (void *)r;
-	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && ready() && should_record()) rec_alloc(p, len, F_MMAP, (uintptr_t)__builtin_return_address(0));
+	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+	// The Go runtime maps its memory through libc (cgo's _cgo_mmap), at
+	// times on a program thread entering or leaving msmemscope: never record
+	// a mapping made from inside this library.
+	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && !in_self(ra) && ready() && should_record()) rec_alloc(p, len, F_MMAP, ra);
 	return p;
 }
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
 
 int munmap(void *addr, size_t len) {
-	if (ready() && should_record()) rec_free(addr, len, F_MMAP);
+	if (!in_self((uintptr_t)__builtin_return_address(0)) && ready() && should_record()) rec_free(addr, len, F_MMAP);
 	return (int)syscall(SYS_munmap, addr, len);
 }
 

@@ -119,6 +119,23 @@ func TestStepsFilter(t *testing.T) {
 	}
 }
 
+// TestOwnMappingsInvisible: an anonymous mmap/munmap of the program is a
+// MALLOC and a FREE of type MMAP; one made from inside libmemscope (the Go
+// runtime's, through cgo's x_cgo_mmap) is not recorded at all.
+func TestOwnMappingsInvisible(t *testing.T) {
+	bin := compile(t, "ownmmap.c", "", "-ldl")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, bin)
+	mp := readManifest(t, out).main(t)
+	var evs []*trace.Event
+	scanDump(t, mp.Dump, false, func(e *trace.Event) {
+		if e.Type == trace.TypeMmap {
+			evs = append(evs, e)
+		}
+	})
+	sameRows(t, rows(evs), []string{"MALLOC MMAP 262144", "FREE MMAP 262144"})
+}
+
 // TestDeferredStartStop: --collect-mode=deferred with msmemscope_start() and
 // msmemscope_stop(): nothing before the first start, memory rows only inside
 // start/stop ranges, and a block allocated while stopped and freed while
