@@ -595,6 +595,10 @@ static __attribute__((noinline)) void emit_with_stacks(uint16_t flags, uint64_t 
 }
 
 static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
+	// Made from inside this library (cgo's own C, say, on a program thread
+	// entering Go before the guard is up): msmemscope's, not the program's.
+	// Its site never enters the table, so the fast path never takes it.
+	if (unlikely(in_self(ra))) return;
 	tls_guard++;
 	ms_thr *t = cur_thr();
 	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
