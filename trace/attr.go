@@ -82,16 +82,7 @@ func parseAttr[T string | []byte](e *Event, s T, key, val func(T) string) error 
 				if !ok || (j < len(body) && body[j] != ',') {
 					continue
 				}
-				switch bit {
-				case bitAllocID, bitAccessAllocID:
-					e.AllocID = n
-				case bitSize, bitAccessSize:
-					e.Size = n
-				case bitMstxID:
-					e.MstxID = n
-				case bitAddr:
-					e.Ptr, e.HasPtr = n, true
-				}
+				setNumeric(e, bit, n)
 				if typed {
 					seen |= bit
 				} else {
@@ -173,6 +164,20 @@ func scanNumber[T string | []byte](body T, i int, hex bool) (n uint64, j int, ok
 		n = n*10 + uint64(c)
 	}
 	return n, j, j > i && j-i <= 19
+}
+
+// setNumeric stores the value of a numeric typed key (a bit of bitsNumeric).
+func setNumeric(e *Event, bit uint16, n uint64) {
+	switch bit {
+	case bitAllocID, bitAccessAllocID:
+		e.AllocID = n
+	case bitSize, bitAccessSize:
+		e.Size = n
+	case bitMstxID:
+		e.MstxID = n
+	case bitAddr:
+		e.Ptr, e.HasPtr = n, true
+	}
 }
 
 // attrSpecial marks the bytes the Attr parser stops at.

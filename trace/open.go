@@ -1143,16 +1143,7 @@ func leanAttr[T string | []byte](e *Event, s T, intern func(T) string) bool {
 		// does); anything unusual goes the general way below.
 		if bit&bitsNumeric != 0 && (!typed || seen&bit == 0) {
 			if n, j, ok := scanNumber(body, i, bit == bitAddr); ok && (j == len(body) || body[j] == ',') {
-				switch bit {
-				case bitAllocID, bitAccessAllocID:
-					e.AllocID = n
-				case bitSize, bitAccessSize:
-					e.Size = n
-				case bitMstxID:
-					e.MstxID = n
-				case bitAddr:
-					e.Ptr, e.HasPtr = n, true
-				}
+				setNumeric(e, bit, n)
 				if typed {
 					seen |= bit
 				}
