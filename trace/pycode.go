@@ -94,11 +94,7 @@ func (m *PyMeta) note(kind uint16, ts uint64, a, b uint64, payload []byte) {
 			m.Codes[c.ID] = c
 		}
 	case RPySkip:
-		n := int(b)
-		if n > len(payload) {
-			n = len(payload)
-		}
-		if s := string(payload[:n]); s != "" {
+		if s := string(payload[:textLen(b, payload)]); s != "" {
 			for _, x := range m.Skip {
 				if x == s {
 					return
@@ -107,12 +103,8 @@ func (m *PyMeta) note(kind uint16, ts uint64, a, b uint64, payload []byte) {
 			m.Skip = append(m.Skip, s)
 		}
 	case RConfig:
-		n := int(b)
-		if n > len(payload) {
-			n = len(payload)
-		}
 		if m.Config == "" || ts >= m.configTS {
-			m.Config, m.configTS = string(payload[:n]), ts
+			m.Config, m.configTS = string(payload[:textLen(b, payload)]), ts
 		}
 	}
 }

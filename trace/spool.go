@@ -95,11 +95,16 @@ func (r *Rec) Frames() []uint64 {
 
 // Text decodes a text payload (length in B).
 func (r *Rec) Text() string {
-	n := int(r.B)
-	if n > len(r.Payload) {
-		n = len(r.Payload)
+	return string(r.Payload[:textLen(r.B, r.Payload)])
+}
+
+// textLen is a record's text length b, cut to its payload (a corrupt
+// spool's b may be anything, more than an int holds included).
+func textLen(b uint64, payload []byte) int {
+	if b > uint64(len(payload)) {
+		return len(payload)
 	}
-	return string(r.Payload[:n])
+	return int(b)
 }
 
 // WriteSpoolHeader writes the header a new spool starts with.
