@@ -810,6 +810,41 @@ static void internal_sigmask(sigset_t *set) {
 	for (unsigned i = 0; i < sizeof keep / sizeof keep[0]; i++) sigdelset(set, keep[i]);
 }
 
+// Threads started from this library run on stacks it maps, never on ones
+// from glibc's stack cache: glibc would hand a new thread the cached stack of
+// a program thread that was joined, and with it that thread's DTV (a calloc
+// the program's heap totals count, then never freed). Go's runtime starts
+// its threads while the program runs, as its own start-up is asynchronous.
+// The stack of such a thread is not unmapped if it exits (Go's never do;
+// the drain thread brings and unmaps its own).
+static int own_stack(const pthread_attr_t *attr, pthread_attr_t *own) {
+	size_t size = 0;
+	if (attr) {
+		// With no stack set, glibc reports its address as 0 - stacksize.
+		void *addr = NULL;
+		size_t ssz = 0;
+		if (pthread_attr_getstack(attr, &addr, &ssz) == 0 && addr && (uintptr_t)addr + ssz != 0) return 0; // brings its own
+		pthread_attr_getstacksize(attr, &size);
+	}
+	if (!size) {
+		pthread_attr_t d;
+		if (pthread_getattr_default_np(&d) == 0) {
+			pthread_attr_getstacksize(&d, &size);
+			pthread_attr_destroy(&d);
+		}
+	}
+	if (size < (64u << 10)) size = 8u << 20;
+	size = (size + 4095) & ~(size_t)4095;
+	char *m = raw_mmap(size + 4096);
+	if (!m) return 0;
+	mprotect(m, 4096, PROT_NONE); // a guard page below the stack
+	pthread_attr_init(own);
+	int ds;
+	if (attr && pthread_attr_getdetachstate(attr, &ds) == 0) pthread_attr_setdetachstate(own, ds);
+	pthread_attr_setstack(own, m + 4096, size);
+	return 1;
+}
+
 int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
 	if (!real_pthread_create) {
 		tls_guard++;
@@ -827,9 +862,12 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 			tr->arg = arg;
 			sigset_t set, old;
 			internal_sigmask(&set);
+			pthread_attr_t own;
+			int mine = own_stack(attr, &own);
 			pthread_sigmask(SIG_BLOCK, &set, &old);
-			rc = real_pthread_create(th, attr, internal_start, tr);
+			rc = real_pthread_create(th, mine ? &own : attr, internal_start, tr);
 			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			if (mine) pthread_attr_destroy(&own);
 			if (rc) __libc_free(tr);
 		}
 		tls_guard--;
