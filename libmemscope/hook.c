@@ -1183,10 +1183,8 @@ long ms_drain(void) {
 // every 8 ms.
 static pthread_t drainer;
 static int drainer_on, drainer_quit;
-// The thread runs on a stack of its own: glibc caches the stacks it
-// allocates, and returning one to a full cache (our join at exit) frees the
-// oldest cached ones, with the thread-local blocks (DTV) of the program's
-// threads, inside msmemscope where those frees are invisible.
+// It brings its own stack (never one of glibc's: see own_stack), small, and
+// unmapped after the join at exit.
 #define DRAINER_STACK (256u << 10)
 static void *drainer_stack;
 static pthread_mutex_t drainer_mu = PTHREAD_MUTEX_INITIALIZER;
