@@ -768,11 +768,9 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 	}
 	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 	void *p = (void *)r;
-	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
-	// The Go runtime maps its memory through libc (cgo's _cgo_mmap), at
-	// times on a program thread entering or leaving msmemscope: never record
-	// a mapping made from inside this library.
-	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && !in_self(ra) && ready() && should_record()) rec_alloc(p, len, F_MMAP, ra);
+	// A mapping made from inside this library (the Go runtime maps through
+	// cgo's _cgo_mmap) is dropped by rec_alloc, its unmapping here.
+	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && ready() && should_record()) rec_alloc(p, len, F_MMAP, (uintptr_t)__builtin_return_address(0));
 	return p;
 }
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
@@ -817,6 +815,19 @@ static void internal_sigmask(sigset_t *set) {
 // its threads while the program runs, as its own start-up is asynchronous.
 // The stack of such a thread is not unmapped if it exits (Go's never do;
 // the drain thread brings and unmaps its own).
+// Maps a stack of size bytes (rounded up to pages) with a guard page below
+// it and initializes at to run a thread on it; returns the mapping (size +
+// one page), or NULL.
+static void *map_stack(pthread_attr_t *at, size_t size) {
+	size = (size + 4095) & ~(size_t)4095;
+	char *m = raw_mmap(size + 4096);
+	if (!m) return NULL;
+	mprotect(m, 4096, PROT_NONE);
+	pthread_attr_init(at);
+	pthread_attr_setstack(at, m + 4096, size);
+	return m;
+}
+
 static int own_stack(const pthread_attr_t *attr, pthread_attr_t *own) {
 	size_t size = 0;
 	if (attr) {
@@ -834,14 +845,9 @@ static int own_stack(const pthread_attr_t *attr, pthread_attr_t *own) {
 		}
 	}
 	if (size < (64u << 10)) size = 8u << 20;
-	size = (size + 4095) & ~(size_t)4095;
-	char *m = raw_mmap(size + 4096);
-	if (!m) return 0;
-	mprotect(m, 4096, PROT_NONE); // a guard page below the stack
-	pthread_attr_init(own);
+	if (!map_stack(own, size)) return 0;
 	int ds;
 	if (attr && pthread_attr_getdetachstate(attr, &ds) == 0) pthread_attr_setdetachstate(own, ds);
-	pthread_attr_setstack(own, m + 4096, size);
 	return 1;
 }
 
@@ -1222,12 +1228,8 @@ int ms_drainer_start(void) {
 	pthread_cond_init(&drainer_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	drainer_quit = 0;
-	drainer_stack = raw_mmap(DRAINER_STACK + 4096);
-	if (!drainer_stack) return ENOMEM;
-	mprotect(drainer_stack, 4096, PROT_NONE); // a guard page below the stack
 	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setstack(&at, (char *)drainer_stack + 4096, DRAINER_STACK);
+	if (!(drainer_stack = map_stack(&at, DRAINER_STACK))) return ENOMEM;
 	int rc = pthread_create(&drainer, &at, drainer_main, NULL); // internal: see pthread_create
 	pthread_attr_destroy(&at);
 	drainer_on = rc == 0;
