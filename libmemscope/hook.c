@@ -9,6 +9,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ extern const char _etext[] __attribute__((visibility("hidden")));
 static int cfg_heap = 1;    // record the host heap
 static int cfg_cstack = 0;  // C stack depth
 static int cfg_deferred = 0;
+static int cfg_dio = 1;     // filled segments go to the spool by direct I/O where it works
 
 // ---- global state ----
 static _Atomic int ms_state;           // 0 new, 1 initializing, 2 ready
@@ -73,14 +75,24 @@ static pthread_key_t ms_key;
 static pthread_mutex_t ms_drain_lock = PTHREAD_MUTEX_INITIALIZER;
 
 // ---- per-thread state: keep the TLS block small (DESIGN: < 1 KiB free after torch) ----
+// A segment is one mapping: a page of bookkeeping, then its data, which
+// starts with room for a spool chunk header. A filled segment goes to the
+// spool as it lies, by direct I/O (see the drain): no copy through the page
+// cache, whose cost per event is as large as the hook's own on a fast machine.
+#define SEG_META 4096   // bookkeeping page: hdr, the data's start, is page-aligned
+#define DIO_ALIGN 4096  // direct I/O offsets, lengths and buffers are multiples of this
 typedef struct ms_seg {
 	struct ms_seg *_Atomic next;
 	uint32_t cap;           // units
 	_Atomic uint32_t head;  // units written, set by the owner when it moves on (else see ms_thr.wp)
 	uint32_t tail;          // read by the drain
 	uint32_t pad;
+	size_t bytes;           // the whole mapping
+	char meta_rest[SEG_META - 32];
+	ms_chunk hdr;           // filled in by the drain for a direct write
 	uint64_t u[];
 } ms_seg;
+_Static_assert(offsetof(ms_seg, hdr) == SEG_META, "segment data must start on a page");
 
 #define NSPARE 4
 typedef struct ms_thr {
@@ -98,6 +110,7 @@ typedef struct ms_thr {
 	ms_seg *rseg;            // drain's current segment
 	_Atomic uint64_t segs;   // segments allocated and not yet released
 	ms_seg *_Atomic spare[NSPARE]; // drained segments handed back for reuse
+	uint64_t wait_since;     // when the drain first saw the current segment's undrained tail
 } ms_thr;
 
 static ms_thr *_Atomic ms_threads;
@@ -110,8 +123,11 @@ static TLS struct {
 #define tls_thr tls.thr
 #define tls_guard tls.guard
 
-#define SEG_BYTES (1u << 20)
-#define SEG_CAP ((SEG_BYTES - sizeof(ms_seg)) / 8)
+#define SEG_BYTES (1u << 20) // data part of a segment
+// Units a segment of data size d holds: the chunk header, then room to pad
+// the last unit out to DIO_ALIGN with a padding chunk (at most DIO_ALIGN + 8).
+#define SEG_UNITS(d) (((d) - sizeof(ms_chunk) - DIO_ALIGN - 8) / 8)
+#define SEG_CAP SEG_UNITS(SEG_BYTES)
 #define SEG_WAIT_CAP 512 // segments pending per thread before a writer waits for the drain
 
 static void *raw_mmap(size_t n) {
@@ -224,13 +240,15 @@ static ms_thr *thr_acquire(void) {
 // few events only); later ones, of a thread that filled one, come populated:
 // one mmap instead of 256 page faults in the program's thread.
 static ms_seg *seg_new(uint32_t need, int populate) {
-	size_t bytes = SEG_BYTES;
-	if (need > SEG_CAP) bytes = sizeof(ms_seg) + (size_t)need * 8;
+	size_t data = SEG_BYTES;
+	if (need > SEG_CAP) data = ((sizeof(ms_chunk) + (size_t)need * 8 + DIO_ALIGN + 8) + 4095) & ~(size_t)4095;
+	size_t bytes = SEG_META + data;
 	void *p = (void *)syscall(SYS_mmap, 0, bytes, PROT_READ | PROT_WRITE,
 	                          MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
 	if (p == MAP_FAILED) return NULL;
 	ms_seg *s = p;
-	s->cap = (uint32_t)((bytes - sizeof(ms_seg)) / 8);
+	s->cap = (uint32_t)SEG_UNITS(data);
+	s->bytes = bytes;
 	return s;
 }
 
@@ -442,6 +460,8 @@ static void ms_init(void) {
 		cfg_deferred = (int)env_int(h, "deferred", 0);
 		if (cfg_cstack > MAX_FRAMES) cfg_cstack = MAX_FRAMES;
 	}
+	const char *dio = getenv("MSMEMSCOPE_DIRECT_IO");
+	cfg_dio = !(dio && dio[0] == '0');
 	pthread_key_create(&ms_key, thr_key_dtor);
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 	atomic_store(&ms_collecting, !cfg_deferred);
@@ -986,10 +1006,24 @@ static int niov, nhdr;
 static struct {
 	ms_thr *t;
 	ms_seg *s;
+	uint32_t direct; // units to write from s itself by direct I/O, after the iovecs
 } done_segs[MAX_IOV / 2];
 static int ndone;
 static long drained_bytes;
 static ms_rec cal_rec;
+
+// Direct I/O (see ms_seg): a second descriptor on the spool opened with
+// O_DIRECT, or -1 where the file system refuses it (tmpfs) or it failed once.
+// The file is kept a multiple of DIO_ALIGN long before each direct write by a
+// padding chunk that readers skip. A segment still being written is drained
+// only once its oldest undrained events are DIO_WAIT_NS old (or at a forced
+// drain): a busy thread fills it first, and it goes out whole.
+static int dio_fd = -1;
+static int pass_dio;          // this pass may write segments directly
+static uint64_t pass_now;     // this pass's CLOCK_MONOTONIC ns
+static int pass_waiting;      // this pass left young events in a ring
+#define DIO_WAIT_NS 20000000ull
+static const uint64_t pad_zero[(DIO_ALIGN + sizeof(ms_chunk)) / 8];
 
 // Units the event starting at u spans (see hook.h).
 static inline uint32_t ev_units(const uint64_t *u) {
@@ -1023,13 +1057,62 @@ static void seg_release(ms_thr *t, ms_seg *s) {
 				return; // reused next time: no page faults
 		}
 	}
-	raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * 8);
+	raw_munmap(s, s->bytes);
 }
 
 // Rotating logs (--log-mode=rotate): the Go engine drains into memory
 // (ms_drain_into), compresses and rotates; the sink replaces the file.
 static char *sink;
 static size_t sink_cap, sink_used, iov_pending;
+
+// A padding chunk of len bytes (>= its header) at p: readers skip it.
+static void pad_chunk(void *p, size_t len) {
+	ms_chunk h = {MS_PAD_MAGIC, (uint32_t)((len - sizeof(ms_chunk)) / 8), 0, 0};
+	memcpy(p, &h, sizeof h);
+}
+
+// Pads the spool, through fd, to a multiple of DIO_ALIGN; returns its size, -1 on error.
+static off_t spool_align(int fd) {
+	off_t end = lseek(fd, 0, SEEK_END);
+	if (end < 0) return -1;
+	size_t len = (size_t)(-end & (DIO_ALIGN - 1));
+	if (!len) return end;
+	if (len < sizeof(ms_chunk)) len += DIO_ALIGN;
+	uint64_t buf[(DIO_ALIGN + sizeof(ms_chunk)) / 8];
+	memcpy(buf, pad_zero, len);
+	pad_chunk(buf, len);
+	if (write_all(fd, buf, len)) return -1;
+	drained_bytes += (long)len;
+	return end + (off_t)len;
+}
+
+// Writes the first n units of s, a segment its writer has left, as one chunk
+// straight from memory: header, units and a padding chunk up to DIO_ALIGN.
+// Both descriptors append, so a write racing this one (after the final
+// drain) leaves the end misaligned and the direct write refused, not lost:
+// then this and every later write go through fd.
+static int seg_write(int fd, ms_thr *t, ms_seg *s, uint32_t n) {
+	s->hdr = (ms_chunk){MS_CHUNK_MAGIC, n, t->tid, ms_mypid};
+	size_t end = sizeof(ms_chunk) + (size_t)n * 8;
+	size_t len = (end + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
+	if (len > end && len - end < sizeof(ms_chunk)) len += DIO_ALIGN;
+	if (len > end) pad_chunk((char *)s + SEG_META + end, len - end);
+	ssize_t w = -1;
+	if (dio_fd >= 0 && spool_align(fd) >= 0) {
+		do w = write(dio_fd, (char *)s + SEG_META, len);
+		while (w < 0 && errno == EINTR);
+		if (w == (ssize_t)len) {
+			drained_bytes += (long)len;
+			return 0;
+		}
+		close(dio_fd);
+		dio_fd = -1;
+	}
+	if (w < 0) w = 0; // else short: the rest follows what went out
+	if (write_all(fd, (char *)s + SEG_META + w, len - (size_t)w)) return -1;
+	drained_bytes += (long)len;
+	return 0;
+}
 
 static int iov_flush(int fd) {
 	int rc = 0, i = 0;
@@ -1057,7 +1140,10 @@ static int iov_flush(int fd) {
 		}
 	}
 	niov = nhdr = 0;
-	for (int j = 0; j < ndone; j++) seg_release(done_segs[j].t, done_segs[j].s);
+	for (int j = 0; j < ndone; j++) {
+		if (done_segs[j].direct && !rc) rc = seg_write(fd, done_segs[j].t, done_segs[j].s, done_segs[j].direct);
+		seg_release(done_segs[j].t, done_segs[j].s);
+	}
 	ndone = 0;
 	return rc;
 }
@@ -1097,10 +1183,13 @@ static int drain_range(int fd, ms_thr *t, ms_seg *s, uint32_t h) {
 	return s->tail < h ? 1 : 0;
 }
 
-static int seg_done(int fd, ms_thr *t, ms_seg *s) {
+// s is drained for good once the pending iovecs are written; direct units
+// of it (its whole content) are to be written from s itself after them.
+static int seg_done(int fd, ms_thr *t, ms_seg *s, uint32_t direct) {
 	if (ndone == MAX_IOV / 2 && iov_flush(fd)) return -1;
 	done_segs[ndone].t = t;
 	done_segs[ndone].s = s;
+	done_segs[ndone].direct = direct;
 	ndone++;
 	return 0;
 }
@@ -1129,27 +1218,45 @@ static int64_t seg_head(ms_thr *t, ms_seg *s, ms_seg **next) {
 	return wp - s->u;
 }
 
+// Moves out what thread t has published. A segment its writer has left goes
+// out directly when none of it was drained before (see dio_fd); the one it
+// writes now waits while young, and always after a direct write of this pass,
+// as direct writes follow the iovecs of the same flush.
 static int drain_thread(int fd, ms_thr *t) {
+	int dead = atomic_load_explicit(&t->state, memory_order_acquire) == 1;
 	ms_seg *s = t->rseg, *next = NULL;
 	int64_t h = -1;
+	int queued = 0;
 	while (s) {
 		h = seg_head(t, s, &next);
 		if (h < 0) break;
-		int rc = drain_range(fd, t, s, (uint32_t)h);
-		if (rc) return rc;
+		uint32_t direct = next && pass_dio && s->tail == 0 && h > 0 ? (uint32_t)h : 0;
+		if (!next && h > s->tail && pass_dio) {
+			if (!t->wait_since) t->wait_since = pass_now;
+			if (queued || (!dead && pass_now - t->wait_since < DIO_WAIT_NS)) {
+				pass_waiting = 1;
+				break;
+			}
+		}
+		if (!direct) {
+			int rc = drain_range(fd, t, s, (uint32_t)h);
+			if (rc) return rc;
+		}
+		t->wait_since = 0;
 		if (!next) break;
 		t->rseg = next; // the writer moved on: s is drained for good
-		if (seg_done(fd, t, s)) return -1;
+		if (seg_done(fd, t, s, direct)) return -1;
+		queued |= direct != 0;
 		s = next;
 	}
 	// A dead thread, fully drained: release its ring for reuse.
-	if (atomic_load_explicit(&t->state, memory_order_acquire) == 1 && s && h == s->tail && !next) {
+	if (dead && s && h == s->tail && !next) {
 		if (iov_flush(fd)) return -1;
-		raw_munmap(s, sizeof(ms_seg) + (size_t)s->cap * 8);
+		raw_munmap(s, s->bytes);
 		atomic_fetch_sub(&t->segs, 1);
 		for (int i = 0; i < NSPARE; i++) {
 			ms_seg *sp = atomic_exchange(&t->spare[i], NULL);
-			if (sp) raw_munmap(sp, sizeof(ms_seg) + (size_t)sp->cap * 8);
+			if (sp) raw_munmap(sp, sp->bytes);
 		}
 		t->rseg = t->wseg = NULL;
 		t->wend = NULL;
@@ -1159,12 +1266,18 @@ static int drain_thread(int fd, ms_thr *t) {
 	return 0;
 }
 
-long ms_drain(void) {
+// One pass: every thread's published events to the spool; with dio, by
+// direct I/O where it may, leaving young partial segments for later (their
+// undrained events are counted in pass_waiting).
+static long drain_pass(int dio) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0 || ms_child) return -1;
 	tls_guard++;
 	pthread_mutex_lock(&ms_drain_lock);
 	long before = drained_bytes;
+	pass_dio = dio && dio_fd >= 0 && !atomic_load(&ms_direct);
+	pass_now = pass_dio ? mono_ns() : 0;
+	pass_waiting = 0;
 	// A new epoch begins now; the calibration point marks its start.
 	uint64_t e = atomic_load(&ms_epoch) + 1;
 	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), e};
@@ -1176,10 +1289,14 @@ long ms_drain(void) {
 	}
 	if (iov_flush(fd)) rc = -1;
 	long out = rc ? -1 : drained_bytes - before;
+	pass_dio = 0;
 	pthread_mutex_unlock(&ms_drain_lock);
 	tls_guard--;
 	return out;
 }
+
+// Drains everything published, through the page cache.
+long ms_drain(void) { return drain_pass(0); }
 
 // ---- the drain thread (spool mode) ----
 // Plain C, not a goroutine: a 1 ms goroutine timer kept the Go runtime awake
@@ -1203,10 +1320,10 @@ static void *drainer_main(void *arg) {
 	pthread_mutex_lock(&drainer_mu);
 	while (!drainer_quit) {
 		pthread_mutex_unlock(&drainer_mu);
-		long n = ms_drain();
+		long n = drain_pass(1);
 		if (n < 0) atomic_fetch_add(&drain_errs, 1);
 		// A pass that found no events wrote only its calibration point.
-		if (n > (long)(sizeof(ms_chunk) + sizeof(ms_rec))) idle = 0;
+		if (n > (long)(sizeof(ms_chunk) + sizeof(ms_rec)) || pass_waiting) idle = 0;
 		else if (idle < 3) idle++;
 		struct timespec until;
 		clock_gettime(CLOCK_MONOTONIC, &until);
@@ -1292,7 +1409,14 @@ void ms_calibrate(void) {
 	tls_guard--;
 }
 
-void ms_set_spool(int fd) { atomic_store(&ms_spool_fd, fd); }
+void ms_set_spool(int fd) {
+	if (fd >= 0 && cfg_dio && dio_fd < 0) {
+		char path[40];
+		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+		dio_fd = open(path, O_WRONLY | O_DIRECT | O_APPEND | O_CLOEXEC);
+	}
+	atomic_store(&ms_spool_fd, fd);
+}
 
 void ms_finish(void) {
 	if (in_child()) return;

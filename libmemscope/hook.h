@@ -82,6 +82,7 @@ typedef struct {
 } ms_chunk;
 
 #define MS_CHUNK_MAGIC 0x4b4e4843u // "CHNK"
+#define MS_PAD_MAGIC 0x43444150u   // "PADC": a padding chunk (direct I/O alignment): skip nunit units
 
 // Called by the Go engine.
 void ms_set_spool(int fd);

@@ -172,6 +172,12 @@ func cliEnv(extra ...string) []string {
 // command hangs. dir is the working folder ("" for a fresh temporary one).
 func runCLI(t *testing.T, timeout time.Duration, dir string, args ...string) *result {
 	t.Helper()
+	return runCLIEnv(t, timeout, dir, nil, args...)
+}
+
+// runCLIEnv is runCLI with extra environment variables (KEY=value).
+func runCLIEnv(t *testing.T, timeout time.Duration, dir string, env []string, args ...string) *result {
+	t.Helper()
 	needBuild(t)
 	if dir == "" {
 		dir = t.TempDir()
@@ -180,7 +186,7 @@ func runCLI(t *testing.T, timeout time.Duration, dir string, args ...string) *re
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cliPath, args...)
 	cmd.Dir = dir
-	cmd.Env = cliEnv()
+	cmd.Env = cliEnv(env...)
 	// Kill the whole process group on timeout, the traced program included.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

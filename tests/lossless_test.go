@@ -1,8 +1,12 @@
 package tests
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"msmemscope/trace"
 )
@@ -18,14 +22,40 @@ const (
 // (thread t's blocks have size 1000+t): exactly 1 M MALLOC and 1 M FREE rows
 // per thread, alternating on the same allocation_id; the rows written equal
 // config.json's events_written, and events_lost is 0.
+//
+// It runs twice: with the drain's direct writes of filled ring segments
+// (the default; the spool then holds padding chunks wherever the file system
+// takes O_DIRECT) and with MSMEMSCOPE_DIRECT_IO=0 (all through the page
+// cache, no padding).
 func TestLossless(t *testing.T) {
 	bin := compile(t, "lossless.c", "", "-pthread")
+	t.Run("direct", func(t *testing.T) { checkLossless(t, bin, nil) })
+	t.Run("page-cache", func(t *testing.T) { checkLossless(t, bin, []string{"MSMEMSCOPE_DIRECT_IO=0"}) })
+}
+
+func checkLossless(t *testing.T, bin string, env []string) {
 	out := filepath.Join(t.TempDir(), "out")
-	r := mustRun(t, 0, out, bin)
+	r := runCLIEnv(t, 120*time.Second, "", env, "--output="+out, bin)
+	if r.Code != 0 {
+		t.Fatalf("msmemscope: exit %d\n%s", r.Code, r.Stderr)
+	}
 	t.Logf("run and conversion took %v", r.Elapsed)
 	m := readManifest(t, out)
 	mp := m.main(t)
 	cfg := readConfig(t, mp.Folder)
+	sp, err := trace.OpenSpool(filepath.Join(mp.Folder, "spool", trace.SpoolFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := sp.PadBytes
+	sp.Close()
+	switch direct := env == nil; {
+	case direct && directIOWorks(out) && pad == 0:
+		t.Errorf("the spool has no padding chunks: filled segments were not written directly")
+	case !direct && pad != 0:
+		t.Errorf("MSMEMSCOPE_DIRECT_IO=0, yet the spool holds %d bytes of padding", pad)
+	}
+	t.Logf("spool: %d bytes of padding", pad)
 	if *cfg.EventsLost != 0 || mp.Lost != 0 {
 		t.Errorf("events lost: config.json %d, manifest %d; want 0", *cfg.EventsLost, mp.Lost)
 	}
@@ -82,4 +112,20 @@ func TestLossless(t *testing.T) {
 	if other > 100 {
 		t.Errorf("%d rows besides the pairs: expected a handful", other)
 	}
+}
+
+// directIOWorks says whether files in dir take O_DIRECT (tmpfs does not).
+func directIOWorks(dir string) bool {
+	f, err := os.CreateTemp(dir, "dio")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(f.Name())
+	f.Close()
+	fd, err := unix.Open(f.Name(), unix.O_WRONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
 }

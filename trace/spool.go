@@ -17,7 +17,9 @@ import (
 // {n uint32; flags, kind uint16; ts, a, b uint64} followed by n&0xffff
 // payload units (C stack frames or text), or a compact MALLOC (2 units) or
 // FREE (1 unit) without a stamp, told apart by the top bit of the first unit
-// (see DecodeRec). These layouts mirror libmemscope/hook.h.
+// (see DecodeRec). A chunk with magic "PADC" is padding (nunit units to
+// skip) that keeps directly written segments on 4 KiB boundaries. These
+// layouts mirror libmemscope/hook.h.
 const (
 	SpoolMagic    = "MSSPOOL1"
 	SpoolVersion  = 2
@@ -25,7 +27,8 @@ const (
 	UnitSize      = 8
 	RecSize       = 32 // a full record
 	ChunkHdrSize  = 16
-	chunkMagic    = 0x4b4e4843
+	chunkMagic    = 0x4b4e4843 // "CHNK"
+	padMagic      = 0x43444150 // "PADC": nunit units of padding (direct I/O alignment) to skip
 	SpoolFileName = "spool.bin"
 
 	compactBit  = uint64(1) << 63
@@ -194,6 +197,7 @@ type Spool struct {
 	HasStep           bool    // the process called step()
 	HasTorch          bool    // operator launches or tensor owner tags (trace/torch.go)
 	Bytes             int64
+	PadBytes          int64  // padding chunks (direct writes keep 4 KiB alignment)
 	Truncated         bool   // the file ended inside a chunk (a killed run)
 	Py                PyMeta // Python code objects, msmemscope's own folders, configuration (pycode.go)
 }
@@ -254,10 +258,16 @@ func (s *Spool) index() error {
 		if _, err := s.f.ReadAt(ch[:], off); err != nil {
 			return err
 		}
-		if binary.LittleEndian.Uint32(ch[0:]) != chunkMagic {
+		want := binary.LittleEndian.Uint32(ch[4:])
+		if magic := binary.LittleEndian.Uint32(ch[0:]); magic == padMagic {
+			s.PadBytes += ChunkHdrSize + int64(want)*UnitSize
+			if off += ChunkHdrSize + int64(want)*UnitSize; off > size {
+				s.Truncated = true // killed while a padded segment was written
+			}
+			continue
+		} else if magic != chunkMagic {
 			return fmt.Errorf("corrupt chunk header at byte %d", off)
 		}
-		want := binary.LittleEndian.Uint32(ch[4:])
 		tid := int32(binary.LittleEndian.Uint32(ch[8:]))
 		data := off + ChunkHdrSize
 		nunit := want

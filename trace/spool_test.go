@@ -134,6 +134,39 @@ func TestSpoolMergesThreadsByTime(t *testing.T) {
 
 // A MALLOC whose interpolated time falls before another thread's FREE of the
 // same address is held back until that FREE, and never comes out earlier.
+// Direct writes pad the spool to 4 KiB boundaries with padding chunks, whose
+// contents are whatever the segment held: readers skip them whole.
+func TestSpoolSkipsPaddingChunks(t *testing.T) {
+	sb := newSpoolBuilder(7)
+	pad := func(nunit int) {
+		var ch [ChunkHdrSize]byte
+		binary.LittleEndian.PutUint32(ch[0:], padMagic)
+		binary.LittleEndian.PutUint32(ch[4:], uint32(nunit))
+		sb.b.Write(ch[:])
+		sb.b.Write(bytes.Repeat([]byte{0x43, 0x48, 0x4e, 0x4b}, nunit*2)) // looks like chunk magic
+	}
+	sb.chunk(0, calib(1000, 1), calib(5000, 2))
+	pad(0)
+	sb.chunk(1, rec{ts: 1100, a: 1, kind: RMalloc}, rec{ts: 1300, a: 3, kind: RMalloc})
+	pad(509)
+	sb.chunk(2, rec{ts: 1200, a: 2, kind: RMalloc})
+	pad(3)
+	s := sb.open(t)
+	g := readSpool(t, s.Reader())
+	if len(g) != 3 || g[0].a != 1 || g[1].a != 2 || g[2].a != 3 || s.Truncated {
+		t.Fatalf("got %v (truncated %v), want the 3 records of the real chunks", g, s.Truncated)
+	}
+
+	// A run killed while writing a padded segment: the padding runs past the end.
+	sb.chunk(1, rec{ts: 1400, a: 4, kind: RMalloc})
+	pad(100)
+	sb.b.Truncate(sb.b.Len() - 80)
+	s = sb.open(t)
+	if g := readSpool(t, s.Reader()); len(g) != 4 || !s.Truncated {
+		t.Fatalf("got %v (truncated %v), want 4 records and a truncated spool", g, s.Truncated)
+	}
+}
+
 func TestSpoolParkUntilFree(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2))
