@@ -65,6 +65,7 @@ type Rotator struct {
 	globals  [][]byte         // records every log repeats
 	calibs   [][]byte         // the latest clock calibration records (epoch starts)
 	epochs   map[int32]uint64 // each thread's current epoch (its compact records' stamp)
+	sites    map[int32]uint32 // each thread's last MALLOC site (a short MALLOC's)
 	files    []string
 	last     int
 	// Totals for reports and tests.
@@ -81,7 +82,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 		return nil, err
 	}
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
-		live: map[trace.BlockKey]*liveBlock{}, epochs: map[int32]uint64{}}
+		live: map[trace.BlockKey]*liveBlock{}, epochs: map[int32]uint64{}, sites: map[int32]uint32{}}
 	return r, r.open()
 }
 
@@ -122,8 +123,8 @@ func (r *Rotator) open() error {
 	// the log's earliest record.
 	const tick = 1
 	for _, k := range keys {
-		rec, _, _ := trace.DecodeRec(r.live[k].rec, 0)
-		rec.TS = tick // live when this log began
+		rec, _, _ := trace.DecodeRec(r.live[k].rec, 0, 0) // a full record
+		rec.TS = tick                                     // live when this log began
 		rec.Flags |= FInherit
 		add(trace.AppendRec(nil, &rec))
 	}
@@ -211,7 +212,7 @@ func (r *Rotator) observe(b []byte) error {
 		recs := b[:nunit*trace.UnitSize]
 		b = b[nunit*trace.UnitSize:]
 		for len(recs) > 0 {
-			rec, size, ok := trace.DecodeRec(recs, 0)
+			rec, size, ok := trace.DecodeRec(recs, 0, r.sites[tid])
 			if !ok {
 				return fmt.Errorf("rotate: event cut at a chunk's end")
 			}
@@ -227,6 +228,7 @@ func (r *Rotator) observe(b []byte) error {
 			key := trace.BlockKey{Sub: rec.Flags & trace.FSubMask, Ptr: rec.A}
 			switch rec.Kind {
 			case trace.RMalloc:
+				r.sites[tid] = rec.Site
 				if rec.Flags&trace.FUndo == 0 {
 					b := r.live[key]
 					if b == nil {

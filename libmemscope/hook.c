@@ -57,6 +57,7 @@ static _Atomic int ms_direct;          // after the final drain: write straight 
 // writing directly. Anything else takes the general path (ms_fast_update).
 // Nonzero, it is the compact MALLOC's tag: C_COMPACT | its flags << 48.
 static _Atomic uint64_t ms_fast;
+static int ms_short = 1; // short MALLOCs allowed (C_SHORT in ms_fast); see ms_set_short
 static _Atomic int ms_spool_fd = -1;
 static _Atomic uint64_t ms_lost_count;
 static _Atomic uint64_t ms_fork_count;
@@ -103,6 +104,7 @@ typedef struct ms_thr {
 	uint64_t last_epoch;     // epoch of the last precise stamp
 	uint32_t since_stamp;    // events since then
 	int32_t tid;
+	uint32_t last_site;      // site of this thread's last MALLOC record when the fast path wrote it, else 0
 	uintptr_t stack_hi;      // frame-pointer walks stay below this
 	// The drain's side, on a line of its own.
 	_Alignas(64) struct ms_thr *next_all; // registry, push-only
@@ -230,6 +232,7 @@ static ms_thr *thr_acquire(void) {
 	t->wseg = NULL;
 	t->last_epoch = 0;
 	t->since_stamp = 0;
+	t->last_site = 0;
 	thr_stack_bounds(t);
 	tls_thr = t;
 	pthread_setspecific(ms_key, t);
@@ -621,6 +624,7 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 	if (unlikely(in_self(ra))) return;
 	tls_guard++;
 	ms_thr *t = cur_thr();
+	if (likely(t != NULL)) t->last_site = 0; // the next fast MALLOC names its site again
 	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
 	uint32_t site = site_id(ra);
@@ -655,7 +659,14 @@ void ms_fast_update(void) {
 	int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && cfg_cstack <= 0 &&
 	        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child && atomic_load(&site_tab);
 	uint64_t fl = F_HOST | (atomic_load(&ms_collecting) ? 0 : F_OFF);
-	atomic_store(&ms_fast, f ? C_COMPACT | fl << 48 : 0);
+	atomic_store(&ms_fast, f ? C_COMPACT | fl << 48 | (ms_short ? C_SHORT : 0) : 0);
+}
+
+// Short MALLOCs need their reader to follow each thread's records in order;
+// rotating logs are read one by one, so they get the 2-unit form only.
+void ms_set_short(int on) {
+	ms_short = on;
+	ms_fast_update();
 }
 
 static inline uint64_t fast_on(void) { return atomic_load_explicit(&ms_fast, memory_order_relaxed); }
@@ -678,7 +689,14 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *
 	uint64_t *w = fast_slot(t, 2);
 	if (unlikely(!w)) return 0;
 	t->since_stamp++;
-	put_compact(t, w, (uint64_t)p | tag, n | (uint64_t)site << 48, 2);
+	// The same site as the thread's last MALLOC (a loop, mostly): one unit.
+	if (likely(site == t->last_site && (tag & C_SHORT) && n < C_SHORT_SIZE &&
+	           !((uintptr_t)p & ~(((uintptr_t)1 << 47) - 16)))) {
+		put_compact(t, w, C_COMPACT | C_SHORT | (tag & ((uint64_t)F_OFF << 48)) << 8 | (uint64_t)n << 43 | (uintptr_t)p >> 4, 0, 1);
+		return 1;
+	}
+	t->last_site = site;
+	put_compact(t, w, (uint64_t)p | (tag & ~C_SHORT), n | (uint64_t)site << 48, 2);
 	return 1;
 }
 
@@ -688,7 +706,7 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p
 	uint64_t *w = fast_slot(t, 1);
 	if (unlikely(!w)) return 0;
 	t->since_stamp++;
-	put_compact(t, w, (uint64_t)p | tag | C_FREE, 0, 1);
+	put_compact(t, w, (uint64_t)p | (tag & ~C_SHORT) | C_FREE, 0, 1);
 	return 1;
 }
 
@@ -1027,7 +1045,7 @@ static const uint64_t pad_zero[(DIO_ALIGN + sizeof(ms_chunk)) / 8];
 
 // Units the event starting at u spans (see hook.h).
 static inline uint32_t ev_units(const uint64_t *u) {
-	if (u[0] & C_COMPACT) return (u[0] & C_FREE) ? 1 : 2;
+	if (u[0] & C_COMPACT) return (u[0] & (C_FREE | C_SHORT)) ? 1 : 2;
 	return REC_UNITS + (uint32_t)(u[0] & 0xffff); // a full record: n is the low half of unit 0
 }
 

@@ -10,7 +10,10 @@
 // The spool and the rings are sequences of 8-byte units. An event is either
 // a full record (4 units, then n continuation units holding its payload:
 // stack frames or text), or, for the hot path, a compact record: MALLOC in
-// 2 units {ptr | tag << 48, size | site << 48}, FREE in 1 unit {ptr | tag << 48}.
+// 2 units {ptr | tag << 48, size | site << 48}, FREE in 1 unit {ptr | tag << 48},
+// or a short MALLOC in 1 unit (C_SHORT) when its site is that of the thread's
+// previous MALLOC: {C_COMPACT | C_SHORT | F_OFF? << 60 | size << 43 | ptr >> 4},
+// flags F_HOST (| F_OFF), size < 2^17, ptr 16-byte aligned below 2^47.
 // The top bit of an event's first unit tells them apart (a full record's
 // first unit ends with its kind, always < 0x8000). A compact record carries
 // no stamp: its time is interpolated within the thread's current epoch (the
@@ -27,7 +30,10 @@ typedef struct {
 #define REC_UNITS 4 // sizeof(ms_rec) / 8
 #define C_COMPACT (1ull << 63)
 #define C_FREE (1ull << 62)
-#define C_FLAGS 0x3fffull // a compact record's flags (bits 48-61)
+#define C_SHORT (1ull << 61) // a MALLOC's first unit: the short form (flag 0x2000 is never used)
+#define C_SHORT_OFF (1ull << 60)
+#define C_SHORT_SIZE (1ull << 17) // sizes below this fit a short MALLOC
+#define C_FLAGS 0x1fffull // a compact record's flags (bits 48-60)
 #define C_MAX ((1ull << 48) - 1)
 
 enum {
@@ -99,5 +105,6 @@ int ms_is_child(void);
 void ms_guard_enter(void);
 void ms_guard_leave(void);
 void ms_fast_update(void); // after changing what the hot path records
+void ms_set_short(int on); // short MALLOCs (1 unit) allowed: not for rotating logs
 
 #endif

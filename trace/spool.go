@@ -22,7 +22,7 @@ import (
 // layouts mirror libmemscope/hook.h.
 const (
 	SpoolMagic    = "MSSPOOL1"
-	SpoolVersion  = 2
+	SpoolVersion  = 3 // 3: short MALLOCs and padding chunks; 2 is read too
 	SpoolHdrSize  = 32
 	UnitSize      = 8
 	RecSize       = 32 // a full record
@@ -31,9 +31,11 @@ const (
 	padMagic      = 0x43444150 // "PADC": nunit units of padding (direct I/O alignment) to skip
 	SpoolFileName = "spool.bin"
 
-	compactBit  = uint64(1) << 63
-	compactFree = uint64(1) << 62
-	compactMask = uint64(1)<<48 - 1
+	compactBit   = uint64(1) << 63
+	compactFree  = uint64(1) << 62
+	compactShort = uint64(1) << 61 // a MALLOC in 1 unit: the site of the thread's previous MALLOC
+	compactOff   = uint64(1) << 60 // a short MALLOC's FOff
+	compactMask  = uint64(1)<<48 - 1
 )
 
 // Record kinds (R_* in hook.h).
@@ -121,17 +123,25 @@ func WriteSpoolHeader(w io.Writer, pid int) error {
 }
 
 // DecodeRec decodes the event at the start of b, which holds whole units.
-// A compact record gets the stamp TSEpoch|epoch (its thread's current epoch).
+// A compact record gets the stamp TSEpoch|epoch (its thread's current epoch),
+// a short MALLOC the site of the thread's previous MALLOC, site (0: unknown).
 // It returns the event, its size in bytes, and false when b ends inside it.
-func DecodeRec(b []byte, epoch uint64) (Rec, int, bool) {
+func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 	if len(b) < UnitSize {
 		return Rec{}, 0, false
 	}
 	w := binary.LittleEndian.Uint64(b)
 	if w&compactBit != 0 {
-		r := Rec{TS: TSEpoch | epoch, A: w & compactMask, Flags: uint16(w>>48) & 0x3fff}
+		r := Rec{TS: TSEpoch | epoch, A: w & compactMask, Flags: uint16(w>>48) & 0x1fff}
 		if w&compactFree != 0 {
 			r.Kind = RFree
+			return r, UnitSize, true
+		}
+		if w&compactShort != 0 {
+			r.Kind, r.A, r.B, r.Site, r.Flags = RMalloc, (w&(1<<43-1))<<4, (w>>43)&(1<<17-1), site, FHost
+			if w&compactOff != 0 {
+				r.Flags |= FOff
+			}
 			return r, UnitSize, true
 		}
 		if len(b) < 2*UnitSize {
@@ -247,7 +257,7 @@ func (s *Spool) index() error {
 	if _, err := s.f.ReadAt(hdr[:], 0); err != nil || string(hdr[:8]) != SpoolMagic {
 		return errors.New("not an msmemscope spool (bad header)")
 	}
-	if v := binary.LittleEndian.Uint32(hdr[8:]); v != SpoolVersion {
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v != SpoolVersion && v != 2 {
 		return fmt.Errorf("spool format version %d, this msmemscope reads version %d", v, SpoolVersion)
 	}
 	s.Pid = int(binary.LittleEndian.Uint64(hdr[16:]))
@@ -288,7 +298,7 @@ func (s *Spool) index() error {
 		for whole < n {
 			// Compact records (the bulk) carry nothing the index needs.
 			if w := binary.LittleEndian.Uint64(buf[whole:]); w&compactBit != 0 {
-				if w&compactFree != 0 {
+				if w&(compactFree|compactShort) != 0 {
 					whole += UnitSize
 				} else if whole+2*UnitSize <= n {
 					whole += 2 * UnitSize
@@ -299,7 +309,7 @@ func (s *Spool) index() error {
 				s.Records++
 				continue
 			}
-			r, size, ok := DecodeRec(buf[whole:], 0)
+			r, size, ok := DecodeRec(buf[whole:], 0, 0)
 			if !ok {
 				s.Truncated = true
 				break
@@ -400,6 +410,7 @@ type threadCursor struct {
 	buf    []byte
 	pos    int    // byte offset in buf
 	epoch  uint64 // the thread's current epoch (its compact records' stamp)
+	site   uint32 // the site of the thread's last MALLOC (a short MALLOC's)
 	seq    uint64
 	cur    Rec
 	ns     uint64
@@ -426,13 +437,16 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 		}
 		c.pos = 0
 	}
-	rec, size, ok := DecodeRec(c.buf[c.pos:], c.epoch) // the index kept whole events only
+	rec, size, ok := DecodeRec(c.buf[c.pos:], c.epoch, c.site) // the index kept whole events only
 	if !ok {
 		c.pos = len(c.buf) // cannot happen for an indexed chunk; never loop on it
 		return c.raw(f)
 	}
 	c.pos += size
 	rec.Tid = c.tid
+	if rec.Kind == RMalloc {
+		c.site = rec.Site
+	}
 	if rec.TS&TSEpoch != 0 {
 		c.epoch = rec.TS &^ TSEpoch
 	}

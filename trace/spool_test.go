@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -327,23 +328,84 @@ func TestSpoolCompactRecordsTakeTheThreadsEpoch(t *testing.T) {
 	}
 }
 
+// A short MALLOC (one unit) has the site of its thread's previous MALLOC,
+// across chunks and whatever other threads wrote in between.
+func TestSpoolShortMallocTakesThePreviousSite(t *testing.T) {
+	unit := func(w uint64) []byte { return binary.LittleEndian.AppendUint64(nil, w) }
+	long := func(ptr, size uint64, site uint32) []byte {
+		return append(unit(ptr|compactBit|uint64(FHost)<<48), unit(size|uint64(site)<<48)...)
+	}
+	short := func(ptr, size uint64, off bool) []byte {
+		w := compactBit | compactShort | size<<43 | ptr>>4
+		if off {
+			w |= compactOff
+		}
+		return unit(w)
+	}
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1), calib(2000, 2))
+	body := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
+	body = AppendRec(body, &Rec{Kind: RMalloc, TS: 1100, A: 0x10, B: 1, Flags: FHost, Site: 3})
+	body = append(body, short(0x20, 16, false)...)
+	body = append(body, long(0x30, 8, 9)...)
+	body = append(body, short(0x40, 1<<17-1, true)...)
+	sb.units(5, body)
+	body = AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
+	body = append(body, long(0x100, 8, 4)...)
+	body = append(body, short(0x110, 1, false)...)
+	sb.units(6, body)
+	sb.units(5, short(1<<47-16, 5, false))
+	s := sb.open(t)
+	if s.Records != 2+7 {
+		t.Fatalf("indexed %d events, want 9", s.Records)
+	}
+	type ev struct {
+		a, b  uint64
+		site  uint32
+		flags uint16
+	}
+	want := map[int32][]ev{
+		5: {{0x10, 1, 3, FHost}, {0x20, 16, 3, FHost}, {0x30, 8, 9, FHost}, {0x40, 1<<17 - 1, 9, FHost | FOff}, {1<<47 - 16, 5, 9, FHost}},
+		6: {{0x100, 8, 4, FHost}, {0x110, 1, 4, FHost}},
+	}
+	got := map[int32][]ev{}
+	rd := s.Reader()
+	for {
+		r, _, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == nil {
+			break
+		}
+		if r.Kind == RMalloc {
+			got[r.Tid] = append(got[r.Tid], ev{r.A, r.B, r.Site, r.Flags})
+		}
+	}
+	for tid, w := range want {
+		if fmt.Sprint(got[tid]) != fmt.Sprint(w) {
+			t.Errorf("thread %d: MALLOCs %x, want %x", tid, got[tid], w)
+		}
+	}
+}
+
 func TestDecodeRecRefusesCutEvents(t *testing.T) {
 	full := AppendRec(nil, &Rec{Kind: RMark, TS: 5, A: 1, B: 3, Flags: FText, Payload: []byte("abc")})
 	if len(full) != RecSize+UnitSize {
 		t.Fatalf("full record with 3 payload bytes is %d bytes, want %d", len(full), RecSize+UnitSize)
 	}
-	r, n, ok := DecodeRec(full, 0)
+	r, n, ok := DecodeRec(full, 0, 0)
 	if !ok || n != len(full) || r.Text() != "abc" || r.Kind != RMark || r.TS != 5 {
 		t.Fatalf("round trip: %+v %d %v", r, n, ok)
 	}
 	for cut := 0; cut < len(full); cut += UnitSize {
-		if _, _, ok := DecodeRec(full[:cut], 0); ok {
+		if _, _, ok := DecodeRec(full[:cut], 0, 0); ok {
 			t.Errorf("a record cut to %d bytes decoded", cut)
 		}
 	}
 	var m [8]byte
 	binary.LittleEndian.PutUint64(m[:], 0x1000|compactBit)
-	if _, _, ok := DecodeRec(m[:], 0); ok {
+	if _, _, ok := DecodeRec(m[:], 0, 0); ok {
 		t.Error("a compact MALLOC without its second unit decoded")
 	}
 }
