@@ -95,7 +95,12 @@ typedef struct ms_seg {
 } ms_seg;
 _Static_assert(offsetof(ms_seg, hdr) == SEG_META, "segment data must start on a page");
 
-#define NSPARE 4
+// Drained segments kept for reuse, so that a thread whose drain lags (the
+// disk is slower than the program) does not take fresh, zeroed memory for
+// every segment: up to NSPARE a thread, SPARE_MAX in all.
+#define NSPARE 16
+#define SPARE_MAX 64
+static _Atomic int spare_total;
 typedef struct ms_thr {
 	// The owner's line: what every event reads and writes.
 	uint64_t *_Atomic wp;    // next unit to write in wseg (published: the drain reads up to it)
@@ -275,7 +280,9 @@ static uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
 	}
 	ms_seg *ns = NULL;
 	for (int i = 0; n <= SEG_CAP && !ns && i < NSPARE; i++)
-		if (atomic_load_explicit(&t->spare[i], memory_order_relaxed)) ns = atomic_exchange_explicit(&t->spare[i], NULL, memory_order_acquire);
+		if (atomic_load_explicit(&t->spare[i], memory_order_relaxed) &&
+		    (ns = atomic_exchange_explicit(&t->spare[i], NULL, memory_order_acquire)))
+			atomic_fetch_sub_explicit(&spare_total, 1, memory_order_relaxed);
 	if (!ns) ns = seg_new(n, s != NULL);
 	if (!ns) return NULL;
 	atomic_fetch_add(&t->segs, 1);
@@ -1065,14 +1072,16 @@ static int write_all(int fd, const void *buf, size_t n) {
 
 static void seg_release(ms_thr *t, ms_seg *s) {
 	atomic_fetch_sub(&t->segs, 1);
-	if (s->cap == SEG_CAP) {
+	if (s->cap == SEG_CAP && atomic_load_explicit(&spare_total, memory_order_relaxed) < SPARE_MAX) {
 		atomic_store_explicit(&s->head, 0, memory_order_relaxed);
 		atomic_store_explicit(&s->next, NULL, memory_order_relaxed);
 		s->tail = 0;
 		for (int i = 0; i < NSPARE; i++) {
 			ms_seg *empty = NULL;
-			if (atomic_compare_exchange_strong_explicit(&t->spare[i], &empty, s, memory_order_release, memory_order_relaxed))
+			if (atomic_compare_exchange_strong_explicit(&t->spare[i], &empty, s, memory_order_release, memory_order_relaxed)) {
+				atomic_fetch_add_explicit(&spare_total, 1, memory_order_relaxed);
 				return; // reused next time: no page faults
+			}
 		}
 	}
 	raw_munmap(s, s->bytes);
@@ -1104,32 +1113,54 @@ static off_t spool_align(int fd) {
 	return end + (off_t)len;
 }
 
-// Writes the first n units of s, a segment its writer has left, as one chunk
-// straight from memory: header, units and a padding chunk up to DIO_ALIGN.
-// Both descriptors append, so a write racing this one (after the final
-// drain) leaves the end misaligned and the direct write refused, not lost:
-// then this and every later write go through fd.
-static int seg_write(int fd, ms_thr *t, ms_seg *s, uint32_t n) {
-	s->hdr = (ms_chunk){MS_CHUNK_MAGIC, n, t->tid, ms_mypid};
-	size_t end = sizeof(ms_chunk) + (size_t)n * 8;
-	size_t len = (end + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
-	if (len > end && len - end < sizeof(ms_chunk)) len += DIO_ALIGN;
-	if (len > end) pad_chunk((char *)s + SEG_META + end, len - end);
-	ssize_t w = -1;
-	if (dio_fd >= 0 && spool_align(fd) >= 0) {
-		do w = write(dio_fd, (char *)s + SEG_META, len);
-		while (w < 0 && errno == EINTR);
-		if (w == (ssize_t)len) {
-			drained_bytes += (long)len;
-			return 0;
+// Writes v[0..n) to fd, going on after short writes; -1 (errno set) when a
+// write fails, with v advanced past what went out.
+static int writev_all(int fd, struct iovec *v, int n) {
+	int i = 0;
+	while (i < n) {
+		ssize_t w = writev(fd, &v[i], n - i); // n <= MAX_IOV, the kernel's limit
+		if (w < 0) {
+			if (errno == EINTR) continue;
+			for (int j = 0; j < i; j++) v[j].iov_len = 0;
+			return -1;
 		}
+		drained_bytes += w;
+		while (i < n && (size_t)w >= v[i].iov_len) w -= (ssize_t)v[i++].iov_len;
+		if (i < n) {
+			v[i].iov_base = (char *)v[i].iov_base + w;
+			v[i].iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+// The segments done this flush whose whole content goes out from memory, as
+// chunks (header in front of the data, a padding chunk up to DIO_ALIGN), in
+// one direct writev: the kernel has them all in flight at once, and the drain
+// wakes once. Both descriptors append, so a write racing this one (after the
+// final drain) leaves the end misaligned and the direct write refused, not
+// lost: then the rest, and every later write, goes through fd.
+static struct iovec dio_iov[MAX_IOV / 2];
+static int segs_write(int fd) {
+	int n = 0;
+	for (int j = 0; j < ndone; j++) {
+		uint32_t units = done_segs[j].direct;
+		if (!units) continue;
+		ms_seg *s = done_segs[j].s;
+		s->hdr = (ms_chunk){MS_CHUNK_MAGIC, units, done_segs[j].t->tid, ms_mypid};
+		size_t end = sizeof(ms_chunk) + (size_t)units * 8;
+		size_t len = (end + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
+		if (len > end && len - end < sizeof(ms_chunk)) len += DIO_ALIGN;
+		if (len > end) pad_chunk((char *)s + SEG_META + end, len - end);
+		dio_iov[n++] = (struct iovec){(char *)s + SEG_META, len};
+	}
+	if (!n) return 0;
+	if (dio_fd >= 0 && spool_align(fd) >= 0) {
+		if (!writev_all(dio_fd, dio_iov, n)) return 0;
 		close(dio_fd);
 		dio_fd = -1;
 	}
-	if (w < 0) w = 0; // else short: the rest follows what went out
-	if (write_all(fd, (char *)s + SEG_META + w, len - (size_t)w)) return -1;
-	drained_bytes += (long)len;
-	return 0;
+	return writev_all(fd, dio_iov, n);
 }
 
 static int iov_flush(int fd) {
@@ -1142,26 +1173,10 @@ static int iov_flush(int fd) {
 		drained_bytes += (long)iov_pending;
 	}
 	iov_pending = 0;
-	while (i < niov) {
-		int cnt = niov - i;
-		ssize_t w = writev(fd, &iov[i], cnt);
-		if (w < 0) {
-			if (errno == EINTR) continue;
-			rc = -1;
-			break;
-		}
-		drained_bytes += w;
-		while (i < niov && (size_t)w >= iov[i].iov_len) w -= (ssize_t)iov[i++].iov_len;
-		if (i < niov) {
-			iov[i].iov_base = (char *)iov[i].iov_base + w;
-			iov[i].iov_len -= (size_t)w;
-		}
-	}
+	if (i < niov) rc = writev_all(fd, &iov[i], niov - i);
 	niov = nhdr = 0;
-	for (int j = 0; j < ndone; j++) {
-		if (done_segs[j].direct && !rc) rc = seg_write(fd, done_segs[j].t, done_segs[j].s, done_segs[j].direct);
-		seg_release(done_segs[j].t, done_segs[j].s);
-	}
+	if (!rc) rc = segs_write(fd);
+	for (int j = 0; j < ndone; j++) seg_release(done_segs[j].t, done_segs[j].s);
 	ndone = 0;
 	return rc;
 }
@@ -1274,7 +1289,10 @@ static int drain_thread(int fd, ms_thr *t) {
 		atomic_fetch_sub(&t->segs, 1);
 		for (int i = 0; i < NSPARE; i++) {
 			ms_seg *sp = atomic_exchange(&t->spare[i], NULL);
-			if (sp) raw_munmap(sp, sp->bytes);
+			if (sp) {
+				atomic_fetch_sub(&spare_total, 1);
+				raw_munmap(sp, sp->bytes);
+			}
 		}
 		t->rseg = t->wseg = NULL;
 		t->wend = NULL;
