@@ -249,7 +249,7 @@ func (r *Rotator) observe(b []byte) error {
 					r.calibs = r.calibs[1:]
 				}
 				r.calibs = append(r.calibs, append([]byte(nil), ev...))
-			case trace.RSite, trace.RPyCode, trace.RPySkip, trace.RConfig:
+			case trace.RSite, trace.RStack, trace.RPyCode, trace.RPySkip, trace.RConfig:
 				r.globals = append(r.globals, append([]byte(nil), ev...))
 			}
 		}

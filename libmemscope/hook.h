@@ -13,7 +13,9 @@
 // 2 units {ptr | tag << 48, size | site << 48}, FREE in 1 unit {ptr | tag << 48},
 // or a short MALLOC in 1 unit (C_SHORT) when its site is that of the thread's
 // previous MALLOC: {C_COMPACT | C_SHORT | F_OFF? << 60 | size << 43 | ptr >> 4},
-// flags F_HOST (| F_OFF), size < 2^17, ptr 16-byte aligned below 2^47.
+// flags F_HOST (| F_OFF), size < 2^17, ptr 16-byte aligned below 2^47;
+// a MALLOC with a C stack already written (F_STACKID in its flags) is the
+// 2-unit form plus a unit holding the stack's id.
 // The top bit of an event's first unit tells them apart (a full record's
 // first unit ends with its kind, always < 0x8000). A compact record carries
 // no stamp: its time is interpolated within the thread's current epoch (the
@@ -52,6 +54,7 @@ enum {
 	R_LOST = 13,  // a = events lost
 	R_SITE = 14,  // a = allocation site (return address), b = its id (the upper half of a MALLOC's n)
 	R_EPOCH = 15, // ts = TS_EPOCH | epoch: this thread's compact records that follow belong to it
+	R_STACK = 16, // a = stack id, b = frames; payload: the C stack's return addresses (see F_STACKID)
 	// Python (pystack.c, libmemscope/api.go)
 	R_PYCODE = 32,     // a = code id; payload: ms_pycode + file, name, qualname, line table
 	R_PYSKIP = 33,     // payload: a folder whose Python frames are msmemscope's own
@@ -78,6 +81,7 @@ enum {
 #define F_PYSTACK 0x0100 // MALLOC: payload has a Python stack (see pystack.h)
 #define F_EPOCH 0x0001  // R_CALIB: a drain epoch starts at this point
 #define F_INHERIT 0x0200 // MALLOC: a block live when this rotated log began (allocated earlier)
+#define F_STACKID 0x0400 // MALLOC with F_CSTACK: payload is one unit, the id of an R_STACK
 
 // Spool chunk header: nunit units of one thread follow.
 typedef struct {
@@ -105,6 +109,6 @@ int ms_is_child(void);
 void ms_guard_enter(void);
 void ms_guard_leave(void);
 void ms_fast_update(void); // after changing what the hot path records
-void ms_set_short(int on); // short MALLOCs (1 unit) allowed: not for rotating logs
+void ms_set_short(int on); // short MALLOCs and stack ids allowed: not for rotating logs
 
 #endif

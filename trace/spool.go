@@ -15,8 +15,8 @@ import (
 // header {magic "CHNK", nunit, tid, pid} and nunit 8-byte units of one
 // thread's events, in that thread's order. An event is a full record
 // {n uint32; flags, kind uint16; ts, a, b uint64} followed by n&0xffff
-// payload units (C stack frames or text), or a compact MALLOC (2 units) or
-// FREE (1 unit) without a stamp, told apart by the top bit of the first unit
+// payload units (C stack frames or text), or a compact MALLOC (2 units; 1
+// in the short form, 3 with a stack id) or FREE (1 unit) without a stamp, told apart by the top bit of the first unit
 // (see DecodeRec). A chunk with magic "PADC" is padding (nunit units to
 // skip) that keeps directly written segments on 4 KiB boundaries. These
 // layouts mirror libmemscope/hook.h.
@@ -55,6 +55,7 @@ const (
 	RLost
 	RSite  // a = allocation site address, b = its id
 	REpoch // ts = TSEpoch | epoch: the thread's compact records that follow belong to it
+	RStack // a = stack id; payload: a C stack's frames, which MALLOCs with FStackID name by id
 )
 
 // Record flags (F_* in hook.h).
@@ -68,6 +69,7 @@ const (
 	FUndo    = 0x0080
 	FEpoch   = 0x0001 // on RCalib: a drain epoch starts here
 	FInherit = 0x0200 // on RMalloc: a block a rotated log inherited (capture.Rotator)
+	FStackID = 0x0400 // on RMalloc with FCStack: the payload is an RStack's id (the reader expands it)
 
 	// TSEpoch marks a record stamped with its drain epoch only (low bits);
 	// the reader interpolates its time (see hook.c, ev_stamp).
@@ -149,6 +151,13 @@ func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 		}
 		w1 := binary.LittleEndian.Uint64(b[8:])
 		r.Kind, r.B, r.Site = RMalloc, w1&compactMask, uint32(w1>>48)
+		if r.Flags&FStackID != 0 { // a third unit: the stack's id
+			if len(b) < 3*UnitSize {
+				return Rec{}, 0, false
+			}
+			r.Payload = b[2*UnitSize : 3*UnitSize]
+			return r, 3 * UnitSize, true
+		}
 		return r, 2 * UnitSize, true
 	}
 	size := RecSize + UnitSize*int(w&0xffff)
@@ -200,6 +209,7 @@ type Spool struct {
 	calib             []calibPoint
 	epochNs           map[uint64]uint64 // epoch -> CLOCK_MONOTONIC ns at its start
 	Sites             map[uint32]uint64 // site id -> return address of the allocator's caller
+	stacks            map[uint32][]byte // stack id -> an RStack's payload (its frames)
 	firstNs           uint64            // the earliest record that is not inherited (0: unknown)
 	minTick, minEpoch uint64
 	slope             float64 // ns per tick outside the calibrated span
@@ -236,7 +246,7 @@ func OpenSpool(path string) (*Spool, error) {
 // NewSpool indexes a spool held in memory or elsewhere (a decompressed
 // rotated log, say).
 func NewSpool(ra io.ReaderAt, size int64) (*Spool, error) {
-	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}}
+	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}}
 	if err := s.index(); err != nil {
 		return nil, err
 	}
@@ -298,10 +308,14 @@ func (s *Spool) index() error {
 		for whole < n {
 			// Compact records (the bulk) carry nothing the index needs.
 			if w := binary.LittleEndian.Uint64(buf[whole:]); w&compactBit != 0 {
+				size := 2 * UnitSize
+				if uint16(w>>48)&FStackID != 0 {
+					size = 3 * UnitSize
+				}
 				if w&(compactFree|compactShort) != 0 {
 					whole += UnitSize
-				} else if whole+2*UnitSize <= n {
-					whole += 2 * UnitSize
+				} else if whole+size <= n {
+					whole += size
 				} else {
 					s.Truncated = true
 					break
@@ -338,6 +352,8 @@ func (s *Spool) index() error {
 				s.HasTorch = true
 			case RSite:
 				s.Sites[uint32(r.B)] = r.A
+			case RStack:
+				s.stacks[uint32(r.A)] = append([]byte(nil), r.Payload...)
 			case RPyCode, RPySkip, RConfig:
 				s.Py.note(r.Kind, r.TS, r.A, r.B, r.Payload)
 			}
@@ -411,6 +427,7 @@ type threadCursor struct {
 	pos    int    // byte offset in buf
 	epoch  uint64 // the thread's current epoch (its compact records' stamp)
 	site   uint32 // the site of the thread's last MALLOC (a short MALLOC's)
+	stacks map[uint32][]byte
 	seq    uint64
 	cur    Rec
 	ns     uint64
@@ -446,12 +463,19 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 	rec.Tid = c.tid
 	if rec.Kind == RMalloc {
 		c.site = rec.Site
+		if rec.Flags&FStackID != 0 && len(rec.Payload) >= UnitSize {
+			// The stack named by id, as if it had come whole (none if unknown: a killed run).
+			rec.Payload = c.stacks[uint32(binary.LittleEndian.Uint64(rec.Payload))]
+			if rec.Flags &^= FStackID; len(rec.Payload) == 0 {
+				rec.Flags &^= FCStack
+			}
+		}
 	}
 	if rec.TS&TSEpoch != 0 {
 		c.epoch = rec.TS &^ TSEpoch
 	}
-	if rec.Kind == REpoch {
-		return c.raw(f)
+	if rec.Kind == REpoch || rec.Kind == RStack {
+		return c.raw(f) // not events
 	}
 	return rec, true, nil
 }
@@ -653,7 +677,7 @@ func (r *SpoolReader) Next() (*Rec, uint64, error) {
 		}
 		sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
 		for _, t := range tids {
-			c := &threadCursor{tid: t, chunks: r.s.threads[t]}
+			c := &threadCursor{tid: t, chunks: r.s.threads[t], stacks: r.s.stacks}
 			ok, err := c.load(r.s)
 			if err != nil {
 				return nil, 0, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -386,6 +387,53 @@ func TestSpoolShortMallocTakesThePreviousSite(t *testing.T) {
 		if fmt.Sprint(got[tid]) != fmt.Sprint(w) {
 			t.Errorf("thread %d: MALLOCs %x, want %x", tid, got[tid], w)
 		}
+	}
+}
+
+// A MALLOC whose C stack was written before (RStack) names it by id; the
+// reader hands it out with the frames, as if they had come whole, and the
+// RStack itself is not an event. An id without its RStack (a killed run)
+// gives a MALLOC without stack.
+func TestSpoolExpandsStackIDs(t *testing.T) {
+	frames := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, 0x401000), 0x402000)
+	id := func(n uint64) []byte { return binary.LittleEndian.AppendUint64(nil, n) }
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1), calib(2000, 2))
+	sb.chunk(5,
+		rec{ts: 1100, a: 7, b: 2, kind: RStack, flags: FCStack, payload: frames},
+		rec{ts: 1200, a: 0x10, b: 8, kind: RMalloc, flags: FHost | FCStack | FStackID, payload: id(7)})
+	sb.chunk(6, rec{ts: 1300, a: 0x20, b: 8, kind: RMalloc, flags: FHost | FCStack | FStackID, payload: id(7)},
+		rec{ts: 1400, a: 0x30, b: 8, kind: RMalloc, flags: FHost | FCStack | FStackID, payload: id(9)})
+	// The compact form: {ptr | flags << 48, size | site << 48, id}, in epoch 1.
+	body := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
+	body = binary.LittleEndian.AppendUint64(body, 0x40|compactBit|uint64(FHost|FCStack|FStackID)<<48)
+	body = binary.LittleEndian.AppendUint64(body, 24|3<<48)
+	body = append(body, id(7)...)
+	sb.units(8, body)
+	rd := sb.open(t).Reader()
+	var got []string
+	for {
+		r, _, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == nil {
+			break
+		}
+		if r.Kind == RCalib {
+			continue
+		}
+		c, _ := r.Stacks()
+		got = append(got, fmt.Sprintf("%d %#x %#x %x", r.Kind, r.A, r.Flags, c))
+	}
+	want := []string{
+		fmt.Sprintf("%d 0x10 %#x [401000 402000]", RMalloc, FHost|FCStack),
+		fmt.Sprintf("%d 0x20 %#x [401000 402000]", RMalloc, FHost|FCStack),
+		fmt.Sprintf("%d 0x30 %#x []", RMalloc, FHost),
+		fmt.Sprintf("%d 0x40 %#x [401000 402000]", RMalloc, FHost|FCStack),
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("records:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
