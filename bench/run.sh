@@ -30,6 +30,10 @@ ratios() { awk -v a="$1" -v b="$2" 'BEGIN {n = split(a, x, " "); split(b, y, " "
 run() {
 	local mode=$1 threads=$2 out
 	rm -rf "$WORK/cap" "$WORK/ht" && mkdir -p "$WORK/cap" "$WORK/ht"
+	# Each run starts with nothing of the last one's still going to disk
+	# (heaptrack's trace, a deleted spool's blocks): a run's own loop time is
+	# measured, and writeback left by another would count against it.
+	sync
 	case $mode in
 	bare) out=$("$WORK/malloc_bench" "$PAIRS" "$threads") ;;
 	ms | ms_c16)

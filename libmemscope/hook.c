@@ -762,23 +762,25 @@ void ms_set_short(int on) {
 
 static inline uint64_t fast_on(void) { return atomic_load_explicit(&ms_fast, memory_order_relaxed); }
 
-// Where the next event goes, or NULL: a precise stamp is due or the segment is full.
-static inline __attribute__((always_inline)) uint64_t *fast_slot(ms_thr *t, uint32_t units) {
+// Whether the next event may go at *w, the thread's write position: not when
+// a precise stamp is due or the segment is full (or there is none yet: wp and
+// wend are both NULL then).
+static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint32_t units, uint64_t **w) {
 	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
-	if (unlikely(t->last_epoch != e || t->since_stamp + 1 >= STAMP_EVERY)) return NULL;
-	uint64_t *w = atomic_load_explicit(&t->wp, memory_order_relaxed);
-	return ring_room(t, w, units) ? w : NULL;
+	if (unlikely(t->last_epoch != e || t->since_stamp + 1 >= STAMP_EVERY)) return 0;
+	*w = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	return ring_room(t, *w, units);
 }
 
 static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *p, size_t n, uintptr_t ra) {
 	ms_thr *t = tls_thr;
-	if (unlikely(!t || tls_guard || (uintptr_t)p > C_MAX || n > C_MAX)) return 0;
+	if (unlikely((t == NULL) | (tls_guard != 0) | (((uintptr_t)p | n) > C_MAX))) return 0;
 	// ms_fast is set only once the site table exists; slot 0 stays empty.
 	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
 	uint32_t site = site_hash(ra);
 	if (unlikely(tab[site] != ra)) return 0;
-	uint64_t *w = fast_slot(t, 2);
-	if (unlikely(!w)) return 0;
+	uint64_t *w;
+	if (unlikely(!fast_slot(t, 2, &w))) return 0;
 	t->since_stamp++;
 	// The same site as the thread's last MALLOC (a loop, mostly): one unit.
 	if (likely(site == t->last_site && (tag & C_SHORT) && n < C_SHORT_SIZE &&
@@ -793,9 +795,9 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *
 
 static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p) {
 	ms_thr *t = tls_thr;
-	if (unlikely(!t || tls_guard || (uintptr_t)p > C_MAX)) return 0;
-	uint64_t *w = fast_slot(t, 1);
-	if (unlikely(!w)) return 0;
+	if (unlikely((t == NULL) | (tls_guard != 0) | ((uintptr_t)p > C_MAX))) return 0;
+	uint64_t *w;
+	if (unlikely(!fast_slot(t, 1, &w))) return 0;
 	t->since_stamp++;
 	put_compact(t, w, (uint64_t)p | (tag & ~C_SHORT) | C_FREE, 0, 1);
 	return 1;
@@ -1131,6 +1133,7 @@ static int dio_fd = -1;
 static int pass_dio;          // this pass may write segments directly
 static uint64_t pass_now;     // this pass's CLOCK_MONOTONIC ns
 static int pass_waiting;      // this pass left young events in a ring
+static int pass_direct;       // segments this pass wrote from memory
 #define DIO_WAIT_NS 20000000ull
 static const uint64_t pad_zero[(DIO_ALIGN + sizeof(ms_chunk)) / 8];
 
@@ -1239,6 +1242,7 @@ static int segs_write(int fd) {
 		dio_iov[n++] = (struct iovec){(char *)s + SEG_META, len};
 	}
 	if (!n) return 0;
+	pass_direct += n;
 	if (dio_fd >= 0 && spool_align(fd) >= 0) {
 		if (!writev_all(dio_fd, dio_iov, n)) return 0;
 		close(dio_fd);
@@ -1397,7 +1401,7 @@ static long drain_pass(int dio) {
 	long before = drained_bytes;
 	pass_dio = dio && dio_fd >= 0 && !atomic_load(&ms_direct);
 	pass_now = pass_dio ? mono_ns() : 0;
-	pass_waiting = 0;
+	pass_waiting = pass_direct = 0;
 	// A new epoch begins now; the calibration point marks its start.
 	uint64_t e = atomic_load(&ms_epoch) + 1;
 	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), e};
@@ -1445,6 +1449,12 @@ static void *drainer_main(void *arg) {
 		// A pass that found no events wrote only its calibration point.
 		if (n > (long)(sizeof(ms_chunk) + sizeof(ms_rec)) || pass_waiting) idle = 0;
 		else if (idle < 3) idle++;
+		if (pass_direct) {
+			// The disk took whole segments, and that took a while: more are
+			// likely full. Keep it busy rather than sleep.
+			pthread_mutex_lock(&drainer_mu);
+			continue;
+		}
 		struct timespec until;
 		clock_gettime(CLOCK_MONOTONIC, &until);
 		until.tv_nsec += 1000000L << idle;
