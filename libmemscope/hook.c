@@ -562,7 +562,8 @@ static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, 
 }
 
 // ---- C stacks: each distinct one is written once ----
-// A stack is known by a 64-bit hash of its frames, interned in a lock-free
+// A stack is known by a 64-bit hash of its frames (two stacks colliding,
+// about 2^-64 a pair, would be reported as one), interned in a lock-free
 // table whose slot is its id. The first time, the thread that interns it
 // writes an R_STACK record (the frames); MALLOCs then carry the id alone
 // (F_STACKID, one payload unit), so a 16-frame MALLOC takes 5 units, not 20.
@@ -612,8 +613,10 @@ static uint32_t stack_id(const uintptr_t *f, int n) {
 }
 
 static __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
-	uintptr_t frames[cfg_cstack]; // as deep as asked: a small frame stays in cache
-	int n = capture_c(frames, cfg_cstack);
+	int depth = *(volatile int *)&cfg_cstack; // read once: the Python API may change it meanwhile
+	if (depth < 1) depth = 1;
+	uintptr_t frames[depth]; // as deep as asked: a small frame stays in cache
+	int n = capture_c(frames, depth);
 	uint64_t id = n && ms_short ? stack_id(frames, n) : 0;
 	ms_thr *t = tls_thr;
 	if (id && t && kind == R_MALLOC && (ts & TS_EPOCH) && a <= C_MAX && b <= C_MAX && !(flags & ~C_FLAGS)) {
@@ -695,7 +698,9 @@ static inline uint32_t site_id(uintptr_t ra) {
 
 // A MALLOC with a Python stack (and a C stack when asked for): see pystack.h.
 static __attribute__((noinline)) void emit_with_stacks(uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
-	int maxc = cfg_cstack > 0 ? cfg_cstack : 0, maxp = ms_py_depth;
+	int maxc = *(volatile int *)&cfg_cstack, maxp = *(volatile int *)&ms_py_depth; // read once (ms_set_hook)
+	if (maxc < 0) maxc = 0;
+	if (maxp < 0) maxp = 0;
 	uint64_t buf[1 + maxc + maxp];
 	int nc = maxc ? capture_c((uintptr_t *)&buf[1], maxc) : 0;
 	int np = ms_py_capture(&buf[1 + nc], maxp);
