@@ -78,7 +78,7 @@ func begin(cfg config.Config) error {
 			return err
 		}
 		eng.rot, eng.buf = rot, make([]byte, 8<<20)
-		C.ms_set_short(0) // each log is read on its own (hook.h)
+		C.ms_set_rotating(1) // each log is read on its own (hook.h)
 	}
 	eng.cfg, eng.proc, eng.started = cfg, p, true
 	C.ms_set_spool(C.int(p.SpoolFD()))

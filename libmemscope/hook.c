@@ -57,7 +57,7 @@ static _Atomic int ms_direct;          // after the final drain: write straight 
 // writing directly. Anything else takes the general path (ms_fast_update).
 // Nonzero, it is the compact MALLOC's tag: C_COMPACT | its flags << 48.
 static _Atomic uint64_t ms_fast;
-static int ms_short = 1; // short MALLOCs allowed (C_SHORT in ms_fast); see ms_set_short
+static int ms_rotating;  // rotating logs (ms_set_rotating): no short MALLOCs, no stack ids
 static _Atomic int ms_spool_fd = -1;
 static _Atomic uint64_t ms_lost_count;
 static _Atomic uint64_t ms_fork_count;
@@ -113,7 +113,7 @@ typedef struct ms_thr {
 	uintptr_t stack_hi;      // frame-pointer walks stay below this
 	// The drain's side, on a line of its own.
 	_Alignas(64) struct ms_thr *next_all; // registry, push-only
-	_Atomic int state;       // 0 owned, 1 dead (drain releases), 2 free for reuse
+	_Atomic int state;       // 0 owned, 1 dead (drain releases; its thread may take it back), 2 free for reuse, 3 being released
 	ms_seg *rseg;            // drain's current segment
 	_Atomic uint64_t segs;   // segments allocated and not yet released
 	ms_seg *_Atomic spare[NSPARE]; // drained segments handed back for reuse
@@ -126,6 +126,7 @@ static ms_thr *_Atomic ms_threads;
 static TLS struct {
 	ms_thr *thr;
 	int guard; // >0: inside msmemscope (or an internal thread): invisible
+	ms_thr *prev; // the ring this thread gave up at its end (thr_key_dtor)
 } tls;
 #define tls_thr tls.thr
 #define tls_guard tls.guard
@@ -195,9 +196,15 @@ static int tsc_invariant(void) {
 }
 
 // ---- rings ----
+// A thread's end: its ring is left for the drain to release. What the
+// thread does after this (other keys' destructors, glibc's own clean-up)
+// takes the ring back while the drain has not released it (thr_acquire),
+// else a fresh one: the drain wrote the old one out in full first, so a
+// tid's records stay in order (readers take its chunks in file order).
 static void thr_key_dtor(void *v) {
 	ms_thr *t = v;
 	if (t && tls_thr == t) {
+		tls.prev = t;
 		tls_thr = NULL;
 		atomic_store_explicit(&t->state, 1, memory_order_release);
 	}
@@ -221,7 +228,16 @@ static void thr_stack_bounds(ms_thr *t) {
 }
 
 static ms_thr *thr_acquire(void) {
-	ms_thr *t;
+	ms_thr *t = tls.prev;
+	if (t) {
+		tls.prev = NULL;
+		int dead = 1;
+		if (atomic_compare_exchange_strong(&t->state, &dead, 0)) {
+			tls_thr = t; // as it was: write on where it stopped
+			pthread_setspecific(ms_key, t);
+			return t;
+		}
+	}
 	for (t = atomic_load_explicit(&ms_threads, memory_order_acquire); t; t = t->next_all) {
 		int want = 2;
 		if (atomic_compare_exchange_strong(&t->state, &want, 0)) break;
@@ -617,7 +633,7 @@ static __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t f
 	if (depth < 1) depth = 1;
 	uintptr_t frames[depth]; // as deep as asked: a small frame stays in cache
 	int n = capture_c(frames, depth);
-	uint64_t id = n && ms_short ? stack_id(frames, n) : 0;
+	uint64_t id = n && !ms_rotating ? stack_id(frames, n) : 0;
 	ms_thr *t = tls_thr;
 	if (id && t && kind == R_MALLOC && (ts & TS_EPOCH) && a <= C_MAX && b <= C_MAX && !(flags & ~C_FLAGS)) {
 		// Compact, 3 units: {ptr | flags << 48, size | site << 48, stack id}.
@@ -754,14 +770,14 @@ void ms_fast_update(void) {
 	int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && cfg_cstack <= 0 &&
 	        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child && atomic_load(&site_tab);
 	uint64_t fl = F_HOST | (atomic_load(&ms_collecting) ? 0 : F_OFF);
-	atomic_store(&ms_fast, f ? C_COMPACT | fl << 48 | (ms_short ? C_SHORT : 0) : 0);
+	atomic_store(&ms_fast, f ? C_COMPACT | fl << 48 | (ms_rotating ? 0 : C_SHORT) : 0);
 }
 
 // Short MALLOCs and stack ids need their reader to know what came before
 // (the thread's last site, every R_STACK); rotating logs are read one by
 // one, so they get the 2-unit form and whole stacks only.
-void ms_set_short(int on) {
-	ms_short = on;
+void ms_set_rotating(int on) {
+	ms_rotating = on;
 	ms_fast_update();
 }
 
@@ -1139,6 +1155,7 @@ static int pass_dio;          // this pass may write segments directly
 static uint64_t pass_now;     // this pass's CLOCK_MONOTONIC ns
 static int pass_waiting;      // this pass left young events in a ring
 static int pass_direct;       // segments this pass wrote from memory
+static _Atomic uint64_t drain_errs; // passes that failed to write
 #define DIO_WAIT_NS 20000000ull
 static const uint64_t pad_zero[(DIO_ALIGN + sizeof(ms_chunk)) / 8];
 
@@ -1375,9 +1392,15 @@ static int drain_thread(int fd, ms_thr *t) {
 		queued |= direct != 0;
 		s = next;
 	}
-	// A dead thread, fully drained: release its ring for reuse.
+	// A dead thread, fully drained: release its ring for reuse, unless the
+	// thread took it back meanwhile (thr_acquire).
 	if (dead && s && h == s->tail && !next) {
-		if (iov_flush(fd)) return -1;
+		int one = 1;
+		if (!atomic_compare_exchange_strong(&t->state, &one, 3)) return 0;
+		if (iov_flush(fd)) {
+			atomic_store(&t->state, 1);
+			return -1;
+		}
 		raw_munmap(s, s->bytes);
 		atomic_fetch_sub(&t->segs, 1);
 		for (int i = 0; i < NSPARE; i++) {
@@ -1427,6 +1450,7 @@ static long drain_pass(int dio) {
 // Drains everything published, through the page cache.
 long ms_drain(void) { return drain_pass(0); }
 
+
 // ---- the drain thread (spool mode) ----
 // Plain C, not a goroutine: a 1 ms goroutine timer kept the Go runtime awake
 // (sysmon, timer and scheduler wakeups, ~2,000 a second), and on a machine
@@ -1441,7 +1465,6 @@ static int drainer_on, drainer_quit;
 static void *drainer_stack;
 static pthread_mutex_t drainer_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t drainer_cv;
-static _Atomic uint64_t drain_errs;
 
 static void *drainer_main(void *arg) {
 	(void)arg;

@@ -109,6 +109,6 @@ int ms_is_child(void);
 void ms_guard_enter(void);
 void ms_guard_leave(void);
 void ms_fast_update(void); // after changing what the hot path records
-void ms_set_short(int on); // short MALLOCs and stack ids allowed: not for rotating logs
+void ms_set_rotating(int on); // rotating logs: no short MALLOCs or stack ids (each log is read alone)
 
 #endif

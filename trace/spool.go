@@ -605,6 +605,7 @@ type SpoolReader struct {
 	init   bool
 	parked map[BlockKey][]*threadCursor
 	nPark  int
+	lastNs uint64 // time of the last record handed out
 }
 
 // Reader starts a time-ordered pass over the spool.
@@ -652,7 +653,15 @@ func (r *SpoolReader) releaseStale() {
 		keep := cs[:0]
 		for _, c := range cs {
 			if len(r.h) == 0 || r.h[0].ns > c.parkNs+parkLimit {
+				// Its FREE never came (the other thread's stream ended, or
+				// it lost the record): deliver it now, not back in time.
 				c.cur.Forced = true
+				if c.ns < r.lastNs {
+					c.ns = r.lastNs
+				}
+				if c.floor < c.ns {
+					c.floor = c.ns
+				}
 				r.nPark--
 				heap.Push(&r.h, c)
 			} else {
@@ -707,5 +716,8 @@ func (r *SpoolReader) Next() (*Rec, uint64, error) {
 	}
 	c := heap.Pop(&r.h).(*threadCursor)
 	r.last = c
+	if c.ns > r.lastNs {
+		r.lastNs = c.ns
+	}
 	return &c.cur, c.ns, nil
 }

@@ -224,6 +224,46 @@ func TestSpoolParkUntilFree(t *testing.T) {
 	}
 }
 
+// A parked MALLOC whose FREE never comes (the other thread's stream ends
+// first) is delivered when the merge runs dry, at the time reached so far:
+// the stream never goes back in time.
+func TestSpoolParkedWithoutFreeKeepsOrder(t *testing.T) {
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1), calib(2000, 2))
+	sb.chunk(1, rec{ts: 1100, a: 0xA0, b: 16, kind: RMalloc, flags: FHost}, rec{ts: 1900, a: 0xD0, b: 16, kind: RMalloc, flags: FHost})
+	sb.chunk(2, rec{ts: 1200, a: 0xA0, b: 32, kind: RMalloc, flags: FHost})
+	r := sb.open(t).Reader()
+	live := map[BlockKey]int32{}
+	var got []string
+	var prev uint64
+	for {
+		rc, ns, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc == nil {
+			break
+		}
+		if rc.Kind != RMalloc {
+			continue
+		}
+		k := BlockKey{rc.Flags & FSubMask, rc.A}
+		if owner, ok := live[k]; ok && owner != rc.Tid && !rc.Forced {
+			r.Park(k)
+			continue
+		}
+		live[k] = rc.Tid
+		if ns < prev {
+			t.Errorf("MALLOC %#x of thread %d at %d, after a record at %d", rc.A, rc.Tid, ns, prev)
+		}
+		prev = ns
+		got = append(got, fmt.Sprintf("%d:%#x", rc.Tid, rc.A))
+	}
+	if want := "[1:0xa0 1:0xd0 2:0xa0]"; fmt.Sprint(got) != want {
+		t.Errorf("got %v, want %s", got, want)
+	}
+}
+
 func TestSpoolTruncatedChunkKeepsWholeEvents(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1))
