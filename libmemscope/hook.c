@@ -577,6 +577,21 @@ static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, 
 	emit_n(kind, flags, ts, a, b, NULL, 0, site);
 }
 
+// The lock-free table at *slot, mapped (bytes long) by whichever thread gets
+// there first; *made says whether this call did. NULL if it cannot be mapped.
+static void *lazy_table(void *_Atomic *slot, size_t bytes, int *made) {
+	void *tab = atomic_load_explicit(slot, memory_order_acquire);
+	if (likely(tab != NULL)) return tab;
+	tab = raw_mmap(bytes);
+	void *none = NULL;
+	if (tab && atomic_compare_exchange_strong(slot, &none, tab)) {
+		if (made) *made = 1;
+		return tab;
+	}
+	if (tab) raw_munmap(tab, bytes);
+	return atomic_load(slot);
+}
+
 // ---- C stacks: each distinct one is written once ----
 // A stack is known by a 64-bit hash of its frames (two stacks colliding,
 // about 2^-64 a pair, would be reported as one), interned in a lock-free
@@ -599,16 +614,8 @@ static inline uint64_t stack_hash(const uintptr_t *f, int n) {
 // The id of the stack f[0..n), announced the first time; 0 when the table
 // cannot take it (the stack then goes whole).
 static uint32_t stack_id(const uintptr_t *f, int n) {
-	uint64_t *tab = atomic_load_explicit(&stack_tab, memory_order_acquire);
-	if (unlikely(!tab)) {
-		tab = raw_mmap(STACK_SLOTS * sizeof(uint64_t));
-		uint64_t *none = NULL;
-		if (!tab || !atomic_compare_exchange_strong(&stack_tab, &none, tab)) {
-			if (tab) raw_munmap(tab, STACK_SLOTS * sizeof(uint64_t));
-			tab = atomic_load(&stack_tab);
-			if (!tab) return 0;
-		}
-	}
+	uint64_t *tab = lazy_table((void *_Atomic *)&stack_tab, STACK_SLOTS * sizeof(uint64_t), NULL);
+	if (unlikely(!tab)) return 0;
 	uint64_t h = stack_hash(f, n);
 	for (uint32_t i = 0; i < 32; i++) {
 		uint32_t idx = (uint32_t)(h >> 40) + i;
@@ -690,15 +697,10 @@ static __attribute__((noinline)) uint32_t site_insert(uintptr_t *tab, uintptr_t 
 static inline uint32_t site_id(uintptr_t ra) {
 	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_acquire);
 	if (unlikely(!tab)) {
-		tab = raw_mmap(SITE_SLOTS * sizeof(uintptr_t));
-		uintptr_t *none = NULL;
-		if (!tab || !atomic_compare_exchange_strong(&site_tab, &none, tab)) {
-			if (tab) raw_munmap(tab, SITE_SLOTS * sizeof(uintptr_t));
-			tab = atomic_load(&site_tab);
-			if (!tab) return 0;
-		} else {
-			ms_fast_update(); // the fast path needs the table
-		}
+		int made = 0;
+		tab = lazy_table((void *_Atomic *)&site_tab, SITE_SLOTS * sizeof(uintptr_t), &made);
+		if (!tab) return 0;
+		if (made) ms_fast_update(); // the fast path needs the table
 	}
 	// Fast path: a caller seen before sits in its home slot. Callers inside
 	// libc/libstdc++ never do (their site is the wrapper's caller), so the

@@ -89,6 +89,23 @@ func readSpool(t *testing.T, r *SpoolReader) []got {
 	}
 }
 
+// eachRec hands every record of r but the calibrations to f, in order.
+func eachRec(t *testing.T, r *SpoolReader, f func(rc *Rec, ns uint64)) {
+	t.Helper()
+	for {
+		rc, ns, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc == nil {
+			return
+		}
+		if rc.Kind != RCalib {
+			f(rc, ns)
+		}
+	}
+}
+
 func TestSpoolInterpolatesEpochStamps(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2), calib(3000, 3))
@@ -236,21 +253,11 @@ func TestSpoolParkedWithoutFreeKeepsOrder(t *testing.T) {
 	live := map[BlockKey]int32{}
 	var got []string
 	var prev uint64
-	for {
-		rc, ns, err := r.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rc == nil {
-			break
-		}
-		if rc.Kind != RMalloc {
-			continue
-		}
+	eachRec(t, r, func(rc *Rec, ns uint64) {
 		k := BlockKey{rc.Flags & FSubMask, rc.A}
 		if owner, ok := live[k]; ok && owner != rc.Tid && !rc.Forced {
 			r.Park(k)
-			continue
+			return
 		}
 		live[k] = rc.Tid
 		if ns < prev {
@@ -258,7 +265,7 @@ func TestSpoolParkedWithoutFreeKeepsOrder(t *testing.T) {
 		}
 		prev = ns
 		got = append(got, fmt.Sprintf("%d:%#x", rc.Tid, rc.A))
-	}
+	})
 	if want := "[1:0xa0 1:0xd0 2:0xa0]"; fmt.Sprint(got) != want {
 		t.Errorf("got %v, want %s", got, want)
 	}
@@ -410,19 +417,11 @@ func TestSpoolShortMallocTakesThePreviousSite(t *testing.T) {
 		6: {{0x100, 8, 4, FHost}, {0x110, 1, 4, FHost}},
 	}
 	got := map[int32][]ev{}
-	rd := s.Reader()
-	for {
-		r, _, err := rd.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r == nil {
-			break
-		}
+	eachRec(t, s.Reader(), func(r *Rec, _ uint64) {
 		if r.Kind == RMalloc {
 			got[r.Tid] = append(got[r.Tid], ev{r.A, r.B, r.Site, r.Flags})
 		}
-	}
+	})
 	for tid, w := range want {
 		if fmt.Sprint(got[tid]) != fmt.Sprint(w) {
 			t.Errorf("thread %d: MALLOCs %x, want %x", tid, got[tid], w)
@@ -450,22 +449,11 @@ func TestSpoolExpandsStackIDs(t *testing.T) {
 	body = binary.LittleEndian.AppendUint64(body, 24|3<<48)
 	body = append(body, id(7)...)
 	sb.units(8, body)
-	rd := sb.open(t).Reader()
 	var got []string
-	for {
-		r, _, err := rd.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r == nil {
-			break
-		}
-		if r.Kind == RCalib {
-			continue
-		}
+	eachRec(t, sb.open(t).Reader(), func(r *Rec, _ uint64) {
 		c, _ := r.Stacks()
 		got = append(got, fmt.Sprintf("%d %#x %#x %x", r.Kind, r.A, r.Flags, c))
-	}
+	})
 	want := []string{
 		fmt.Sprintf("%d 0x10 %#x [401000 402000]", RMalloc, FHost|FCStack),
 		fmt.Sprintf("%d 0x20 %#x [401000 402000]", RMalloc, FHost|FCStack),
