@@ -46,7 +46,6 @@ extern const char _etext[] __attribute__((visibility("hidden")));
 static int cfg_heap = 1;    // record the host heap
 static int cfg_cstack = 0;  // C stack depth
 static int cfg_deferred = 0;
-static int cfg_dio = 1;     // filled segments go to the spool by direct I/O where it works
 
 // ---- global state ----
 static _Atomic int ms_state;           // 0 new, 1 initializing, 2 ready
@@ -502,8 +501,6 @@ static void ms_init(void) {
 		cfg_deferred = (int)env_int(h, "deferred", 0);
 		if (cfg_cstack > MAX_FRAMES) cfg_cstack = MAX_FRAMES;
 	}
-	const char *dio = getenv("MSMEMSCOPE_DIRECT_IO");
-	cfg_dio = !(dio && dio[0] == '0');
 	pthread_key_create(&ms_key, thr_key_dtor);
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 	atomic_store(&ms_collecting, !cfg_deferred);
@@ -546,12 +543,13 @@ static inline ms_thr *cur_thr(void) {
 	return likely(t != NULL) ? t : thr_acquire();
 }
 
-// Writes a compact event (units 1 or 2) at w, the thread's write position,
+// Writes a compact event (units 1 to 3) at w, the thread's write position,
 // and publishes it. The final drain may have run between the caller's check
 // and this commit: then nobody will drain this ring again, so drain it now.
-static inline __attribute__((always_inline)) void put_compact(ms_thr *t, uint64_t *w, uint64_t u0, uint64_t u1, int units) {
+static inline __attribute__((always_inline)) void put_compact(ms_thr *t, uint64_t *w, uint64_t u0, uint64_t u1, uint64_t u2, int units) {
 	w[0] = u0;
-	if (units == 2) w[1] = u1;
+	if (units >= 2) w[1] = u1;
+	if (units == 3) w[2] = u2;
 	atomic_store_explicit(&t->wp, w + units, memory_order_release);
 	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
 }
@@ -559,22 +557,24 @@ static inline __attribute__((always_inline)) void put_compact(ms_thr *t, uint64_
 // The home slot of an allocation site in the site table (and its id).
 static inline uint32_t site_hash(uintptr_t ra) { return (uint32_t)((ra * 0x9E3779B97F4A7C15ull) >> 48); }
 
-// A MALLOC or FREE without payload: compact when its stamp is the epoch
-// alone and its values fit (see hook.h).
-static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
+// A MALLOC or FREE whose only payload is a stack id (id, with F_STACKID in
+// flags; else 0): compact when its stamp is the epoch alone and its values
+// fit (see hook.h).
+static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site, uint64_t id) {
 	uint64_t *w = atomic_load_explicit(&t->wp, memory_order_relaxed);
 	if (likely((ts & TS_EPOCH) && a <= C_MAX && !(flags & ~C_FLAGS) &&
 	           !atomic_load_explicit(&ms_direct, memory_order_relaxed))) {
-		if (kind == R_MALLOC && b <= C_MAX && ring_room(t, w, 2)) {
-			put_compact(t, w, a | C_COMPACT | (uint64_t)flags << 48, b | (uint64_t)site << 48, 2);
+		int units = id ? 3 : 2;
+		if (kind == R_MALLOC && b <= C_MAX && ring_room(t, w, units)) {
+			put_compact(t, w, a | C_COMPACT | (uint64_t)flags << 48, b | (uint64_t)site << 48, id, units);
 			return;
 		}
-		if (kind == R_FREE && b == 0 && ring_room(t, w, 1)) {
-			put_compact(t, w, a | C_COMPACT | C_FREE | (uint64_t)flags << 48, 0, 1);
+		if (kind == R_FREE && b == 0 && !id && ring_room(t, w, 1)) {
+			put_compact(t, w, a | C_COMPACT | C_FREE | (uint64_t)flags << 48, 0, 0, 1);
 			return;
 		}
 	}
-	emit_n(kind, flags, ts, a, b, NULL, 0, site);
+	emit_n(kind, flags, ts, a, b, id ? &id : NULL, id ? sizeof id : 0, site);
 }
 
 // The lock-free table at *slot, mapped (bytes long) by whichever thread gets
@@ -590,6 +590,28 @@ static void *lazy_table(void *_Atomic *slot, size_t bytes, int *made) {
 	}
 	if (tab) raw_munmap(tab, bytes);
 	return atomic_load(slot);
+}
+
+// The slot of key (nonzero) in the open-addressed table tab (mask + 1
+// slots), looked for from slot home on, or a free slot it is put in (*fresh
+// set: the caller announces it). Slot 0 stays empty (id 0 means none); 0
+// when probes slots are all taken by others.
+static uint32_t intern(uint64_t *tab, uint32_t mask, uint64_t key, uint32_t home, int probes, int *fresh) {
+	for (uint32_t i = 0; i < (uint32_t)probes; i++) {
+		uint32_t idx = (home + i) & mask;
+		if (idx == 0) continue;
+		uint64_t cur = atomic_load_explicit((_Atomic uint64_t *)&tab[idx], memory_order_acquire);
+		if (cur == key) return idx;
+		if (cur == 0) {
+			uint64_t zero = 0;
+			if (atomic_compare_exchange_strong((_Atomic uint64_t *)&tab[idx], &zero, key)) {
+				*fresh = 1;
+				return idx;
+			}
+			if (zero == key) return idx;
+		}
+	}
+	return 0;
 }
 
 // ---- C stacks: each distinct one is written once ----
@@ -617,22 +639,10 @@ static uint32_t stack_id(const uintptr_t *f, int n) {
 	uint64_t *tab = lazy_table((void *_Atomic *)&stack_tab, STACK_SLOTS * sizeof(uint64_t), NULL);
 	if (unlikely(!tab)) return 0;
 	uint64_t h = stack_hash(f, n);
-	for (uint32_t i = 0; i < 32; i++) {
-		uint32_t idx = (uint32_t)(h >> 40) + i;
-		idx &= STACK_SLOTS - 1;
-		if (idx == 0) continue; // id 0 means "no id"
-		uint64_t cur = atomic_load_explicit((_Atomic uint64_t *)&tab[idx], memory_order_acquire);
-		if (cur == h) return idx;
-		if (cur == 0) {
-			uint64_t zero = 0;
-			if (atomic_compare_exchange_strong((_Atomic uint64_t *)&tab[idx], &zero, h)) {
-				emit(R_STACK, F_CSTACK, stamp_after(), idx, (uint64_t)n, f, (uint32_t)n * sizeof(uintptr_t));
-				return idx;
-			}
-			if (zero == h) return idx;
-		}
-	}
-	return 0;
+	int fresh = 0;
+	uint32_t idx = intern(tab, STACK_SLOTS - 1, h, (uint32_t)(h >> 40), 32, &fresh);
+	if (fresh) emit(R_STACK, F_CSTACK, stamp_after(), idx, (uint64_t)n, f, (uint32_t)n * sizeof(uintptr_t));
+	return idx;
 }
 
 static __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
@@ -642,20 +652,8 @@ static __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t f
 	int n = capture_c(frames, depth);
 	uint64_t id = n && !ms_rotating ? stack_id(frames, n) : 0;
 	ms_thr *t = tls_thr;
-	if (id && t && kind == R_MALLOC && (ts & TS_EPOCH) && a <= C_MAX && b <= C_MAX && !(flags & ~C_FLAGS)) {
-		// Compact, 3 units: {ptr | flags << 48, size | site << 48, stack id}.
-		uint64_t *w = atomic_load_explicit(&t->wp, memory_order_relaxed);
-		if (ring_room(t, w, 3) && !atomic_load_explicit(&ms_direct, memory_order_relaxed)) {
-			w[0] = a | C_COMPACT | (uint64_t)(flags | F_CSTACK | F_STACKID) << 48;
-			w[1] = b | (uint64_t)site << 48;
-			w[2] = id;
-			atomic_store_explicit(&t->wp, w + 3, memory_order_release);
-			if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
-			return;
-		}
-	}
-	if (id)
-		emit_n(kind, flags | F_CSTACK | F_STACKID, ts, a, b, &id, sizeof id, site);
+	if (id && t)
+		emit1(t, kind, flags | F_CSTACK | F_STACKID, ts, a, b, site, id);
 	else
 		emit_n(kind, flags | (n ? F_CSTACK : 0), ts, a, b, frames, n * sizeof(uintptr_t), site);
 }
@@ -677,21 +675,10 @@ static __attribute__((noinline)) uintptr_t site_through_wrapper(uintptr_t ra) {
 }
 
 static __attribute__((noinline)) uint32_t site_insert(uintptr_t *tab, uintptr_t ra, uint32_t h) {
-	for (uint32_t i = 0; i < 16; i++) {
-		uint32_t idx = (h + i) & (SITE_SLOTS - 1);
-		if (idx == 0) continue; // id 0 means "no site"
-		uintptr_t cur = atomic_load_explicit((_Atomic uintptr_t *)&tab[idx], memory_order_acquire);
-		if (cur == ra) return idx;
-		if (cur == 0) {
-			uintptr_t zero = 0;
-			if (atomic_compare_exchange_strong((_Atomic uintptr_t *)&tab[idx], &zero, ra)) {
-				emit(R_SITE, 0, stamp_after(), ra, idx, NULL, 0);
-				return idx;
-			}
-			if (zero == ra) return idx;
-		}
-	}
-	return 0; // crowded: the site stays unknown
+	int fresh = 0;
+	uint32_t idx = intern((uint64_t *)tab, SITE_SLOTS - 1, ra, h, 16, &fresh);
+	if (fresh) emit(R_SITE, 0, stamp_after(), ra, idx, NULL, 0);
+	return idx; // 0: crowded, the site stays unknown
 }
 
 static inline uint32_t site_id(uintptr_t ra) {
@@ -746,7 +733,7 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 	else if (cfg_cstack > 0)
 		emit_with_cstack(R_MALLOC, fl, ts, (uint64_t)p, size, site);
 	else if (likely(t != NULL))
-		emit1(t, R_MALLOC, fl, ts, (uint64_t)p, size, site);
+		emit1(t, R_MALLOC, fl, ts, (uint64_t)p, size, site, 0);
 	else
 		emit_n(R_MALLOC, fl, ts, (uint64_t)p, size, NULL, 0, site);
 	tls_guard--;
@@ -758,7 +745,7 @@ static void rec_free(void *p, size_t size, uint16_t sub) {
 	uint64_t ts = t ? ev_stamp(t, 0) : stamp_before();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
 	if (likely(t != NULL))
-		emit1(t, R_FREE, fl, ts, (uint64_t)p, size, 0);
+		emit1(t, R_FREE, fl, ts, (uint64_t)p, size, 0, 0);
 	else
 		emit(R_FREE, fl, ts, (uint64_t)p, size, NULL, 0);
 	tls_guard--;
@@ -808,11 +795,11 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *
 	// The same site as the thread's last MALLOC (a loop, mostly): one unit.
 	if (likely(site == t->last_site && (tag & C_SHORT) && n < C_SHORT_SIZE &&
 	           !((uintptr_t)p & ~(((uintptr_t)1 << 47) - 16)))) {
-		put_compact(t, w, C_COMPACT | C_SHORT | (tag & ((uint64_t)F_OFF << 48)) << 8 | (uint64_t)n << 43 | (uintptr_t)p >> 4, 0, 1);
+		put_compact(t, w, C_COMPACT | C_SHORT | (tag & ((uint64_t)F_OFF << 48)) << 8 | (uint64_t)n << 43 | (uintptr_t)p >> 4, 0, 0, 1);
 		return 1;
 	}
 	t->last_site = site;
-	put_compact(t, w, (uint64_t)p | (tag & ~C_SHORT), n | (uint64_t)site << 48, 2);
+	put_compact(t, w, (uint64_t)p | (tag & ~C_SHORT), n | (uint64_t)site << 48, 0, 2);
 	return 1;
 }
 
@@ -822,7 +809,7 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, 1, &w))) return 0;
 	t->since_stamp++;
-	put_compact(t, w, (uint64_t)p | (tag & ~C_SHORT) | C_FREE, 0, 1);
+	put_compact(t, w, (uint64_t)p | tag | C_FREE, 0, 0, 1); // C_SHORT in a FREE means nothing (hook.h)
 	return 1;
 }
 
@@ -1159,7 +1146,6 @@ static int pass_waiting;      // this pass left young events in a ring
 static int pass_direct;       // segments this pass wrote from memory
 static _Atomic uint64_t drain_errs; // passes that failed to write
 #define DIO_WAIT_NS 20000000ull
-static const uint64_t pad_zero[(DIO_ALIGN + sizeof(ms_chunk)) / 8];
 
 // Units the event starting at u spans (see hook.h).
 static inline uint32_t ev_units(const uint64_t *u) {
@@ -1209,19 +1195,18 @@ static void pad_chunk(void *p, size_t len) {
 	memcpy(p, &h, sizeof h);
 }
 
-// Pads the spool, through fd, to a multiple of DIO_ALIGN; returns its size, -1 on error.
-static off_t spool_align(int fd) {
+// Pads the spool, through fd, to a multiple of DIO_ALIGN; -1 on error.
+static int spool_align(int fd) {
 	off_t end = lseek(fd, 0, SEEK_END);
 	if (end < 0) return -1;
 	size_t len = (size_t)(-end & (DIO_ALIGN - 1));
-	if (!len) return end;
+	if (!len) return 0;
 	if (len < sizeof(ms_chunk)) len += DIO_ALIGN;
-	uint64_t buf[(DIO_ALIGN + sizeof(ms_chunk)) / 8];
-	memcpy(buf, pad_zero, len);
+	uint64_t buf[(DIO_ALIGN + sizeof(ms_chunk)) / 8] = {0};
 	pad_chunk(buf, len);
 	if (write_all(fd, buf, len)) return -1;
 	drained_bytes += (long)len;
-	return end + (off_t)len;
+	return 0;
 }
 
 // Writes v[0..n) to fd, going on after short writes; -1 (errno set) when a
@@ -1267,7 +1252,7 @@ static int segs_write(int fd) {
 	}
 	if (!n) return 0;
 	pass_direct += n;
-	if (dio_fd >= 0 && spool_align(fd) >= 0) {
+	if (dio_fd >= 0 && !spool_align(fd)) {
 		if (!writev_all(dio_fd, dio_iov, n)) return 0;
 		close(dio_fd);
 		dio_fd = -1;
@@ -1570,7 +1555,8 @@ void ms_calibrate(void) {
 }
 
 void ms_set_spool(int fd) {
-	if (fd >= 0 && cfg_dio && dio_fd < 0) {
+	const char *off = getenv("MSMEMSCOPE_DIRECT_IO"); // "0": through the page cache only
+	if (fd >= 0 && dio_fd < 0 && !(off && off[0] == '0')) {
 		char path[40];
 		snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
 		dio_fd = open(path, O_WRONLY | O_DIRECT | O_APPEND | O_CLOEXEC);

@@ -15,7 +15,8 @@
 // previous MALLOC: {C_COMPACT | C_SHORT | F_OFF? << 60 | size << 43 | ptr >> 4},
 // flags F_HOST (| F_OFF), size < 2^17, ptr 16-byte aligned below 2^47;
 // a MALLOC with a C stack already written (F_STACKID in its flags) is the
-// 2-unit form plus a unit holding the stack's id.
+// 2-unit form plus a unit holding the stack's id. In a FREE, C_SHORT means
+// nothing (the hot path's tag may carry it).
 // The top bit of an event's first unit tells them apart (a full record's
 // first unit ends with its kind, always < 0x8000). A compact record carries
 // no stamp: its time is interpolated within the thread's current epoch (the

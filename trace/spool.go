@@ -134,31 +134,27 @@ func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 	}
 	w := binary.LittleEndian.Uint64(b)
 	if w&compactBit != 0 {
-		r := Rec{TS: TSEpoch | epoch, A: w & compactMask, Flags: uint16(w>>48) & 0x1fff}
-		if w&compactFree != 0 {
-			r.Kind = RFree
-			return r, UnitSize, true
+		size := compactSize(w)
+		if len(b) < size {
+			return Rec{}, 0, false
 		}
-		if w&compactShort != 0 {
+		r := Rec{TS: TSEpoch | epoch, A: w & compactMask, Flags: uint16(w>>48) & 0x1fff}
+		switch {
+		case w&compactFree != 0:
+			r.Kind = RFree
+		case w&compactShort != 0:
 			r.Kind, r.A, r.B, r.Site, r.Flags = RMalloc, (w&(1<<43-1))<<4, (w>>43)&(1<<17-1), site, FHost
 			if w&compactOff != 0 {
 				r.Flags |= FOff
 			}
-			return r, UnitSize, true
-		}
-		if len(b) < 2*UnitSize {
-			return Rec{}, 0, false
-		}
-		w1 := binary.LittleEndian.Uint64(b[8:])
-		r.Kind, r.B, r.Site = RMalloc, w1&compactMask, uint32(w1>>48)
-		if r.Flags&FStackID != 0 { // a third unit: the stack's id
-			if len(b) < 3*UnitSize {
-				return Rec{}, 0, false
+		default:
+			w1 := binary.LittleEndian.Uint64(b[8:])
+			r.Kind, r.B, r.Site = RMalloc, w1&compactMask, uint32(w1>>48)
+			if size == 3*UnitSize {
+				r.Payload = b[2*UnitSize : 3*UnitSize] // the stack's id
 			}
-			r.Payload = b[2*UnitSize : 3*UnitSize]
-			return r, 3 * UnitSize, true
 		}
-		return r, 2 * UnitSize, true
+		return r, size, true
 	}
 	size := RecSize + UnitSize*int(w&0xffff)
 	if len(b) < size {
@@ -173,6 +169,19 @@ func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 		Site:    uint32(w>>16) & 0xffff,
 		Payload: b[RecSize:size],
 	}, size, true
+}
+
+// compactSize is the size in bytes of the compact record whose first unit
+// is w: a FREE or short MALLOC 1 unit, a MALLOC 2, with a stack id 3 (a
+// FREE's bit 61 means nothing: the hot path's tag may carry it).
+func compactSize(w uint64) int {
+	switch {
+	case w&(compactFree|compactShort) != 0:
+		return UnitSize
+	case uint16(w>>48)&FStackID != 0:
+		return 3 * UnitSize
+	}
+	return 2 * UnitSize
 }
 
 // AppendRec appends r as a full record (its payload padded to whole units).
@@ -308,13 +317,7 @@ func (s *Spool) index() error {
 		for whole < n {
 			// Compact records (the bulk) carry nothing the index needs.
 			if w := binary.LittleEndian.Uint64(buf[whole:]); w&compactBit != 0 {
-				size := 2 * UnitSize
-				if uint16(w>>48)&FStackID != 0 {
-					size = 3 * UnitSize
-				}
-				if w&(compactFree|compactShort) != 0 {
-					whole += UnitSize
-				} else if whole+size <= n {
+				if size := compactSize(w); whole+size <= n {
 					whole += size
 				} else {
 					s.Truncated = true
@@ -636,15 +639,21 @@ func (r *SpoolReader) Wake(k BlockKey, ns uint64) {
 	}
 	delete(r.parked, k)
 	for _, c := range cs {
-		r.nPark--
-		if c.floor < ns {
-			c.floor = ns
-		}
-		if c.ns < ns {
-			c.ns = ns
-		}
-		heap.Push(&r.h, c)
+		r.resume(c, ns)
 	}
+}
+
+// resume puts parked c back in the merge, its record and the thread's later
+// ones no earlier than ns.
+func (r *SpoolReader) resume(c *threadCursor, ns uint64) {
+	r.nPark--
+	if c.floor < ns {
+		c.floor = ns
+	}
+	if c.ns < ns {
+		c.ns = ns
+	}
+	heap.Push(&r.h, c)
 }
 
 // releaseStale delivers parked records whose FREE is not coming.
@@ -656,14 +665,7 @@ func (r *SpoolReader) releaseStale() {
 				// Its FREE never came (the other thread's stream ended, or
 				// it lost the record): deliver it now, not back in time.
 				c.cur.Forced = true
-				if c.ns < r.lastNs {
-					c.ns = r.lastNs
-				}
-				if c.floor < c.ns {
-					c.floor = c.ns
-				}
-				r.nPark--
-				heap.Push(&r.h, c)
+				r.resume(c, r.lastNs)
 			} else {
 				keep = append(keep, c)
 			}

@@ -74,19 +74,8 @@ type got struct {
 func readSpool(t *testing.T, r *SpoolReader) []got {
 	t.Helper()
 	var out []got
-	for {
-		rc, ns, err := r.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rc == nil {
-			return out
-		}
-		if rc.Kind == RCalib {
-			continue
-		}
-		out = append(out, got{rc.Tid, rc.Kind, rc.A, ns})
-	}
+	eachRec(t, r, func(rc *Rec, ns uint64) { out = append(out, got{rc.Tid, rc.Kind, rc.A, ns}) })
+	return out
 }
 
 // eachRec hands every record of r but the calibrations to f, in order.
