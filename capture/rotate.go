@@ -62,10 +62,10 @@ type Rotator struct {
 	curBytes int64
 	enc      *zstd.Encoder
 	live     map[trace.BlockKey]*liveBlock
-	globals  [][]byte         // records every log repeats
-	calibs   [][]byte         // the latest clock calibration records (epoch starts)
-	epochs   map[int32]uint64 // each thread's current epoch (its compact records' stamp)
-	sites    map[int32]uint32 // each thread's last MALLOC site (a short MALLOC's)
+	globals  [][]byte                 // records every log repeats
+	calibs   [][]byte                 // the latest clock calibration records (epoch starts)
+	dec      map[int32]*trace.Decoder // each thread's past (its epoch, last site and address)
+	out      []byte                   // the batch as the log gets it
 	files    []string
 	last     int
 	// Totals for reports and tests.
@@ -82,7 +82,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 		return nil, err
 	}
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
-		live: map[trace.BlockKey]*liveBlock{}, epochs: map[int32]uint64{}, sites: map[int32]uint32{}}
+		live: map[trace.BlockKey]*liveBlock{}, dec: map[int32]*trace.Decoder{}}
 	return r, r.open()
 }
 
@@ -142,13 +142,15 @@ func (r *Rotator) open() error {
 	}
 	// A thread's records drained next may continue an epoch it entered in
 	// an earlier log: restate each thread's epoch in a chunk of its own.
-	tids := make([]int32, 0, len(r.epochs))
-	for tid := range r.epochs {
-		tids = append(tids, tid)
+	tids := make([]int32, 0, len(r.dec))
+	for tid, d := range r.dec {
+		if d.Epoch != 0 {
+			tids = append(tids, tid)
+		}
 	}
 	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
 	for _, tid := range tids {
-		ep := trace.Rec{Kind: trace.REpoch, TS: trace.TSEpoch | r.epochs[tid]}
+		ep := trace.Rec{Kind: trace.REpoch, TS: trace.TSEpoch | r.dec[tid].Epoch}
 		writeChunkHeader(&pro, trace.RecSize/trace.UnitSize, tid, r.pid)
 		pro.Write(trace.AppendRec(nil, &ep))
 	}
@@ -187,39 +189,55 @@ func (r *Rotator) Write(chunks []byte) error {
 			return err
 		}
 	}
-	if err := r.observe(chunks); err != nil {
+	out, err := r.observe(chunks)
+	if err != nil {
 		return err
 	}
 	r.RawBytes += uint64(len(chunks))
 	r.last = len(chunks)
-	return r.frame(chunks)
+	return r.frame(out)
 }
 
 // LastBytes is the size of the last batch written (the drain's idleness).
 func (r *Rotator) LastBytes() int { return r.last }
 
-func (r *Rotator) observe(b []byte) error {
+// observe notes what later logs must repeat and returns the batch as the
+// log gets it: an event that only its thread's past explains (recorded
+// before rotation began, see trace.NeedsPast) is written whole, so that
+// each log reads on its own.
+func (r *Rotator) observe(b []byte) ([]byte, error) {
+	out := r.out[:0]
 	for len(b) > 0 {
 		if len(b) < trace.ChunkHdrSize || binary.LittleEndian.Uint32(b) != 0x4b4e4843 {
-			return fmt.Errorf("rotate: bad chunk")
+			return nil, fmt.Errorf("rotate: bad chunk")
 		}
 		nunit := int(binary.LittleEndian.Uint32(b[4:]))
 		tid := int32(binary.LittleEndian.Uint32(b[8:]))
+		start := len(out)
+		out = append(out, b[:trace.ChunkHdrSize]...)
 		b = b[trace.ChunkHdrSize:]
 		if len(b) < nunit*trace.UnitSize {
-			return fmt.Errorf("rotate: short chunk")
+			return nil, fmt.Errorf("rotate: short chunk")
 		}
 		recs := b[:nunit*trace.UnitSize]
 		b = b[nunit*trace.UnitSize:]
+		d := r.dec[tid]
+		if d == nil {
+			d = &trace.Decoder{}
+			r.dec[tid] = d
+		}
 		for len(recs) > 0 {
-			rec, size, ok := trace.DecodeRec(recs, 0, r.sites[tid])
+			past := trace.NeedsPast(recs)
+			rec, size, ok := d.Next(recs)
 			if !ok {
-				return fmt.Errorf("rotate: event cut at a chunk's end")
+				return nil, fmt.Errorf("rotate: event cut at a chunk's end")
 			}
 			ev := recs[:size]
 			recs = recs[size:]
-			if rec.TS&trace.TSEpoch != 0 && rec.Kind != trace.RCalib {
-				r.epochs[tid] = rec.TS &^ trace.TSEpoch
+			if past {
+				out = trace.AppendRec(out, &rec)
+			} else {
+				out = append(out, ev...)
 			}
 			if rec.Kind == trace.REpoch {
 				continue // not an event
@@ -228,7 +246,6 @@ func (r *Rotator) observe(b []byte) error {
 			key := trace.BlockKey{Sub: rec.Flags & trace.FSubMask, Ptr: rec.A}
 			switch rec.Kind {
 			case trace.RMalloc:
-				r.sites[tid] = rec.Site
 				if rec.Flags&trace.FUndo == 0 {
 					b := r.live[key]
 					if b == nil {
@@ -253,8 +270,10 @@ func (r *Rotator) observe(b []byte) error {
 				r.globals = append(r.globals, append([]byte(nil), ev...))
 			}
 		}
+		binary.LittleEndian.PutUint32(out[start+4:], uint32((len(out)-start-trace.ChunkHdrSize)/trace.UnitSize))
 	}
-	return nil
+	r.out = out
+	return out, nil
 }
 
 // Close ends the current log.

@@ -192,3 +192,61 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 		t.Fatalf("%d FREEs read from the second log, want 2", frees)
 	}
 }
+
+// Events recorded before rotation began may need their thread's past (a
+// pair unit's distances from the last address): the log gets them as full
+// records, so that it reads alone with the right addresses.
+func TestRotatorWritesPairsWhole(t *testing.T) {
+	r, err := NewRotator(t.TempDir(), 42, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := func(w uint64) []byte { return binary.LittleEndian.AppendUint64(nil, w) }
+	body := trace.AppendRec(nil, &trace.Rec{Kind: trace.REpoch, TS: trace.TSEpoch | 1})
+	body = append(body, unit(0x7f0000001000|1<<63|uint64(trace.FHost)<<48)...) // a compact MALLOC
+	body = append(body, unit(64|uint64(3)<<48)...)
+	// A pair unit: FREE at the last address, then FREE 0x40 below it.
+	d := int64(-0x40)
+	body = append(body, unit(7<<61|1<<31|uint64(d>>4)&(1<<28-1))...)
+	var b bytes.Buffer
+	writeChunkHeader(&b, uint32(len(body)/trace.UnitSize), 7, 42)
+	b.Write(body)
+	if err := r.Write(append(calibRec(1000, 1), b.Bytes()...)); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	raw, err := ReadLog(r.Files()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := trace.SpoolHdrSize; off < len(raw); {
+		n := int(binary.LittleEndian.Uint32(raw[off+4:]))
+		for p := off + trace.ChunkHdrSize; p < off+trace.ChunkHdrSize+n*trace.UnitSize; p += trace.UnitSize {
+			if w := binary.LittleEndian.Uint64(raw[p:]); w>>61 == 7 {
+				t.Fatal("a pair unit went to the log as it was")
+			}
+		}
+		off += trace.ChunkHdrSize + n*trace.UnitSize
+	}
+	sp, err := trace.NewSpool(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frees []uint64
+	rd := sp.Reader()
+	for {
+		rec, _, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec == nil {
+			break
+		}
+		if rec.Kind == trace.RFree {
+			frees = append(frees, rec.A)
+		}
+	}
+	if len(frees) != 2 || frees[0] != 0x7f0000001000 || frees[1] != 0x7f0000000fc0 {
+		t.Fatalf("FREEs %x, want [7f0000001000 7f0000000fc0]", frees)
+	}
+}

@@ -109,7 +109,9 @@ typedef struct ms_thr {
 	uint32_t since_stamp;    // events since then
 	int32_t tid;
 	uint32_t last_site;      // site of this thread's last MALLOC record when the fast path wrote it, else 0
+	uint32_t half;           // 1: *wp holds a pair unit's first half, not yet published (see put_half)
 	uintptr_t stack_hi;      // frame-pointer walks stay below this
+	uint64_t last_ptr;       // address of this thread's last compact record (pair halves are relative to it)
 	// The drain's side, on a line of its own.
 	_Alignas(64) struct ms_thr *next_all; // registry, push-only
 	_Atomic int state;       // 0 owned, 1 dead (drain releases; its thread may take it back), 2 free for reuse, 3 being released
@@ -195,6 +197,16 @@ static int tsc_invariant(void) {
 }
 
 // ---- rings ----
+// A pair unit whose first half waits at wp for a second goes out as it is
+// (its second half empty) before anything else is written; returns wp.
+static inline uint64_t *half_close(ms_thr *t) {
+	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	if (likely(!t->half)) return wp;
+	t->half = 0;
+	atomic_store_explicit(&t->wp, ++wp, memory_order_release);
+	return wp;
+}
+
 // A thread's end: its ring is left for the drain to release. What the
 // thread does after this (other keys' destructors, glibc's own clean-up)
 // takes the ring back while the drain has not released it (thr_acquire),
@@ -203,6 +215,7 @@ static int tsc_invariant(void) {
 static void thr_key_dtor(void *v) {
 	ms_thr *t = v;
 	if (t && tls_thr == t) {
+		half_close(t);
 		tls.prev = t;
 		tls_thr = NULL;
 		atomic_store_explicit(&t->state, 1, memory_order_release);
@@ -255,6 +268,8 @@ static ms_thr *thr_acquire(void) {
 	t->last_epoch = 0;
 	t->since_stamp = 0;
 	t->last_site = 0;
+	t->half = 0;
+	t->last_ptr = 1; // no pair half before a compact record names an address
 	thr_stack_bounds(t);
 	tls_thr = t;
 	pthread_setspecific(ms_key, t);
@@ -293,6 +308,7 @@ static ms_seg *seg_new(uint32_t need, int populate) {
 
 static long write_direct(const uint64_t *u, uint32_t n, int32_t tid);
 
+
 // Room for n more units in the thread's current segment.
 static inline int ring_room(ms_thr *t, uint64_t *wp, uint32_t n) {
 	return likely((uintptr_t)wp + (uintptr_t)n * 8 <= (uintptr_t)t->wend);
@@ -301,7 +317,7 @@ static inline int ring_room(ms_thr *t, uint64_t *wp, uint32_t n) {
 // Reserves n contiguous units in the calling thread's ring, or NULL.
 static uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
 	ms_seg *s = t->wseg;
-	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	uint64_t *wp = half_close(t);
 	if (s && ring_room(t, wp, n)) return wp;
 	// Past the cap, wait for the drain while it is alive; never inside a child.
 	while (atomic_load_explicit(&t->segs, memory_order_acquire) >= SEG_WAIT_CAP) {
@@ -356,11 +372,15 @@ static __attribute__((noinline)) void emit_direct(uint16_t kind, uint16_t flags,
 static void emit_n(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t hi) {
 	if (plen > 0xffff * 8) plen = 0xffff * 8; // n holds 16 bits of units
 	uint32_t n = (plen + 7) / 8;
+	ms_thr *t = tls_thr;
 	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) {
+		if (t && t->half) { // after the final drain: its pending half goes first
+			half_close(t);
+			ms_drain();
+		}
 		emit_direct(kind, flags, ts, a, b, payload, plen, hi);
 		return;
 	}
-	ms_thr *t = tls_thr;
 	if (unlikely(!t)) {
 		t = thr_acquire();
 		if (!t) {
@@ -546,12 +566,31 @@ static inline ms_thr *cur_thr(void) {
 // Writes a compact event (units 1 to 3) at w, the thread's write position,
 // and publishes it. The final drain may have run between the caller's check
 // and this commit: then nobody will drain this ring again, so drain it now.
-static inline __attribute__((always_inline)) void put_compact(ms_thr *t, uint64_t *w, uint64_t u0, uint64_t u1, uint64_t u2, int units) {
+static inline __attribute__((always_inline)) void put_compact(ms_thr *t, uint64_t *w, uint64_t ptr, uint64_t u0, uint64_t u1, uint64_t u2, int units) {
+	t->last_ptr = ptr;
 	w[0] = u0;
 	if (units >= 2) w[1] = u1;
 	if (units == 3) w[2] = u2;
 	atomic_store_explicit(&t->wp, w + units, memory_order_release);
 	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
+}
+
+// Half of a pair unit (see hook.h): the first waits at wp, unpublished, for
+// a second; a record of any other form publishes it as it is (half_close).
+static inline __attribute__((always_inline)) void put_half(ms_thr *t, uint64_t *w, uint64_t ptr, uint32_t h) {
+	t->last_ptr = ptr;
+	if (t->half) {
+		((uint32_t *)w)[0] = h | P_SECOND; // little-endian: the unit's low half
+		t->half = 0;
+		atomic_store_explicit(&t->wp, w + 1, memory_order_release);
+	} else {
+		w[0] = C_PAIR | (uint64_t)h << 32;
+		t->half = 1;
+	}
+	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) {
+		half_close(t);
+		ms_drain();
+	}
 }
 
 // The home slot of an allocation site in the site table (and its id).
@@ -561,16 +600,16 @@ static inline uint32_t site_hash(uintptr_t ra) { return (uint32_t)((ra * 0x9E377
 // flags; else 0): compact when its stamp is the epoch alone and its values
 // fit (see hook.h).
 static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site, uint64_t id) {
-	uint64_t *w = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	uint64_t *w = half_close(t);
 	if (likely((ts & TS_EPOCH) && a <= C_MAX && !(flags & ~C_FLAGS) &&
 	           !atomic_load_explicit(&ms_direct, memory_order_relaxed))) {
 		int units = id ? 3 : 2;
 		if (kind == R_MALLOC && b <= C_MAX && ring_room(t, w, units)) {
-			put_compact(t, w, a | C_COMPACT | (uint64_t)flags << 48, b | (uint64_t)site << 48, id, units);
+			put_compact(t, w, a, a | C_COMPACT | (uint64_t)flags << 48, b | (uint64_t)site << 48, id, units);
 			return;
 		}
 		if (kind == R_FREE && b == 0 && !id && ring_room(t, w, 1)) {
-			put_compact(t, w, a | C_COMPACT | C_FREE | (uint64_t)flags << 48, 0, 0, 1);
+			put_compact(t, w, a, a | C_COMPACT | C_FREE | (uint64_t)flags << 48, 0, 0, 1);
 			return;
 		}
 	}
@@ -666,10 +705,18 @@ static __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t f
 #define SITE_SLOTS 65536
 static uintptr_t *_Atomic site_tab;
 
+#define SITE_SELF UINT32_MAX // site_id: the allocation is msmemscope's own
+
+// The caller of the wrapper (strdup, fopen...) that called the allocator, or
+// 0 when that is this library: cgo's C calls pthread_getattr_np, which reads
+// /proc/self/maps, when a program thread first enters msmemscope's Go code.
 static __attribute__((noinline)) uintptr_t site_through_wrapper(uintptr_t ra) {
 	void *buf[24]; // stdio's buffer allocation sits ~7 libc frames deep
-	int got = unw_backtrace_fn(buf, 24);
-	for (int i = 0; i < got; i++)
+	int got = unw_backtrace_fn(buf, 24), i = 0;
+	while (i < got && in_self((uintptr_t)buf[i])) i++; // the hook
+	while (i < got && nofp((uintptr_t)buf[i])) i++;    // the wrappers
+	if (i < got && in_self((uintptr_t)buf[i])) return 0;
+	for (; i < got; i++)
 		if (!is_leading_skip((uintptr_t)buf[i])) return (uintptr_t)buf[i];
 	return ra;
 }
@@ -695,7 +742,7 @@ static inline uint32_t site_id(uintptr_t ra) {
 	uint32_t h = site_hash(ra);
 	if (likely(h != 0 && atomic_load_explicit((_Atomic uintptr_t *)&tab[h], memory_order_relaxed) == ra)) return h;
 	if (unlikely(nofp(ra)) && unw_backtrace_fn) {
-		ra = site_through_wrapper(ra);
+		if (!(ra = site_through_wrapper(ra))) return SITE_SELF;
 		h = site_hash(ra);
 	}
 	return site_insert(tab, ra, h);
@@ -728,6 +775,10 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
 	uint32_t site = site_id(ra);
+	if (unlikely(site == SITE_SELF)) {
+		tls_guard--;
+		return;
+	}
 	if (unlikely(ms_py_depth > 0))
 		emit_with_stacks(fl, ts, (uint64_t)p, size, site);
 	else if (cfg_cstack > 0)
@@ -771,6 +822,9 @@ void ms_set_rotating(int on) {
 }
 
 static inline uint64_t fast_on(void) { return atomic_load_explicit(&ms_fast, memory_order_relaxed); }
+// Pair halves (hook.h) carry F_HOST alone and need the reader to know the
+// thread's past, as short MALLOCs do.
+static inline int pairs_on(uint64_t tag) { return (tag & (C_SHORT | (uint64_t)F_OFF << 48)) == C_SHORT; }
 
 // Whether the next event may go at *w, the thread's write position: not when
 // a precise stamp is due or the segment is full (or there is none yet: wp and
@@ -791,15 +845,26 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *
 	if (unlikely(tab[site] != ra)) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, 2, &w))) return 0;
-	t->since_stamp++;
-	// The same site as the thread's last MALLOC (a loop, mostly): one unit.
-	if (likely(site == t->last_site && (tag & C_SHORT) && n < C_SHORT_SIZE &&
-	           !((uintptr_t)p & ~(((uintptr_t)1 << 47) - 16)))) {
-		put_compact(t, w, C_COMPACT | C_SHORT | (tag & ((uint64_t)F_OFF << 48)) << 8 | (uint64_t)n << 43 | (uintptr_t)p >> 4, 0, 0, 1);
-		return 1;
+	// The same site as the thread's last MALLOC (a loop, mostly): half a
+	// unit when small and near the last address, else one.
+	if (likely(site == t->last_site && (tag & C_SHORT))) {
+		uint64_t d = (uint64_t)p - t->last_ptr;
+		if (likely(pairs_on(tag) && n < P_MSIZE && !((d + P_MNEAR) & ~(2 * P_MNEAR - 16)))) {
+			t->since_stamp++;
+			put_half(t, w, (uint64_t)p, P_MALLOC | (uint32_t)n << P_MSHIFT | (uint32_t)(d >> 4 & (P_MNEAR / 8 - 1)));
+			return 1;
+		}
+		if (n < C_SHORT_SIZE && !((uintptr_t)p & ~(((uintptr_t)1 << 47) - 16))) {
+			if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
+			t->since_stamp++;
+			put_compact(t, w, (uint64_t)p, C_COMPACT | C_SHORT | (tag & ((uint64_t)F_OFF << 48)) << 8 | (uint64_t)n << 43 | (uintptr_t)p >> 4, 0, 0, 1);
+			return 1;
+		}
 	}
+	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
+	t->since_stamp++;
 	t->last_site = site;
-	put_compact(t, w, (uint64_t)p | (tag & ~C_SHORT), n | (uint64_t)site << 48, 0, 2);
+	put_compact(t, w, (uint64_t)p, (uint64_t)p | (tag & ~C_SHORT), n | (uint64_t)site << 48, 0, 2);
 	return 1;
 }
 
@@ -808,8 +873,15 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p
 	if (unlikely((t == NULL) | (tls_guard != 0) | ((uintptr_t)p > C_MAX))) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, 1, &w))) return 0;
+	uint64_t d = (uint64_t)p - t->last_ptr;
+	if (likely(pairs_on(tag) && !((d + P_FNEAR) & ~(2 * P_FNEAR - 16)))) {
+		t->since_stamp++;
+		put_half(t, w, (uint64_t)p, (uint32_t)(d >> 4 & (P_FNEAR / 8 - 1)));
+		return 1;
+	}
+	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
 	t->since_stamp++;
-	put_compact(t, w, (uint64_t)p | tag | C_FREE, 0, 0, 1); // C_SHORT in a FREE means nothing (hook.h)
+	put_compact(t, w, (uint64_t)p, (uint64_t)p | (tag & ~C_SHORT) | C_FREE, 0, 0, 1);
 	return 1;
 }
 
@@ -1344,6 +1416,9 @@ static int64_t seg_head(ms_thr *t, ms_seg *s, ms_seg **next) {
 	*next = atomic_load_explicit(&s->next, memory_order_acquire);
 	if (*next) return atomic_load_explicit(&s->head, memory_order_acquire);
 	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_acquire);
+	// After the final drain began nobody may write a pending pair half out
+	// but its owner, who may never run again: take it as it is.
+	if (wp && atomic_load_explicit(&ms_direct, memory_order_acquire) && *(volatile uint32_t *)&t->half) wp++;
 	if (wp < s->u || wp > s->u + s->cap) return -1;
 	return wp - s->u;
 }

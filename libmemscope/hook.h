@@ -15,8 +15,8 @@
 // previous MALLOC: {C_COMPACT | C_SHORT | F_OFF? << 60 | size << 43 | ptr >> 4},
 // flags F_HOST (| F_OFF), size < 2^17, ptr 16-byte aligned below 2^47;
 // a MALLOC with a C stack already written (F_STACKID in its flags) is the
-// 2-unit form plus a unit holding the stack's id. In a FREE, C_SHORT means
-// nothing (the hot path's tag may carry it).
+// 2-unit form plus a unit holding the stack's id. Two hot events that are
+// small and near the thread's last address share a pair unit (C_PAIR below).
 // The top bit of an event's first unit tells them apart (a full record's
 // first unit ends with its kind, always < 0x8000). A compact record carries
 // no stamp: its time is interpolated within the thread's current epoch (the
@@ -38,6 +38,19 @@ typedef struct {
 #define C_SHORT_SIZE (1ull << 17) // sizes below this fit a short MALLOC
 #define C_FLAGS 0x1fffull // a compact record's flags (bits 48-60)
 #define C_MAX ((1ull << 48) - 1)
+// A pair unit: two hot events of 29 bits each, the older in bits 32-60, the
+// newer in bits 0-28 with P_SECOND set (bits 0-31 zero: no second event).
+// Each gives its address relative to the thread's previous compact record's
+// (ptr - last) >> 4, two's complement: a FREE in 28 bits; a MALLOC (P_MALLOC,
+// at the thread's last MALLOC site, F_HOST only) its size (< P_MSIZE) from
+// bit P_MSHIFT and the address in the 17 bits below.
+#define C_PAIR (C_COMPACT | C_FREE | C_SHORT)
+#define P_SECOND (1u << 31)
+#define P_MALLOC (1u << 28)
+#define P_MSHIFT 17
+#define P_MSIZE (1u << 11)
+#define P_MNEAR (1ll << 20) // a MALLOC half's address lies within +-P_MNEAR bytes of the last
+#define P_FNEAR (1ll << 31) // a FREE half's
 
 enum {
 	R_MALLOC = 1,

@@ -17,12 +17,13 @@ import (
 // {n uint32; flags, kind uint16; ts, a, b uint64} followed by n&0xffff
 // payload units (C stack frames or text), or a compact MALLOC (2 units; 1
 // in the short form, 3 with a stack id) or FREE (1 unit) without a stamp, told apart by the top bit of the first unit
-// (see DecodeRec). A chunk with magic "PADC" is padding (nunit units to
+// (see DecodeRec), or a pair unit holding two small hot events (see
+// Decoder). A chunk with magic "PADC" is padding (nunit units to
 // skip) that keeps directly written segments on 4 KiB boundaries. These
 // layouts mirror libmemscope/hook.h.
 const (
 	SpoolMagic    = "MSSPOOL1"
-	SpoolVersion  = 3 // 3: short MALLOCs and padding chunks; 2 is read too
+	SpoolVersion  = 4 // 4: pair units; 3 (short MALLOCs, padding chunks) and 2 are read too
 	SpoolHdrSize  = 32
 	UnitSize      = 8
 	RecSize       = 32 // a full record
@@ -36,6 +37,13 @@ const (
 	compactShort = uint64(1) << 61 // a MALLOC in 1 unit: the site of the thread's previous MALLOC
 	compactOff   = uint64(1) << 60 // a short MALLOC's FOff
 	compactMask  = uint64(1)<<48 - 1
+
+	// A pair unit (C_PAIR in hook.h): two 29-bit halves, the older in bits
+	// 32-60, the newer in bits 0-28 when bit 31 is set.
+	pairBits   = compactBit | compactFree | compactShort
+	pairSecond = uint64(1) << 31
+	pairMalloc = 1 << 28
+	pairMShift = 17 // a MALLOC half: size from here, the address delta below
 )
 
 // Record kinds (R_* in hook.h).
@@ -171,9 +179,72 @@ func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 	}, size, true
 }
 
+// Decoder follows one thread's records in order: a compact record means
+// what it does given the thread's past — its current epoch (the stamp), the
+// site of its last MALLOC (a short MALLOC's and a MALLOC half's) and the
+// address of its last compact record (what a pair half's is relative to).
+type Decoder struct {
+	Epoch uint64
+	Site  uint32
+	Ptr   uint64
+	half  bool // the first half of the pair unit at hand was handed out
+}
+
+// Next decodes the event at the start of b (whole units) and moves the
+// decoder past it. It returns the event, the bytes it ends b's use of (0
+// for the first half of a pair unit: call again for the second), and false
+// when b ends inside the event.
+func (d *Decoder) Next(b []byte) (Rec, int, bool) {
+	if len(b) >= UnitSize {
+		if w := binary.LittleEndian.Uint64(b); w&pairBits == pairBits {
+			h, size := w>>32, UnitSize
+			switch {
+			case d.half:
+				h, d.half = w, false
+			case w&pairSecond != 0:
+				size, d.half = 0, true
+			}
+			r := Rec{TS: TSEpoch | d.Epoch, Flags: FHost}
+			if h&pairMalloc != 0 {
+				r.Kind, r.B, r.Site = RMalloc, h>>pairMShift&(1<<11-1), d.Site
+				r.A = d.Ptr + uint64(int64(h<<47)>>43) // 17-bit signed delta, in 16-byte steps
+			} else {
+				r.Kind = RFree
+				r.A = d.Ptr + uint64(int64(h<<36)>>32) // 28-bit signed delta
+			}
+			d.Ptr = r.A
+			return r, size, true
+		}
+	}
+	r, size, ok := DecodeRec(b, d.Epoch, d.Site)
+	if !ok {
+		return r, size, false
+	}
+	if b[UnitSize-1]&0x80 != 0 {
+		d.Ptr = r.A // a compact record
+	}
+	if r.Kind == RMalloc {
+		d.Site = r.Site
+	}
+	if r.TS&TSEpoch != 0 {
+		d.Epoch = r.TS &^ TSEpoch
+	}
+	return r, size, true
+}
+
+// NeedsPast reports whether the event at the start of b means something
+// only after its thread's earlier records (a short MALLOC, a pair unit): a
+// reader starting in the middle of a thread cannot decode it.
+func NeedsPast(b []byte) bool {
+	if len(b) < UnitSize {
+		return false
+	}
+	w := binary.LittleEndian.Uint64(b)
+	return w&pairBits == pairBits || w&(compactBit|compactFree|compactShort) == compactBit|compactShort
+}
+
 // compactSize is the size in bytes of the compact record whose first unit
-// is w: a FREE or short MALLOC 1 unit, a MALLOC 2, with a stack id 3 (a
-// FREE's bit 61 means nothing: the hot path's tag may carry it).
+// is w: a FREE, short MALLOC or pair 1 unit, a MALLOC 2, with a stack id 3.
 func compactSize(w uint64) int {
 	switch {
 	case w&(compactFree|compactShort) != 0:
@@ -276,7 +347,7 @@ func (s *Spool) index() error {
 	if _, err := s.f.ReadAt(hdr[:], 0); err != nil || string(hdr[:8]) != SpoolMagic {
 		return errors.New("not an msmemscope spool (bad header)")
 	}
-	if v := binary.LittleEndian.Uint32(hdr[8:]); v != SpoolVersion && v != 2 {
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v < 2 || v > SpoolVersion {
 		return fmt.Errorf("spool format version %d, this msmemscope reads version %d", v, SpoolVersion)
 	}
 	s.Pid = int(binary.LittleEndian.Uint64(hdr[16:]))
@@ -324,6 +395,9 @@ func (s *Spool) index() error {
 					break
 				}
 				s.Records++
+				if w&pairBits == pairBits && w&pairSecond != 0 {
+					s.Records++
+				}
 				continue
 			}
 			r, size, ok := DecodeRec(buf[whole:], 0, 0)
@@ -427,9 +501,8 @@ type threadCursor struct {
 	tid    int32
 	chunks []chunkRef
 	buf    []byte
-	pos    int    // byte offset in buf
-	epoch  uint64 // the thread's current epoch (its compact records' stamp)
-	site   uint32 // the site of the thread's last MALLOC (a short MALLOC's)
+	pos    int     // byte offset in buf
+	dec    Decoder // the thread's past, which its compact records need
 	stacks map[uint32][]byte
 	seq    uint64
 	cur    Rec
@@ -457,7 +530,7 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 		}
 		c.pos = 0
 	}
-	rec, size, ok := DecodeRec(c.buf[c.pos:], c.epoch, c.site) // the index kept whole events only
+	rec, size, ok := c.dec.Next(c.buf[c.pos:]) // the index kept whole events only
 	if !ok {
 		c.pos = len(c.buf) // cannot happen for an indexed chunk; never loop on it
 		return c.raw(f)
@@ -465,7 +538,6 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 	c.pos += size
 	rec.Tid = c.tid
 	if rec.Kind == RMalloc {
-		c.site = rec.Site
 		if rec.Flags&FStackID != 0 && len(rec.Payload) >= UnitSize {
 			// The stack named by id, as if it had come whole (none if unknown: a killed run).
 			rec.Payload = c.stacks[uint32(binary.LittleEndian.Uint64(rec.Payload))]
@@ -473,9 +545,6 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 				rec.Flags &^= FCStack
 			}
 		}
-	}
-	if rec.TS&TSEpoch != 0 {
-		c.epoch = rec.TS &^ TSEpoch
 	}
 	if rec.Kind == REpoch || rec.Kind == RStack {
 		return c.raw(f) // not events

@@ -418,6 +418,70 @@ func TestSpoolShortMallocTakesThePreviousSite(t *testing.T) {
 	}
 }
 
+// Pair units hold two hot events as distances from the thread's last
+// address (that of any compact record), a MALLOC half with the site of the
+// thread's previous MALLOC; a unit whose second half is empty holds one. The
+// thread's past carries across chunks, and another thread's records do not
+// touch it.
+func TestSpoolPairUnits(t *testing.T) {
+	unit := func(w uint64) []byte { return binary.LittleEndian.AppendUint64(nil, w) }
+	long := func(ptr, size uint64, site uint32) []byte {
+		return append(unit(ptr|compactBit|uint64(FHost)<<48), unit(size|uint64(site)<<48)...)
+	}
+	free := func(d int64) uint64 { return uint64(d>>4) & (1<<28 - 1) }
+	malloc := func(size uint64, d int64) uint64 { return pairMalloc | size<<pairMShift | uint64(d>>4)&(1<<17-1) }
+	pair := func(h1, h2 uint64, second bool) []byte {
+		w := pairBits | h1<<32
+		if second {
+			w |= pairSecond | h2
+		}
+		return unit(w)
+	}
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1), calib(2000, 2))
+	body := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
+	body = append(body, long(0x7f0000100000, 64, 3)...)
+	body = append(body, pair(malloc(2047, 0x1000), free(-0x1000), true)...)  // MALLOC at +0x1000, FREE at base
+	body = append(body, pair(malloc(16, -(1<<20)), free(1<<31-16), true)...) // the farthest each half reaches
+	sb.units(5, body)
+	other := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
+	other = append(other, long(0x5000, 8, 4)...)
+	sb.units(6, other)
+	sb.units(5, pair(free(0x20), 0, false)) // one event: the second half is empty
+	s := sb.open(t)
+	if s.Records != 2+1+4+1+1 {
+		t.Fatalf("indexed %d events, want 9", s.Records)
+	}
+	type ev struct {
+		kind uint16
+		a, b uint64
+		site uint32
+	}
+	base := uint64(0x7f0000100000)
+	want := map[int32][]ev{
+		5: {{RMalloc, base, 64, 3}, {RMalloc, base + 0x1000, 2047, 3}, {RFree, base, 0, 0},
+			{RMalloc, base - 1<<20, 16, 3}, {RFree, base - 1<<20 + 1<<31 - 16, 0, 0}, {RFree, base - 1<<20 + 1<<31 + 0x10, 0, 0}},
+		6: {{RMalloc, 0x5000, 8, 4}},
+	}
+	got := map[int32][]ev{}
+	eachRec(t, s.Reader(), func(r *Rec, _ uint64) {
+		if r.Kind == RMalloc || r.Kind == RFree {
+			if r.Flags != FHost {
+				t.Errorf("flags %#x, want FHost", r.Flags)
+			}
+			got[r.Tid] = append(got[r.Tid], ev{r.Kind, r.A, r.B, r.Site})
+		}
+	})
+	for tid, w := range want {
+		if fmt.Sprint(got[tid]) != fmt.Sprint(w) {
+			t.Errorf("thread %d: events %x, want %x", tid, got[tid], w)
+		}
+	}
+	if !NeedsPast(pair(free(0), 0, false)) || NeedsPast(long(0x10, 1, 1)) {
+		t.Error("NeedsPast must tell pair units from self-contained records")
+	}
+}
+
 // A MALLOC whose C stack was written before (RStack) names it by id; the
 // reader hands it out with the frames, as if they had come whole, and the
 // RStack itself is not an event. An id without its RStack (a killed run)
