@@ -22,6 +22,30 @@ func chunkOf(tid int32, recs [][4]uint64) []byte {
 	return b.Bytes()
 }
 
+// eachLogRec reads the log at path alone and hands f its records in order.
+func eachLogRec(t *testing.T, path string, f func(rec *trace.Rec, ns uint64)) {
+	t.Helper()
+	b, err := ReadLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatalf("%s does not parse alone: %v", path, err)
+	}
+	rd := sp.Reader()
+	for {
+		rec, ns, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec == nil {
+			return
+		}
+		f(rec, ns)
+	}
+}
+
 func calibRec(tick, epoch uint64) []byte {
 	body := trace.AppendRec(nil, &trace.Rec{TS: tick, A: tick, B: epoch, Kind: trace.RCalib, Flags: trace.FEpoch})
 	var b bytes.Buffer
@@ -71,27 +95,11 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 		t.Fatalf("only %d logs were ever written: the test did not rotate", r.seq)
 	}
 	for i, f := range files {
-		b, err := ReadLog(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
-		if err != nil {
-			t.Fatalf("%s does not parse alone: %v", f, err)
-		}
 		// Replay: every FREE must find its block (inherited or allocated here).
 		live := map[uint64]bool{}
 		inherited := 0
-		rd := sp.Reader()
 		var last uint64
-		for {
-			rec, _, err := rd.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rec == nil {
-				break
-			}
+		eachLogRec(t, f, func(rec *trace.Rec, _ uint64) {
 			switch rec.Kind {
 			case trace.RMalloc:
 				live[rec.A] = true
@@ -106,7 +114,7 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 				delete(live, rec.A)
 				last = rec.A
 			}
-		}
+		})
 		if inherited == 0 {
 			t.Errorf("%s inherits no live blocks", f)
 		}
@@ -163,31 +171,15 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
-	b, err := ReadLog(r.Files()[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd := sp.Reader()
 	frees := 0
-	for {
-		rec, ns, err := rd.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec == nil {
-			break
-		}
+	eachLogRec(t, r.Files()[1], func(rec *trace.Rec, ns uint64) {
 		if rec.Kind == trace.RFree {
 			frees++
 			if rec.TS != trace.TSEpoch|1 || ns < 1000 || ns >= 5000 {
 				t.Errorf("FREE of %#x: stamp %#x at %d ns, want epoch 1 (1000..5000 ns)", rec.A, rec.TS, ns)
 			}
 		}
-	}
+	})
 	if frees != 2 {
 		t.Fatalf("%d FREEs read from the second log, want 2", frees)
 	}
@@ -228,24 +220,12 @@ func TestRotatorWritesPairsWhole(t *testing.T) {
 		}
 		off += trace.ChunkHdrSize + n*trace.UnitSize
 	}
-	sp, err := trace.NewSpool(bytes.NewReader(raw), int64(len(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var frees []uint64
-	rd := sp.Reader()
-	for {
-		rec, _, err := rd.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec == nil {
-			break
-		}
+	eachLogRec(t, r.Files()[0], func(rec *trace.Rec, _ uint64) {
 		if rec.Kind == trace.RFree {
 			frees = append(frees, rec.A)
 		}
-	}
+	})
 	if len(frees) != 2 || frees[0] != 0x7f0000001000 || frees[1] != 0x7f0000000fc0 {
 		t.Fatalf("FREEs %x, want [7f0000001000 7f0000000fc0]", frees)
 	}
