@@ -62,12 +62,13 @@ static _Atomic uint64_t ms_lost_count;
 static _Atomic uint64_t ms_fork_count;
 static _Atomic uint64_t ms_mstx_next = 1;
 // Drain epoch (~1 ms): bumped by each drain pass. A thread stamps its first
-// event of an epoch, and every STAMP_EVERY-th, with the TSC; other events
-// carry TS_EPOCH|epoch and the reader interpolates their time. A TSC read
-// costs about as much as a whole malloc/free pair on some virtual machines.
+// event of an epoch, and one every STAMP_UNITS units of its ring (2 KiB:
+// 128 to 512 events), with the TSC; other events carry TS_EPOCH|epoch and the
+// reader interpolates their time. A TSC read costs about as much as a whole
+// malloc/free pair on some virtual machines.
 static _Atomic uint64_t ms_epoch = 1;
 #define TS_EPOCH (1ull << 63)
-#define STAMP_EVERY 256
+#define STAMP_UNITS 256
 static int ms_use_tsc;
 static int ms_child;  // in a forked child: never record, never enter Go
 static pid_t ms_mypid;
@@ -103,17 +104,17 @@ static _Atomic int spare_total;
 typedef struct ms_thr {
 	// The owner's line: what every event reads and writes.
 	uint64_t *_Atomic wp;    // next unit to write in wseg (published: the drain reads up to it)
+	uint64_t *fend;          // the fast path writes below this: wend, or sooner where a precise stamp is due
 	uint64_t *wend;          // end of wseg
 	ms_seg *wseg;            // owner's current segment
 	uint64_t last_epoch;     // epoch of the last precise stamp
-	uint32_t since_stamp;    // events since then
 	int32_t tid;
-	uint32_t last_site;      // site of this thread's last MALLOC record when the fast path wrote it, else 0
 	uint32_t half;           // 1: *wp holds a pair unit's first half, not yet published (see put_half)
-	uintptr_t stack_hi;      // frame-pointer walks stay below this
+	uintptr_t last_ra;       // call site of this thread's last MALLOC record when the fast path wrote it, else 0
 	uint64_t last_ptr;       // address of this thread's last compact record (pair halves are relative to it)
 	// The drain's side, on a line of its own.
 	_Alignas(64) struct ms_thr *next_all; // registry, push-only
+	uintptr_t stack_hi;      // frame-pointer walks stay below this (the owner's, set once)
 	_Atomic int state;       // 0 owned, 1 dead (drain releases; its thread may take it back), 2 free for reuse, 3 being released
 	ms_seg *rseg;            // drain's current segment
 	_Atomic uint64_t segs;   // segments allocated and not yet released
@@ -176,17 +177,25 @@ static inline uint64_t stamp_before(void) {
 }
 static void emit_n(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t hi);
 
+// The next precise stamp falls due STAMP_UNITS units on (or at wend); the
+// fast path, which checks room against fend alone, stops there. So a
+// position check it makes anyway replaces a count of events since a stamp.
+static inline void stamp_rearm(ms_thr *t) {
+	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	t->fend = wp && t->wend - wp > STAMP_UNITS ? wp + STAMP_UNITS : t->wend;
+}
 // The stamp of a hot event: precise on the first event of a drain epoch and
-// on every STAMP_EVERY-th, else the epoch alone. A thread entering a new
-// epoch says so first (R_EPOCH): its compact records carry no stamp.
+// once fend is near, else the epoch alone. A thread entering a new epoch says
+// so first (R_EPOCH): its compact records carry no stamp.
 static inline uint64_t ev_stamp(ms_thr *t, int after) {
 	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
-	if (likely(t->last_epoch == e && ++t->since_stamp < STAMP_EVERY)) return TS_EPOCH | e;
+	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	if (likely(t->last_epoch == e && (uintptr_t)wp + 3 * 8 <= (uintptr_t)t->fend)) return TS_EPOCH | e;
 	if (t->last_epoch != e) {
 		t->last_epoch = e;
 		emit_n(R_EPOCH, 0, TS_EPOCH | e, 0, 0, NULL, 0, 0);
 	}
-	t->since_stamp = 0;
+	stamp_rearm(t);
 	return after ? stamp_after() : stamp_before();
 }
 
@@ -263,11 +272,10 @@ static ms_thr *thr_acquire(void) {
 	}
 	t->tid = (int32_t)syscall(SYS_gettid);
 	atomic_store(&t->wp, NULL);
-	t->wend = NULL;
+	t->fend = t->wend = NULL;
 	t->wseg = NULL;
 	t->last_epoch = 0;
-	t->since_stamp = 0;
-	t->last_site = 0;
+	t->last_ra = 0;
 	t->half = 0;
 	t->last_ptr = 1; // no pair half before a compact record names an address
 	thr_stack_bounds(t);
@@ -344,6 +352,7 @@ static uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
 	t->wseg = ns;
 	t->wend = ns->u + ns->cap;
 	atomic_store_explicit(&t->wp, ns->u, memory_order_release);
+	stamp_rearm(t);
 	return ns->u;
 }
 
@@ -771,7 +780,7 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 	if (unlikely(in_self(ra))) return;
 	tls_guard++;
 	ms_thr *t = cur_thr();
-	if (likely(t != NULL)) t->last_site = 0; // the next fast MALLOC names its site again
+	if (likely(t != NULL)) t->last_ra = 0; // the next fast MALLOC names its site again
 	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
 	uint32_t site = site_id(ra);
@@ -810,7 +819,9 @@ void ms_fast_update(void) {
 	int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && cfg_cstack <= 0 &&
 	        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child && atomic_load(&site_tab);
 	uint64_t fl = F_HOST | (atomic_load(&ms_collecting) ? 0 : F_OFF);
-	atomic_store(&ms_fast, f ? C_COMPACT | fl << 48 | (ms_rotating ? 0 : C_SHORT) : 0);
+	// C_SHORT: the forms that need their reader to know the thread's past
+	// (short MALLOCs, pair halves: F_HOST alone) may be written.
+	atomic_store(&ms_fast, f ? C_COMPACT | fl << 48 | (ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) : 0);
 }
 
 // Short MALLOCs and stack ids need their reader to know what came before
@@ -822,65 +833,61 @@ void ms_set_rotating(int on) {
 }
 
 static inline uint64_t fast_on(void) { return atomic_load_explicit(&ms_fast, memory_order_relaxed); }
-// Pair halves (hook.h) carry F_HOST alone and need the reader to know the
-// thread's past, as short MALLOCs do.
-static inline int pairs_on(uint64_t tag) { return (tag & (C_SHORT | (uint64_t)F_OFF << 48)) == C_SHORT; }
 
 // Whether the next event may go at *w, the thread's write position: not when
 // a precise stamp is due or the segment is full (or there is none yet: wp and
 // wend are both NULL then).
 static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint32_t units, uint64_t **w) {
 	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
-	if (unlikely(t->last_epoch != e || t->since_stamp + 1 >= STAMP_EVERY)) return 0;
+	if (unlikely(t->last_epoch != e)) return 0;
 	*w = atomic_load_explicit(&t->wp, memory_order_relaxed);
-	return ring_room(t, *w, units);
+	return likely((uintptr_t)*w + (uintptr_t)units * 8 <= (uintptr_t)t->fend);
 }
 
 static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *p, size_t n, uintptr_t ra) {
 	ms_thr *t = tls_thr;
-	if (unlikely((t == NULL) | (tls_guard != 0) | (((uintptr_t)p | n) > C_MAX))) return 0;
-	// ms_fast is set only once the site table exists; slot 0 stays empty.
-	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
-	uint32_t site = site_hash(ra);
-	if (unlikely(tab[site] != ra)) return 0;
+	if (unlikely((t == NULL) | (tls_guard != 0))) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, 2, &w))) return 0;
-	// The same site as the thread's last MALLOC (a loop, mostly): half a
-	// unit when small and near the last address, else one.
-	if (likely(site == t->last_site && (tag & C_SHORT))) {
+	// The same call site as the thread's last MALLOC (a loop, mostly): half
+	// a unit when small and near the last address, else one; the reader
+	// knows the site from that MALLOC.
+	if (likely(ra == t->last_ra && (tag & C_SHORT))) {
 		uint64_t d = (uint64_t)p - t->last_ptr;
-		if (likely(pairs_on(tag) && n < P_MSIZE && !((d + P_MNEAR) & ~(2 * P_MNEAR - 16)))) {
-			t->since_stamp++;
+		if (likely(n < P_MSIZE && !((d + P_MNEAR) & ~(2 * P_MNEAR - 16)))) {
 			put_half(t, w, (uint64_t)p, P_MALLOC | (uint32_t)n << P_MSHIFT | (uint32_t)(d >> 4 & (P_MNEAR / 8 - 1)));
 			return 1;
 		}
 		if (n < C_SHORT_SIZE && !((uintptr_t)p & ~(((uintptr_t)1 << 47) - 16))) {
 			if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
-			t->since_stamp++;
-			put_compact(t, w, (uint64_t)p, C_COMPACT | C_SHORT | (tag & ((uint64_t)F_OFF << 48)) << 8 | (uint64_t)n << 43 | (uintptr_t)p >> 4, 0, 0, 1);
+			put_compact(t, w, (uint64_t)p, C_COMPACT | C_SHORT | (uint64_t)n << 43 | (uintptr_t)p >> 4, 0, 0, 1);
 			return 1;
 		}
 	}
+	if (unlikely(((uintptr_t)p | n) > C_MAX)) return 0;
+	// ms_fast is set only once the site table exists; slot 0 stays empty.
+	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
+	uint32_t site = site_hash(ra);
+	if (unlikely(tab[site] != ra)) return 0;
 	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
-	t->since_stamp++;
-	t->last_site = site;
+	t->last_ra = ra;
 	put_compact(t, w, (uint64_t)p, (uint64_t)p | (tag & ~C_SHORT), n | (uint64_t)site << 48, 0, 2);
 	return 1;
 }
 
 static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p) {
 	ms_thr *t = tls_thr;
-	if (unlikely((t == NULL) | (tls_guard != 0) | ((uintptr_t)p > C_MAX))) return 0;
+	if (unlikely((t == NULL) | (tls_guard != 0))) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, 1, &w))) return 0;
+	// A pair half names p relative to the last address: p's width is no matter.
 	uint64_t d = (uint64_t)p - t->last_ptr;
-	if (likely(pairs_on(tag) && !((d + P_FNEAR) & ~(2 * P_FNEAR - 16)))) {
-		t->since_stamp++;
+	if (likely((tag & C_SHORT) && !((d + P_FNEAR) & ~(2 * P_FNEAR - 16)))) {
 		put_half(t, w, (uint64_t)p, (uint32_t)(d >> 4 & (P_FNEAR / 8 - 1)));
 		return 1;
 	}
+	if (unlikely((uintptr_t)p > C_MAX)) return 0;
 	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
-	t->since_stamp++;
 	put_compact(t, w, (uint64_t)p, (uint64_t)p | (tag & ~C_SHORT) | C_FREE, 0, 0, 1);
 	return 1;
 }
@@ -1473,7 +1480,7 @@ static int drain_thread(int fd, ms_thr *t) {
 			}
 		}
 		t->rseg = t->wseg = NULL;
-		t->wend = NULL;
+		t->fend = t->wend = NULL;
 		atomic_store(&t->wp, NULL);
 		atomic_store(&t->state, 2);
 	}
