@@ -846,7 +846,7 @@ static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint32_t u
 
 static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *p, size_t n, uintptr_t ra) {
 	ms_thr *t = tls_thr;
-	if (unlikely((t == NULL) | (tls_guard != 0))) return 0;
+	if (unlikely(t == NULL) || unlikely(tls_guard != 0)) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, 2, &w))) return 0;
 	// The same call site as the thread's last MALLOC (a loop, mostly): half
@@ -877,7 +877,7 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *
 
 static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p) {
 	ms_thr *t = tls_thr;
-	if (unlikely((t == NULL) | (tls_guard != 0))) return 0;
+	if (unlikely(t == NULL) || unlikely(tls_guard != 0)) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, 1, &w))) return 0;
 	// A pair half names p relative to the last address: p's width is no matter.
@@ -895,12 +895,23 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p
 // ---- the host allocator family (SPEC §4.1) ----
 // The public entry points pass their caller's return address down: it is the
 // allocation site (an inlined helper would otherwise name msmemscope itself).
+// The general paths stand apart, tail-called, so that an entry point's fast
+// path saves few registers and sets up no frame.
+static __attribute__((noinline)) void *alloc_slow(void *p, size_t n, uintptr_t ra) {
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, ra);
+	return p;
+}
+
+static __attribute__((noinline)) void free_slow(void *p) {
+	if (ready() && should_record()) rec_free(p, 0, F_HOST);
+	__libc_free(p);
+}
+
 static inline __attribute__((always_inline)) void *malloc_at(size_t n, uintptr_t ra) {
 	void *p = __libc_malloc(n);
 	uint64_t tag = fast_on();
 	if (likely(tag && p) && fast_alloc(tag, p, n, ra)) return p;
-	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, ra);
-	return p;
+	return alloc_slow(p, n, ra);
 }
 
 void *malloc(size_t n) { return malloc_at(n, (uintptr_t)__builtin_return_address(0)); }
@@ -908,8 +919,11 @@ void *malloc(size_t n) { return malloc_at(n, (uintptr_t)__builtin_return_address
 void free(void *p) {
 	if (!p) return;
 	uint64_t tag = fast_on();
-	if (!(likely(tag) && fast_free(tag, p)) && ready() && should_record()) rec_free(p, 0, F_HOST);
-	__libc_free(p);
+	if (likely(tag) && fast_free(tag, p)) {
+		__libc_free(p);
+		return;
+	}
+	free_slow(p);
 }
 
 void *calloc(size_t n, size_t m) {
@@ -917,8 +931,7 @@ void *calloc(size_t n, size_t m) {
 	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
 	uint64_t tag = fast_on();
 	if (likely(tag && p) && fast_alloc(tag, p, n * m, ra)) return p;
-	if (ready() && should_record() && p) rec_alloc(p, n * m, F_HOST, ra);
-	return p;
+	return alloc_slow(p, n * m, ra);
 }
 
 static inline __attribute__((always_inline)) void *realloc_at(void *old, size_t n, uintptr_t ra) {
