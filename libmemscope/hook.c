@@ -124,14 +124,26 @@ typedef struct ms_thr {
 
 static ms_thr *_Atomic ms_threads;
 
-// One TLS block, so the hot path finds both with one offset.
+// One TLS block, so the hot path finds it with one offset.
 static TLS struct {
+	ms_thr *fast; // thr while guard is 0, else NULL: the fast path's one test
 	ms_thr *thr;
 	int guard; // >0: inside msmemscope (or an internal thread): invisible
 	ms_thr *prev; // the ring this thread gave up at its end (thr_key_dtor)
 } tls;
 #define tls_thr tls.thr
 #define tls_guard tls.guard
+static inline void guard_up(void) {
+	tls.guard++;
+	tls.fast = NULL;
+}
+static inline void guard_down(void) {
+	if (--tls.guard == 0) tls.fast = tls.thr;
+}
+static inline void set_thr(ms_thr *t) {
+	tls.thr = t;
+	tls.fast = tls.guard ? NULL : t;
+}
 
 #define SEG_MAP (2u << 20) // a segment's mapping: a huge page's size
 #define SEG_BYTES (SEG_MAP - SEG_META) // its data part
@@ -226,7 +238,7 @@ static void thr_key_dtor(void *v) {
 	if (t && tls_thr == t) {
 		half_close(t);
 		tls.prev = t;
-		tls_thr = NULL;
+		set_thr(NULL);
 		atomic_store_explicit(&t->state, 1, memory_order_release);
 	}
 }
@@ -254,7 +266,7 @@ static ms_thr *thr_acquire(void) {
 		tls.prev = NULL;
 		int dead = 1;
 		if (atomic_compare_exchange_strong(&t->state, &dead, 0)) {
-			tls_thr = t; // as it was: write on where it stopped
+			set_thr(t); // as it was: write on where it stopped
 			pthread_setspecific(ms_key, t);
 			return t;
 		}
@@ -279,7 +291,7 @@ static ms_thr *thr_acquire(void) {
 	t->half = 0;
 	t->last_ptr = 1; // no pair half before a compact record names an address
 	thr_stack_bounds(t);
-	tls_thr = t;
+	set_thr(t);
 	pthread_setspecific(ms_key, t);
 	return t;
 }
@@ -520,7 +532,7 @@ static void ms_init(void) {
 		}
 		return;
 	}
-	tls_guard++;
+	guard_up();
 	ms_mypid = (pid_t)syscall(SYS_getpid);
 	ms_use_tsc = tsc_invariant();
 	const char *h = getenv("MSMEMSCOPE_HOOK");
@@ -536,7 +548,7 @@ static void ms_init(void) {
 	emit(R_CALIB, F_EPOCH, stamp_after(), mono_ns(), 1, NULL, 0);
 	if (!cfg_deferred) emit(R_START, 0, stamp_after(), 0, 0, NULL, 0);
 	atomic_store(&ms_active, cfg_heap);
-	tls_guard--;
+	guard_down();
 	atomic_store(&ms_state, 2);
 	ms_fast_update();
 }
@@ -552,14 +564,14 @@ static inline int ready(void) {
 // Constructor: set up stack unwinding helpers (they need the loader).
 __attribute__((constructor(101))) static void ms_ctor(void) {
 	ready();
-	tls_guard++;
+	guard_up();
 	dl_iterate_phdr(phdr_cb, NULL);
 	if (cfg_heap) {
 		// C stacks, and sites of allocations made through libc/libstdc++ wrappers.
 		unw_lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
 		if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
 	}
-	tls_guard--;
+	guard_down();
 }
 
 // ---- recording helpers used by the interposers ----
@@ -778,14 +790,14 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 	// entering Go before the guard is up): msmemscope's, not the program's.
 	// Its site never enters the table, so the fast path never takes it.
 	if (unlikely(in_self(ra))) return;
-	tls_guard++;
+	guard_up();
 	ms_thr *t = cur_thr();
 	if (likely(t != NULL)) t->last_ra = 0; // the next fast MALLOC names its site again
 	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
 	uint32_t site = site_id(ra);
 	if (unlikely(site == SITE_SELF)) {
-		tls_guard--;
+		guard_down();
 		return;
 	}
 	if (unlikely(ms_py_depth > 0))
@@ -796,11 +808,11 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 		emit1(t, R_MALLOC, fl, ts, (uint64_t)p, size, site, 0);
 	else
 		emit_n(R_MALLOC, fl, ts, (uint64_t)p, size, NULL, 0, site);
-	tls_guard--;
+	guard_down();
 }
 
 static void rec_free(void *p, size_t size, uint16_t sub) {
-	tls_guard++;
+	guard_up();
 	ms_thr *t = cur_thr();
 	uint64_t ts = t ? ev_stamp(t, 0) : stamp_before();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
@@ -808,7 +820,7 @@ static void rec_free(void *p, size_t size, uint16_t sub) {
 		emit1(t, R_FREE, fl, ts, (uint64_t)p, size, 0, 0);
 	else
 		emit(R_FREE, fl, ts, (uint64_t)p, size, NULL, 0);
-	tls_guard--;
+	guard_down();
 }
 
 // ---- the fast path: a compact record straight into the ring ----
@@ -845,8 +857,8 @@ static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint32_t u
 }
 
 static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *p, size_t n, uintptr_t ra) {
-	ms_thr *t = tls_thr;
-	if (unlikely(t == NULL) || unlikely(tls_guard != 0)) return 0;
+	ms_thr *t = tls.fast;
+	if (unlikely(t == NULL)) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, 2, &w))) return 0;
 	// The same call site as the thread's last MALLOC (a loop, mostly): half
@@ -876,8 +888,8 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *
 }
 
 static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p) {
-	ms_thr *t = tls_thr;
-	if (unlikely(t == NULL) || unlikely(tls_guard != 0)) return 0;
+	ms_thr *t = tls.fast;
+	if (unlikely(t == NULL)) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, 1, &w))) return 0;
 	// A pair half names p relative to the last address: p's width is no matter.
@@ -1025,6 +1037,7 @@ struct tramp {
 static void *internal_start(void *v) {
 	struct tramp tr = *(struct tramp *)v;
 	tls_guard = 1 << 20; // never recorded, whatever it calls
+	tls.fast = NULL;
 
 	__libc_free(v);
 	return tr.fn(tr.arg);
@@ -1086,12 +1099,12 @@ static int own_stack(const pthread_attr_t *attr, pthread_attr_t *own) {
 
 int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
 	if (!real_pthread_create) {
-		tls_guard++;
+		guard_up();
 		real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
-		tls_guard--;
+		guard_down();
 	}
 	if (in_self((uintptr_t)__builtin_return_address(0))) {
-		tls_guard++;
+		guard_up();
 		struct tramp *tr = __libc_malloc(sizeof *tr);
 		int rc;
 		if (!tr) {
@@ -1109,7 +1122,7 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 			if (mine) pthread_attr_destroy(&own);
 			if (rc) __libc_free(tr);
 		}
-		tls_guard--;
+		guard_down();
 		return rc;
 	}
 	return real_pthread_create(th, attr, fn, arg);
@@ -1121,15 +1134,15 @@ static fork_fn real_fork;
 
 pid_t fork(void) {
 	if (!real_fork) {
-		tls_guard++;
+		guard_up();
 		real_fork = (fork_fn)dlsym(RTLD_NEXT, "fork");
-		tls_guard--;
+		guard_down();
 	}
 	pid_t pid = real_fork();
 	if (pid > 0 && !ms_child && ready()) {
-		tls_guard++;
+		guard_up();
 		emit(R_FORK, 0, stamp_after(), (uint64_t)pid, 0, NULL, 0);
-		tls_guard--;
+		guard_down();
 	}
 	return pid;
 }
@@ -1140,18 +1153,18 @@ static int in_child(void) { return ms_child || (pid_t)syscall(SYS_getpid) != ms_
 // spool: the new image starts a capture of its own.
 static void before_exec(const char *path) {
 	if (in_child() || atomic_load(&ms_state) != 2) return;
-	tls_guard++;
+	guard_up();
 	emit(R_EXEC, F_TEXT, stamp_after(), 0, path ? strlen(path) : 0, path, path ? (uint32_t)strnlen(path, 4000) : 0);
 	if (atomic_load(&ms_spool_fd) >= 0) ms_drain();
-	tls_guard--;
+	guard_down();
 }
 
 #define REAL(name, type) \
 	static type real_##name; \
 	if (!real_##name) { \
-		tls_guard++; \
+		guard_up(); \
 		real_##name = (type)dlsym(RTLD_NEXT, #name); \
-		tls_guard--; \
+		guard_down(); \
 	}
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
@@ -1506,7 +1519,7 @@ static int drain_thread(int fd, ms_thr *t) {
 static long drain_pass(int dio) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0 || ms_child) return -1;
-	tls_guard++;
+	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
 	long before = drained_bytes;
 	pass_dio = dio && dio_fd >= 0 && !atomic_load(&ms_direct);
@@ -1525,7 +1538,7 @@ static long drain_pass(int dio) {
 	long out = rc ? -1 : drained_bytes - before;
 	pass_dio = 0;
 	pthread_mutex_unlock(&ms_drain_lock);
-	tls_guard--;
+	guard_down();
 	return out;
 }
 
@@ -1617,7 +1630,7 @@ uint64_t ms_drainer_stop(void) {
 // when close to cap, call again: the rest is still in the rings.
 long ms_drain_into(void *buf, long cap) {
 	if (ms_child || cap < 4096) return -1;
-	tls_guard++;
+	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
 	sink = buf;
 	sink_cap = (size_t)cap;
@@ -1634,7 +1647,7 @@ long ms_drain_into(void *buf, long cap) {
 	long out = rc < 0 ? -1 : (long)sink_used;
 	sink = NULL;
 	pthread_mutex_unlock(&ms_drain_lock);
-	tls_guard--;
+	guard_down();
 	return out;
 }
 
@@ -1642,11 +1655,11 @@ void ms_calibrate(void) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0) return;
 	ms_rec r = {0, 0, R_CALIB, stamp_after(), mono_ns(), atomic_load(&ms_epoch)};
-	tls_guard++;
+	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
 	write_direct((const uint64_t *)&r, REC_UNITS, 0);
 	pthread_mutex_unlock(&ms_drain_lock);
-	tls_guard--;
+	guard_down();
 }
 
 void ms_set_spool(int fd) {
@@ -1661,7 +1674,7 @@ void ms_set_spool(int fd) {
 
 void ms_finish(void) {
 	if (in_child()) return;
-	tls_guard++;
+	guard_up();
 	uint64_t lost = atomic_load(&ms_lost_count);
 	emit(R_EXIT, 0, stamp_after(), 0, 0, NULL, 0);
 	if (lost) emit(R_LOST, 0, stamp_after(), lost, 0, NULL, 0);
@@ -1669,15 +1682,15 @@ void ms_finish(void) {
 	atomic_store(&ms_direct, 1);
 	ms_fast_update();
 	ms_drain();
-	tls_guard--;
+	guard_down();
 }
 
 int ms_pid(void) { return ms_mypid; }
 uint64_t ms_lost(void) { return atomic_load(&ms_lost_count); }
 uint64_t ms_forks(void) { return atomic_load(&ms_fork_count); }
 int ms_is_child(void) { return in_child(); }
-void ms_guard_enter(void) { tls_guard++; }
-void ms_guard_leave(void) { tls_guard--; }
+void ms_guard_enter(void) { guard_up(); }
+void ms_guard_leave(void) { guard_down(); }
 
 // ---- for the Python side (pystack.c, api.go) ----
 void ms_emit(uint16_t kind, uint16_t flags, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
@@ -1687,10 +1700,10 @@ void ms_emit(uint16_t kind, uint16_t flags, uint64_t a, uint64_t b, const void *
 void ms_set_hook(int heap, int cstack) {
 	if (cstack > MAX_FRAMES) cstack = MAX_FRAMES;
 	if (cstack > 0 && !unw_lib) {
-		tls_guard++;
+		guard_up();
 		unw_lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
 		if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
-		tls_guard--;
+		guard_down();
 	}
 	cfg_cstack = cstack;
 	cfg_heap = heap;
@@ -1717,10 +1730,10 @@ int ms_interposed(void) {
 static int api_event(uint16_t kind, uint16_t flags, uint64_t a, const char *text) {
 	if (in_child()) return -1;
 	ready();
-	tls_guard++;
+	guard_up();
 	uint32_t len = text ? (uint32_t)strnlen(text, 4000) : 0;
 	emit(kind, flags | (text ? F_TEXT : 0), stamp_after(), a, len, text, len);
-	tls_guard--;
+	guard_down();
 	return 0;
 }
 
@@ -1760,9 +1773,9 @@ void mstxRangeEnd(uint64_t id) { api_event(R_REND, 0, id, NULL); }
 int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint32_t len) {
 	if (kind < R_OP_START || kind > R_TAG || in_child()) return -1;
 	ready();
-	tls_guard++;
+	guard_up();
 	emit(kind, payload ? F_TEXT : 0, stamp_after(), a, len, payload, payload ? len : 0);
-	tls_guard--;
+	guard_down();
 	return 0;
 }
 
@@ -1773,7 +1786,7 @@ extern void msGoAtExit(void);
 // (frees in other libraries' destructors) go straight to the spool.
 __attribute__((destructor)) static void ms_dtor(void) {
 	if (in_child() || atomic_load(&ms_state) != 2) return;
-	tls_guard++;
+	guard_up();
 	msGoAtExit(); // waits for the Go runtime's start, then calls ms_finish
-	tls_guard--;
+	guard_down();
 }
