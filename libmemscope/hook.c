@@ -52,21 +52,25 @@ static _Atomic int ms_state;           // 0 new, 1 initializing, 2 ready
 static _Atomic int ms_active;          // hooks record (heap events wanted, not a child)
 static _Atomic int ms_collecting;      // collection switched on
 static _Atomic int ms_direct;          // after the final drain: write straight to the spool
-// The hot path's one check: ready, recording the heap, no stacks wanted, not
-// writing directly. Anything else takes the general path (ms_fast_update).
-// Nonzero, it is the compact MALLOC's tag: C_COMPACT | its flags << 48.
-static _Atomic uint64_t ms_fast;
 static int ms_rotating;  // rotating logs (ms_set_rotating): no short MALLOCs, no stack ids
 static _Atomic int ms_spool_fd = -1;
 static _Atomic uint64_t ms_lost_count;
 static _Atomic uint64_t ms_fork_count;
 static _Atomic uint64_t ms_mstx_next = 1;
-// Drain epoch (~1 ms): bumped by each drain pass. A thread stamps its first
+// The hot path's gate: the fast tag in the top 16 bits, the drain epoch in
+// the low 48 (G_EPOCH). The tag is nonzero while the fast path may run
+// (ready, recording the heap, no stacks wanted, not writing directly; see
+// ms_fast_update): C_COMPACT | a compact record's flags << 48 | C_SHORT where
+// the short forms may be written.
+// The epoch (~1 ms) is bumped by each drain pass. A thread stamps its first
 // event of an epoch, and one every STAMP_UNITS units of its ring (2 KiB:
 // 128 to 512 events), with the TSC; other events carry TS_EPOCH|epoch and the
 // reader interpolates their time. A TSC read costs about as much as a whole
 // malloc/free pair on some virtual machines.
-static _Atomic uint64_t ms_epoch = 1;
+// A thread's fast path runs while the gate equals its own copy (ms_thr.gate,
+// taken in the general path): one test for both.
+static _Atomic uint64_t ms_gate = 1;
+#define G_EPOCH ((1ull << 48) - 1)
 #define TS_EPOCH (1ull << 63)
 #define STAMP_UNITS 256
 static int ms_use_tsc;
@@ -107,7 +111,7 @@ typedef struct ms_thr {
 	uint64_t *fend;          // the fast path writes below this: wend, or sooner where a precise stamp is due
 	uint64_t *wend;          // end of wseg
 	ms_seg *wseg;            // owner's current segment
-	uint64_t last_epoch;     // epoch of the last precise stamp
+	uint64_t gate;           // ms_gate as the fast path may write under it (its epoch said, its tag on), else 0
 	int32_t tid;
 	uint32_t half;           // 1: *wp holds a pair unit's first half, not yet published (see put_half)
 	uintptr_t last_ra;       // call site of this thread's last MALLOC record when the fast path wrote it, else 0
@@ -115,6 +119,7 @@ typedef struct ms_thr {
 	// The drain's side, on a line of its own.
 	_Alignas(64) struct ms_thr *next_all; // registry, push-only
 	uintptr_t stack_hi;      // frame-pointer walks stay below this (the owner's, set once)
+	uint64_t last_epoch;     // the owner's: the epoch its last R_EPOCH said
 	_Atomic int state;       // 0 owned, 1 dead (drain releases; its thread may take it back), 2 free for reuse, 3 being released
 	ms_seg *rseg;            // drain's current segment
 	_Atomic uint64_t segs;   // segments allocated and not yet released
@@ -200,8 +205,10 @@ static inline void stamp_rearm(ms_thr *t) {
 // once fend is near, else the epoch alone. A thread entering a new epoch says
 // so first (R_EPOCH): its compact records carry no stamp.
 static inline uint64_t ev_stamp(ms_thr *t, int after) {
-	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
+	uint64_t g = atomic_load_explicit(&ms_gate, memory_order_relaxed);
+	uint64_t e = g & G_EPOCH;
 	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	t->gate = g & C_COMPACT ? g : 0;
 	if (likely(t->last_epoch == e && (uintptr_t)wp + 3 * 8 <= (uintptr_t)t->fend)) return TS_EPOCH | e;
 	if (t->last_epoch != e) {
 		t->last_epoch = e;
@@ -210,6 +217,19 @@ static inline uint64_t ev_stamp(ms_thr *t, int after) {
 	stamp_rearm(t);
 	return after ? stamp_after() : stamp_before();
 }
+
+// The gate's parts change apart (a drain pass, a switch of the tag).
+static uint64_t gate_set(uint64_t keep, uint64_t set) {
+	uint64_t g = atomic_load(&ms_gate), n;
+	do n = (g & keep) | set;
+	while (!atomic_compare_exchange_weak(&ms_gate, &g, n));
+	return n;
+}
+// Starts the next drain epoch; returns it. Callers hold ms_drain_lock.
+static uint64_t epoch_next(void) {
+	return gate_set(~G_EPOCH, ((atomic_load(&ms_gate) & G_EPOCH) + 1) & G_EPOCH) & G_EPOCH;
+}
+static inline uint64_t epoch_now(void) { return atomic_load(&ms_gate) & G_EPOCH; }
 
 static int tsc_invariant(void) {
 	unsigned a, b, c, d;
@@ -286,6 +306,7 @@ static ms_thr *thr_acquire(void) {
 	atomic_store(&t->wp, NULL);
 	t->fend = t->wend = NULL;
 	t->wseg = NULL;
+	t->gate = 0;
 	t->last_epoch = 0;
 	t->last_ra = 0;
 	t->half = 0;
@@ -512,7 +533,7 @@ static void atfork_parent(void) { atomic_fetch_add(&ms_fork_count, 1); }
 static void atfork_child(void) {
 	ms_child = 1;
 	atomic_store(&ms_active, 0);
-	atomic_store(&ms_fast, 0);
+	gate_set(G_EPOCH, 0);
 }
 
 static long env_int(const char *s, const char *key, long def) {
@@ -824,7 +845,7 @@ static void rec_free(void *p, size_t size, uint16_t sub) {
 }
 
 // ---- the fast path: a compact record straight into the ring ----
-// Runs only while ms_fast holds; returns 0 whenever the general path must
+// Runs only while the gate's tag is on; returns 0 whenever the general path must
 // run instead (a precise stamp is due, a new site, no ring yet, inside
 // msmemscope). Takes no guard: it calls nothing that allocates.
 void ms_fast_update(void) {
@@ -833,7 +854,7 @@ void ms_fast_update(void) {
 	uint64_t fl = F_HOST | (atomic_load(&ms_collecting) ? 0 : F_OFF);
 	// C_SHORT: the forms that need their reader to know the thread's past
 	// (short MALLOCs, pair halves: F_HOST alone) may be written.
-	atomic_store(&ms_fast, f ? C_COMPACT | fl << 48 | (ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) : 0);
+	gate_set(G_EPOCH, f ? C_COMPACT | fl << 48 | (ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) : 0);
 }
 
 // Short MALLOCs and stack ids need their reader to know what came before
@@ -844,27 +865,26 @@ void ms_set_rotating(int on) {
 	ms_fast_update();
 }
 
-static inline uint64_t fast_on(void) { return atomic_load_explicit(&ms_fast, memory_order_relaxed); }
+static inline uint64_t gate_now(void) { return atomic_load_explicit(&ms_gate, memory_order_relaxed); }
 
 // Whether the next event may go at *w, the thread's write position: not when
 // a precise stamp is due or the segment is full (or there is none yet: wp and
 // wend are both NULL then).
-static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint32_t units, uint64_t **w) {
-	uint64_t e = atomic_load_explicit(&ms_epoch, memory_order_relaxed);
-	if (unlikely(t->last_epoch != e)) return 0;
+static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint64_t g, uint32_t units, uint64_t **w) {
+	if (unlikely(g != t->gate)) return 0;
 	*w = atomic_load_explicit(&t->wp, memory_order_relaxed);
 	return likely((uintptr_t)*w + (uintptr_t)units * 8 <= (uintptr_t)t->fend);
 }
 
-static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *p, size_t n, uintptr_t ra) {
+static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p, size_t n, uintptr_t ra) {
 	ms_thr *t = tls.fast;
 	if (unlikely(t == NULL)) return 0;
 	uint64_t *w;
-	if (unlikely(!fast_slot(t, 2, &w))) return 0;
+	if (unlikely(!fast_slot(t, g, 2, &w))) return 0;
 	// The same call site as the thread's last MALLOC (a loop, mostly): half
 	// a unit when small and near the last address, else one; the reader
 	// knows the site from that MALLOC.
-	if (likely(ra == t->last_ra && (tag & C_SHORT))) {
+	if (likely(ra == t->last_ra && (g & C_SHORT))) {
 		uint64_t d = (uint64_t)p - t->last_ptr;
 		if (likely(n < P_MSIZE && !((d + P_MNEAR) & ~(2 * P_MNEAR - 16)))) {
 			put_half(t, w, (uint64_t)p, P_MALLOC | (uint32_t)n << P_MSHIFT | (uint32_t)(d >> 4 & (P_MNEAR / 8 - 1)));
@@ -877,30 +897,30 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t tag, void *
 		}
 	}
 	if (unlikely(((uintptr_t)p | n) > C_MAX)) return 0;
-	// ms_fast is set only once the site table exists; slot 0 stays empty.
+	// The tag is on only once the site table exists; slot 0 stays empty.
 	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
 	uint32_t site = site_hash(ra);
 	if (unlikely(tab[site] != ra)) return 0;
 	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
 	t->last_ra = ra;
-	put_compact(t, w, (uint64_t)p, (uint64_t)p | (tag & ~C_SHORT), n | (uint64_t)site << 48, 0, 2);
+	put_compact(t, w, (uint64_t)p, (uint64_t)p | (g & ~(C_SHORT | G_EPOCH)), n | (uint64_t)site << 48, 0, 2);
 	return 1;
 }
 
-static inline __attribute__((always_inline)) int fast_free(uint64_t tag, void *p) {
+static inline __attribute__((always_inline)) int fast_free(uint64_t g, void *p) {
 	ms_thr *t = tls.fast;
 	if (unlikely(t == NULL)) return 0;
 	uint64_t *w;
-	if (unlikely(!fast_slot(t, 1, &w))) return 0;
+	if (unlikely(!fast_slot(t, g, 1, &w))) return 0;
 	// A pair half names p relative to the last address: p's width is no matter.
 	uint64_t d = (uint64_t)p - t->last_ptr;
-	if (likely((tag & C_SHORT) && !((d + P_FNEAR) & ~(2 * P_FNEAR - 16)))) {
+	if (likely((g & C_SHORT) && !((d + P_FNEAR) & ~(2 * P_FNEAR - 16)))) {
 		put_half(t, w, (uint64_t)p, (uint32_t)(d >> 4 & (P_FNEAR / 8 - 1)));
 		return 1;
 	}
 	if (unlikely((uintptr_t)p > C_MAX)) return 0;
 	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
-	put_compact(t, w, (uint64_t)p, (uint64_t)p | (tag & ~C_SHORT) | C_FREE, 0, 0, 1);
+	put_compact(t, w, (uint64_t)p, (uint64_t)p | (g & ~(C_SHORT | G_EPOCH)) | C_FREE, 0, 0, 1);
 	return 1;
 }
 
@@ -921,8 +941,7 @@ static __attribute__((noinline)) void free_slow(void *p) {
 
 static inline __attribute__((always_inline)) void *malloc_at(size_t n, uintptr_t ra) {
 	void *p = __libc_malloc(n);
-	uint64_t tag = fast_on();
-	if (likely(tag && p) && fast_alloc(tag, p, n, ra)) return p;
+	if (likely(p != NULL) && fast_alloc(gate_now(), p, n, ra)) return p;
 	return alloc_slow(p, n, ra);
 }
 
@@ -930,8 +949,7 @@ void *malloc(size_t n) { return malloc_at(n, (uintptr_t)__builtin_return_address
 
 void free(void *p) {
 	if (!p) return;
-	uint64_t tag = fast_on();
-	if (likely(tag) && fast_free(tag, p)) {
+	if (fast_free(gate_now(), p)) {
 		__libc_free(p);
 		return;
 	}
@@ -941,20 +959,18 @@ void free(void *p) {
 void *calloc(size_t n, size_t m) {
 	void *p = __libc_calloc(n, m);
 	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
-	uint64_t tag = fast_on();
-	if (likely(tag && p) && fast_alloc(tag, p, n * m, ra)) return p;
+	if (likely(p != NULL) && fast_alloc(gate_now(), p, n * m, ra)) return p;
 	return alloc_slow(p, n * m, ra);
 }
 
 static inline __attribute__((always_inline)) void *realloc_at(void *old, size_t n, uintptr_t ra) {
 	if (!old) return malloc_at(n, ra);
 	int rec = ready() && should_record();
-	uint64_t tag = fast_on();
-	if (rec && !(tag && fast_free(tag, old))) rec_free(old, 0, F_HOST);
+	if (rec && !fast_free(gate_now(), old)) rec_free(old, 0, F_HOST);
 	void *p = __libc_realloc(old, n);
 	if (rec) {
 		if (p) {
-			if (!(tag && fast_alloc(tag, p, n, ra))) rec_alloc(p, n, F_HOST, ra);
+			if (!fast_alloc(gate_now(), p, n, ra)) rec_alloc(p, n, F_HOST, ra);
 		} else if (n != 0) {
 			rec_alloc(old, 0, F_HOST | F_UNDO, ra); // failed: the old block lives on
 		}
@@ -1526,9 +1542,8 @@ static long drain_pass(int dio) {
 	pass_now = pass_dio ? mono_ns() : 0;
 	pass_waiting = pass_direct = 0;
 	// A new epoch begins now; the calibration point marks its start.
-	uint64_t e = atomic_load(&ms_epoch) + 1;
-	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), e};
-	atomic_store(&ms_epoch, e);
+	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), epoch_now() + 1};
+	epoch_next();
 	int rc = add_chunk(fd, 0, (const uint64_t *)&cal_rec, REC_UNITS);
 	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
 		if (atomic_load(&t->state) == 2) continue;
@@ -1635,9 +1650,8 @@ long ms_drain_into(void *buf, long cap) {
 	sink = buf;
 	sink_cap = (size_t)cap;
 	sink_used = iov_pending = 0;
-	uint64_t e = atomic_load(&ms_epoch) + 1;
-	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), e};
-	atomic_store(&ms_epoch, e);
+	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), epoch_now() + 1};
+	epoch_next();
 	int rc = add_chunk(-1, 0, (const uint64_t *)&cal_rec, REC_UNITS);
 	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
 		if (atomic_load(&t->state) == 2) continue;
@@ -1654,7 +1668,7 @@ long ms_drain_into(void *buf, long cap) {
 void ms_calibrate(void) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0) return;
-	ms_rec r = {0, 0, R_CALIB, stamp_after(), mono_ns(), atomic_load(&ms_epoch)};
+	ms_rec r = {0, 0, R_CALIB, stamp_after(), mono_ns(), epoch_now()};
 	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
 	write_direct((const uint64_t *)&r, REC_UNITS, 0);
