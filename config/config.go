@@ -132,11 +132,12 @@ type Hook struct {
 	CStack   int  // C stack depth, 0 off
 	PyStack  int  // Python stack depth, 0 off
 	Deferred bool // collect only after start()
+	Rotate   bool // rotating logs: no record may need its thread's past (hook.h)
 }
 
 // Hook derives the hot path's settings.
 func (c *Config) Hook() Hook {
-	h := Hook{Heap: c.HasDevice("cpu") && c.Events.Alloc, Deferred: c.CollectMode == "deferred"}
+	h := Hook{Heap: c.HasDevice("cpu") && c.Events.Alloc, Deferred: c.CollectMode == "deferred", Rotate: c.LogMode == "rotate"}
 	if c.CStackOn {
 		h.CStack = c.CStack
 	}
@@ -146,7 +147,7 @@ func (c *Config) Hook() Hook {
 	return h
 }
 
-// Env is the MSMEMSCOPE_HOOK form the C side parses ("heap=1,cstack=16,deferred=0").
+// Env is the MSMEMSCOPE_HOOK form the C side parses ("heap=1,cstack=16,deferred=0,rotate=0").
 func (h Hook) Env() string {
 	b := func(v bool) int {
 		if v {
@@ -154,5 +155,5 @@ func (h Hook) Env() string {
 		}
 		return 0
 	}
-	return fmt.Sprintf("heap=%d,cstack=%d,deferred=%d", b(h.Heap), h.CStack, b(h.Deferred))
+	return fmt.Sprintf("heap=%d,cstack=%d,deferred=%d,rotate=%d", b(h.Heap), h.CStack, b(h.Deferred), b(h.Rotate))
 }

@@ -375,3 +375,21 @@ func TestAbsOutput(t *testing.T) {
 		t.Errorf("AbsOutput(4096 bytes) = %v", err)
 	}
 }
+
+// The hot path learns what it must know from its first event through
+// MSMEMSCOPE_HOOK: rotating logs among it (no record may need its thread's
+// past there).
+func TestHookEnv(t *testing.T) {
+	c := Default()
+	if got, want := c.Hook().Env(), "heap=1,cstack=0,deferred=0,rotate=0"; got != want {
+		t.Errorf("default hook %q, want %q", got, want)
+	}
+	for _, kv := range [][2]string{{"log-mode", "rotate"}, {"collect-mode", "deferred"}, {"call-stack", "c:16"}} {
+		if err := c.Set(kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := c.Hook().Env(), "heap=1,cstack=16,deferred=1,rotate=1"; got != want {
+		t.Errorf("hook %q, want %q", got, want)
+	}
+}

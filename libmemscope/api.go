@@ -119,6 +119,9 @@ func pyError(err error) string {
 func applyHook(c *config.Config) {
 	if C.ms_interposed() != 0 {
 		h := c.Hook()
+		if h.Rotate {
+			C.ms_set_rotating(1) // before heap events: no record needing its thread's past
+		}
 		heap := 0
 		if h.Heap {
 			heap = 1

@@ -173,11 +173,16 @@ func msGoAtExit() {
 	eng.finished = true
 	stopDrain()
 	if eng.rot != nil {
+		// The final drain goes to the logs too: only they know each
+		// thread's past, which a pending pair half needs (hook.h).
+		C.ms_finish_begin()
 		for drainRotate() {
 		}
 		eng.rot.Close()
+		C.ms_drain() // what raced with the above: late events, in full
+	} else {
+		C.ms_finish()
 	}
-	C.ms_finish()
 	eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
 	if eng.proc.Standalone() && exitConvertWanted() {
 		// No CLI will convert this capture: write the files now. Frees in

@@ -561,6 +561,8 @@ static void ms_init(void) {
 		cfg_heap = (int)env_int(h, "heap", 1);
 		cfg_cstack = (int)env_int(h, "cstack", 0);
 		cfg_deferred = (int)env_int(h, "deferred", 0);
+		// Known from the first event: rotating logs are read one by one.
+		ms_rotating = (int)env_int(h, "rotate", 0) != 0;
 		if (cfg_cstack > MAX_FRAMES) cfg_cstack = MAX_FRAMES;
 	}
 	pthread_key_create(&ms_key, thr_key_dtor);
@@ -863,6 +865,11 @@ void ms_fast_update(void) {
 void ms_set_rotating(int on) {
 	ms_rotating = on;
 	ms_fast_update();
+	// The caller's pending pair half goes out now, to be drained into the
+	// first log (which writes it whole); other threads close theirs at
+	// their next event, or the final drain takes them (ms_finish_begin).
+	ms_thr *t = tls_thr;
+	if (on && t) half_close(t);
 }
 
 static inline uint64_t gate_now(void) { return atomic_load_explicit(&ms_gate, memory_order_relaxed); }
@@ -1686,7 +1693,11 @@ void ms_set_spool(int fd) {
 	atomic_store(&ms_spool_fd, fd);
 }
 
-void ms_finish(void) {
+// The end of the run: PROCESS_EXIT, and from now on direct writes; what is
+// in the rings (pending pair halves too) goes out with the next drain, into
+// the spool (ms_finish) or the rotating logs (ms_drain_into: each thread's
+// past is known there, not in the raw spool read after the logs).
+void ms_finish_begin(void) {
 	if (in_child()) return;
 	guard_up();
 	uint64_t lost = atomic_load(&ms_lost_count);
@@ -1695,8 +1706,13 @@ void ms_finish(void) {
 	ms_calibrate();
 	atomic_store(&ms_direct, 1);
 	ms_fast_update();
-	ms_drain();
 	guard_down();
+}
+
+void ms_finish(void) {
+	if (in_child()) return;
+	ms_finish_begin();
+	ms_drain();
 }
 
 int ms_pid(void) { return ms_mypid; }
