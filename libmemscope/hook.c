@@ -108,7 +108,7 @@ static _Atomic int spare_total;
 typedef struct ms_thr {
 	// The owner's line: what every event reads and writes.
 	uint64_t *_Atomic wp;    // next unit to write in wseg (published: the drain reads up to it)
-	uint64_t *fend;          // the fast path writes below this: wend, or sooner where a precise stamp is due
+	uint64_t *flim;          // the fast path writes at w < flim only: a unit short of wend, or of where a precise stamp is due
 	uint64_t *wend;          // end of wseg
 	ms_seg *wseg;            // owner's current segment
 	uint64_t gate;           // ms_gate as the fast path may write under it (its epoch said, its tag on), else 0
@@ -195,21 +195,23 @@ static inline uint64_t stamp_before(void) {
 static void emit_n(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t hi);
 
 // The next precise stamp falls due STAMP_UNITS units on (or at wend); the
-// fast path, which checks room against fend alone, stops there. So a
+// fast path, which checks room against flim alone, stops there. So a
 // position check it makes anyway replaces a count of events since a stamp.
+// flim is a unit short of that end: w < flim leaves room for 2 units.
 static inline void stamp_rearm(ms_thr *t) {
 	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
-	t->fend = wp && t->wend - wp > STAMP_UNITS ? wp + STAMP_UNITS : t->wend;
+	uint64_t *end = wp && t->wend - wp > STAMP_UNITS ? wp + STAMP_UNITS : t->wend;
+	t->flim = end ? end - 1 : NULL;
 }
 // The stamp of a hot event: precise on the first event of a drain epoch and
-// once fend is near, else the epoch alone. A thread entering a new epoch says
+// once flim is near, else the epoch alone. A thread entering a new epoch says
 // so first (R_EPOCH): its compact records carry no stamp.
 static inline uint64_t ev_stamp(ms_thr *t, int after) {
 	uint64_t g = atomic_load_explicit(&ms_gate, memory_order_relaxed);
 	uint64_t e = g & G_EPOCH;
 	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
 	t->gate = g & C_COMPACT ? g : 0;
-	if (likely(t->last_epoch == e && (uintptr_t)wp + 3 * 8 <= (uintptr_t)t->fend)) return TS_EPOCH | e;
+	if (likely(t->last_epoch == e && (uintptr_t)wp + 2 * 8 <= (uintptr_t)t->flim)) return TS_EPOCH | e;
 	if (t->last_epoch != e) {
 		t->last_epoch = e;
 		emit_n(R_EPOCH, 0, TS_EPOCH | e, 0, 0, NULL, 0, 0);
@@ -304,7 +306,7 @@ static ms_thr *thr_acquire(void) {
 	}
 	t->tid = (int32_t)syscall(SYS_gettid);
 	atomic_store(&t->wp, NULL);
-	t->fend = t->wend = NULL;
+	t->wend = t->flim = NULL;
 	t->wseg = NULL;
 	t->gate = 0;
 	t->last_epoch = 0;
@@ -877,17 +879,17 @@ static inline uint64_t gate_now(void) { return atomic_load_explicit(&ms_gate, me
 // Whether the next event may go at *w, the thread's write position: not when
 // a precise stamp is due or the segment is full (or there is none yet: wp and
 // wend are both NULL then).
-static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint64_t g, uint32_t units, uint64_t **w) {
+static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint64_t g, uint64_t **w) {
 	if (unlikely(g != t->gate)) return 0;
 	*w = atomic_load_explicit(&t->wp, memory_order_relaxed);
-	return likely((uintptr_t)*w + (uintptr_t)units * 8 <= (uintptr_t)t->fend);
+	return likely((uintptr_t)*w < (uintptr_t)t->flim); // room for 2 units, the most a fast record takes
 }
 
 static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p, size_t n, uintptr_t ra) {
 	ms_thr *t = tls.fast;
 	if (unlikely(t == NULL)) return 0;
 	uint64_t *w;
-	if (unlikely(!fast_slot(t, g, 2, &w))) return 0;
+	if (unlikely(!fast_slot(t, g, &w))) return 0;
 	// The same call site as the thread's last MALLOC (a loop, mostly): half
 	// a unit when small and near the last address, else one; the reader
 	// knows the site from that MALLOC.
@@ -918,7 +920,7 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t g, void *p) 
 	ms_thr *t = tls.fast;
 	if (unlikely(t == NULL)) return 0;
 	uint64_t *w;
-	if (unlikely(!fast_slot(t, g, 1, &w))) return 0;
+	if (unlikely(!fast_slot(t, g, &w))) return 0;
 	// A pair half names p relative to the last address: p's width is no matter.
 	uint64_t d = (uint64_t)p - t->last_ptr;
 	if (likely((g & C_SHORT) && !((d + P_FNEAR) & ~(2 * P_FNEAR - 16)))) {
@@ -1529,7 +1531,7 @@ static int drain_thread(int fd, ms_thr *t) {
 			}
 		}
 		t->rseg = t->wseg = NULL;
-		t->fend = t->wend = NULL;
+		t->wend = t->flim = NULL;
 		atomic_store(&t->wp, NULL);
 		atomic_store(&t->state, 2);
 	}
