@@ -227,10 +227,6 @@ static uint64_t gate_set(uint64_t keep, uint64_t set) {
 	while (!atomic_compare_exchange_weak(&ms_gate, &g, n));
 	return n;
 }
-// Starts the next drain epoch; returns it. Callers hold ms_drain_lock.
-static uint64_t epoch_next(void) {
-	return gate_set(~G_EPOCH, ((atomic_load(&ms_gate) & G_EPOCH) + 1) & G_EPOCH) & G_EPOCH;
-}
 static inline uint64_t epoch_now(void) { return atomic_load(&ms_gate) & G_EPOCH; }
 
 static int tsc_invariant(void) {
@@ -867,11 +863,6 @@ void ms_fast_update(void) {
 void ms_set_rotating(int on) {
 	ms_rotating = on;
 	ms_fast_update();
-	// The caller's pending pair half goes out now, to be drained into the
-	// first log (which writes it whole); other threads close theirs at
-	// their next event, or the final drain takes them (ms_finish_begin).
-	ms_thr *t = tls_thr;
-	if (on && t) half_close(t);
 }
 
 static inline uint64_t gate_now(void) { return atomic_load_explicit(&ms_gate, memory_order_relaxed); }
@@ -1417,6 +1408,16 @@ static int add_chunk(int fd, int32_t tid, const uint64_t *r, uint32_t n) {
 	return 0;
 }
 
+// A drain pass begins a new epoch: its calibration point (taken before the
+// epoch moves on, so no thread stamps earlier in it) goes out first.
+// Callers hold ms_drain_lock.
+static int epoch_start(int fd) {
+	uint64_t e = epoch_now() + 1;
+	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), e};
+	gate_set(~G_EPOCH, e & G_EPOCH);
+	return add_chunk(fd, 0, (const uint64_t *)&cal_rec, REC_UNITS);
+}
+
 // How many of n units (whole events only) still fit in the sink.
 static uint32_t sink_fit(const uint64_t *r, uint32_t n) {
 	size_t room = sink_cap - sink_used - iov_pending;
@@ -1550,10 +1551,7 @@ static long drain_pass(int dio) {
 	pass_dio = dio && dio_fd >= 0 && !atomic_load(&ms_direct);
 	pass_now = pass_dio ? mono_ns() : 0;
 	pass_waiting = pass_direct = 0;
-	// A new epoch begins now; the calibration point marks its start.
-	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), epoch_now() + 1};
-	epoch_next();
-	int rc = add_chunk(fd, 0, (const uint64_t *)&cal_rec, REC_UNITS);
+	int rc = epoch_start(fd);
 	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
 		if (atomic_load(&t->state) == 2) continue;
 		rc = drain_thread(fd, t);
@@ -1659,9 +1657,7 @@ long ms_drain_into(void *buf, long cap) {
 	sink = buf;
 	sink_cap = (size_t)cap;
 	sink_used = iov_pending = 0;
-	cal_rec = (ms_rec){0, F_EPOCH, R_CALIB, stamp_after(), mono_ns(), epoch_now() + 1};
-	epoch_next();
-	int rc = add_chunk(-1, 0, (const uint64_t *)&cal_rec, REC_UNITS);
+	int rc = epoch_start(-1);
 	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
 		if (atomic_load(&t->state) == 2) continue;
 		rc = drain_thread(-1, t);
@@ -1699,8 +1695,8 @@ void ms_set_spool(int fd) {
 // in the rings (pending pair halves too) goes out with the next drain, into
 // the spool (ms_finish) or the rotating logs (ms_drain_into: each thread's
 // past is known there, not in the raw spool read after the logs).
-void ms_finish_begin(void) {
-	if (in_child()) return;
+int ms_finish_begin(void) {
+	if (in_child()) return 0;
 	guard_up();
 	uint64_t lost = atomic_load(&ms_lost_count);
 	emit(R_EXIT, 0, stamp_after(), 0, 0, NULL, 0);
@@ -1709,12 +1705,11 @@ void ms_finish_begin(void) {
 	atomic_store(&ms_direct, 1);
 	ms_fast_update();
 	guard_down();
+	return 1;
 }
 
 void ms_finish(void) {
-	if (in_child()) return;
-	ms_finish_begin();
-	ms_drain();
+	if (ms_finish_begin()) ms_drain();
 }
 
 int ms_pid(void) { return ms_mypid; }

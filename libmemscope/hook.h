@@ -115,7 +115,7 @@ long ms_drain_into(void *buf, long cap); // the same into memory (rotating logs)
 int ms_drainer_start(void);    // the drain thread: ms_drain every 1-8 ms (spool mode)
 uint64_t ms_drainer_stop(void); // stops it; returns the failed passes
 void ms_finish(void);         // PROCESS_EXIT, final drain, then direct writes
-void ms_finish_begin(void);   // ms_finish without its drain (rotating logs drain into memory)
+int ms_finish_begin(void);    // ms_finish without its drain (rotating logs drain into memory); 0 in a child
 void ms_calibrate(void);      // adds a clock calibration point to the spool
 int ms_pid(void);
 uint64_t ms_lost(void);
