@@ -71,14 +71,18 @@ pyinstall: venv
 	grep -q 'MSTX,Mark,installed,' pyinstall_out/msmemscope_*/dump/memscope_dump_*.csv && echo "pyinstall: ok"
 	$(PYTHON) -m pip install -q .
 
+# A count, not a duration: Go 1.26's fuzz coordinator can fail a run with
+# "context deadline exceeded" when a -fuzztime duration ends under load
+# (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
+FUZZ_EXECS ?= 20000x
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzParseAttr -fuzztime=5s ./trace/
-	$(GO) test -run='^$$' -fuzz=FuzzLeanAttr -fuzztime=5s ./trace/
-	$(GO) test -run='^$$' -fuzz=FuzzCSVReader -fuzztime=5s ./trace/
-	$(GO) test -run='^$$' -fuzz=FuzzOpenCSV -fuzztime=5s ./trace/
-	$(GO) test -run='^$$' -fuzz=FuzzSQLiteRoundTrip -fuzztime=5s ./trace/
-	$(GO) test -run='^$$' -fuzz=FuzzAlign -fuzztime=5s ./analyzer/
-	$(GO) test -run='^$$' -fuzz=FuzzSpool -fuzztime=5s ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzParseAttr -fuzztime=$(FUZZ_EXECS) ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzLeanAttr -fuzztime=$(FUZZ_EXECS) ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzCSVReader -fuzztime=$(FUZZ_EXECS) ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzOpenCSV -fuzztime=$(FUZZ_EXECS) ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzSQLiteRoundTrip -fuzztime=$(FUZZ_EXECS) ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzAlign -fuzztime=$(FUZZ_EXECS) ./analyzer/
+	$(GO) test -run='^$$' -fuzz=FuzzSpool -fuzztime=$(FUZZ_EXECS) ./trace/
 
 # The main job on a bundled example: a C program leaking inside mstx steps.
 demo: deps build venv
