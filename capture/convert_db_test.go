@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"msmemscope/config"
+	"msmemscope/spool"
 	"msmemscope/trace"
 
 	_ "modernc.org/sqlite"
@@ -29,10 +30,10 @@ func TestConvertDataFormatDB(t *testing.T) {
 	tick := uint64(1_000_000)
 	for i := uint64(0); i < 5000; i++ {
 		tick += 10
-		recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 16 + i%100, trace.RMalloc})
+		recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 16 + i%100, spool.RMalloc})
 		if i%7 != 0 {
 			tick += 10
-			recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 0, trace.RFree})
+			recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 0, spool.RFree})
 		}
 	}
 	if _, err := p.spool.Write(append(calibRec(1_000_000, 1), chunkOf(7, recs)...)); err != nil {
@@ -40,10 +41,10 @@ func TestConvertDataFormatDB(t *testing.T) {
 	}
 	p.End(0, 0)
 	tr := "FuncInfo,StartTime(ns),EndTime(ns),Thread Id,Process Id\na.py:1(f),10,20,7,4242\n"
-	if err := os.MkdirAll(filepath.Join(p.Dir, DumpDir), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Join(p.Dir, spool.DumpDir), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(p.Dir, DumpDir, "python_trace_7_20260101000000.csv"), []byte(tr), 0o640)
+	os.WriteFile(filepath.Join(p.Dir, spool.DumpDir, "python_trace_7_20260101000000.csv"), []byte(tr), 0o640)
 
 	csvRes, err := Convert(p.Dir, Options{})
 	if err != nil {

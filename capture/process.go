@@ -5,7 +5,6 @@ package capture
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,47 +18,16 @@ import (
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 	"msmemscope/internal/version"
-	"msmemscope/trace"
+	"msmemscope/spool"
 )
 
-// File names inside a process folder.
-const (
-	ProcessFile = "process.json"
-	EndFile     = "end.json"
-	MapsStart   = "maps.start.txt"
-	MapsEnd     = "maps.end.txt"
-	SpoolDir    = "spool"
-	DumpDir     = "dump"
-	AnalysisDir = "analysis"
-	ConfigFile  = "config.json"
-)
-
-// ProcessMeta is written to spool/process.json when collection begins.
-type ProcessMeta struct {
-	Pid         int           `json:"pid"`
-	Ppid        int           `json:"ppid"`
-	Cmdline     []string      `json:"cmdline"`
-	Exe         string        `json:"exe"`
-	RunID       string        `json:"run_id,omitempty"`
-	Rank        string        `json:"rank,omitempty"`
-	StartUnixNs int64         `json:"start_unix_ns"`
-	StartMonoNs int64         `json:"start_mono_ns"`
-	Version     string        `json:"version"`
-	Config      config.Config `json:"config"`
-}
-
-// EndMeta is written to spool/end.json when the image ends normally.
-type EndMeta struct {
-	EndMonoNs   int64  `json:"end_mono_ns"`
-	Lost        uint64 `json:"events_lost"`
-	Forks       uint64 `json:"forks"`
-	DrainErrors uint64 `json:"drain_errors"`
-}
+// The folder's layout and the reading of process.json and end.json are
+// spool's (spool/layout.go).
 
 // Process is a capture being recorded by this process.
 type Process struct {
 	Dir       string
-	meta      ProcessMeta
+	meta      spool.ProcessMeta
 	spool     *os.File // kept open to the very end: the C side writes to its fd
 	drainErrs atomic.Uint64
 }
@@ -72,28 +40,13 @@ func MonoNs() int64 {
 }
 
 // Stamp formats local time as SPEC §2's {timestamp}.
-func Stamp(t time.Time) string { return t.Format("20060102150405") }
+func Stamp(t time.Time) string { return safefs.Stamp(t) }
 
 // NewDir creates a new folder prefix+{timestamp}+suffix under parent, adding
 // milliseconds (and then a counter) only where needed to be unique.
 func NewDir(parent, prefix, suffix string) (string, error) {
-	now := time.Now()
-	base := prefix + Stamp(now)
-	names := []string{base + suffix, fmt.Sprintf("%s%03d%s", base, now.Nanosecond()/1e6, suffix)}
-	for i := 1; i < 1000; i++ {
-		names = append(names, fmt.Sprintf("%s%03d_%d%s", base, now.Nanosecond()/1e6, i, suffix))
-	}
-	for _, n := range names {
-		d := filepath.Join(parent, n)
-		err := safefs.MakeDir(d)
-		if err == nil {
-			return d, nil
-		}
-		if !errors.Is(err, os.ErrExist) {
-			return "", err
-		}
-	}
-	return "", fmt.Errorf("cannot find a free folder name under %s", parent)
+	names := safefs.Stamped(filepath.Join(parent, prefix), suffix, time.Now())
+	return safefs.CreateUnique(names, safefs.MakeDir)
 }
 
 // Begin creates the process folder, its spool and process.json.
@@ -110,28 +63,28 @@ func Begin(cfg config.Config, pid int, runID string) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := safefs.MakeDir(filepath.Join(dir, SpoolDir)); err != nil {
+	if err := safefs.MakeDir(filepath.Join(dir, spool.SpoolDir)); err != nil {
 		return nil, err
 	}
-	f, err := safefs.CreateNew(filepath.Join(dir, SpoolDir, trace.SpoolFileName), os.O_APPEND|unix.O_CLOEXEC)
+	f, err := safefs.CreateNew(filepath.Join(dir, spool.SpoolDir, spool.FileName), os.O_APPEND|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	if err := trace.WriteSpoolHeader(f, pid); err != nil {
+	if err := spool.WriteHeader(f, pid); err != nil {
 		f.Close()
 		return nil, err
 	}
 	p := &Process{Dir: dir, spool: f}
-	p.meta = ProcessMeta{
+	p.meta = spool.ProcessMeta{
 		Pid: pid, Ppid: os.Getppid(), Cmdline: cmdline(), RunID: runID, Rank: rank,
 		StartUnixNs: time.Now().UnixNano(), StartMonoNs: MonoNs(),
 		Version: version.Version, Config: cfg,
 	}
 	p.meta.Exe, _ = os.Readlink("/proc/self/exe")
-	if err := writeJSON(filepath.Join(dir, SpoolDir, ProcessFile), p.meta); err != nil {
+	if err := writeJSON(filepath.Join(dir, spool.SpoolDir, spool.ProcessFile), p.meta); err != nil {
 		return nil, err
 	}
-	copyMaps(filepath.Join(dir, SpoolDir, MapsStart))
+	copyMaps(filepath.Join(dir, spool.SpoolDir, spool.MapsStart))
 	return p, nil
 }
 
@@ -175,31 +128,8 @@ func (p *Process) NoteDrainErrors(n uint64) { p.drainErrs.Add(n) }
 // End records how the image ended. The spool stays open: events after this
 // (frees in later destructors) are still written to it.
 func (p *Process) End(lost, forks uint64) {
-	copyMaps(filepath.Join(p.Dir, SpoolDir, MapsEnd))
-	_ = writeJSON(filepath.Join(p.Dir, SpoolDir, EndFile), EndMeta{
+	copyMaps(filepath.Join(p.Dir, spool.SpoolDir, spool.MapsEnd))
+	_ = writeJSON(filepath.Join(p.Dir, spool.SpoolDir, spool.EndFile), spool.EndMeta{
 		EndMonoNs: MonoNs(), Lost: lost, Forks: forks, DrainErrors: p.drainErrs.Load(),
 	})
-}
-
-// ReadMeta reads a process folder's process.json.
-func ReadMeta(dir string) (*ProcessMeta, error) {
-	var m ProcessMeta
-	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, ProcessFile))
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %v", filepath.Join(dir, SpoolDir, ProcessFile), err)
-	}
-	return &m, nil
-}
-
-// readEnd reads end.json; nil when the image did not end normally (killed).
-func readEnd(dir string) *EndMeta {
-	var m EndMeta
-	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, EndFile))
-	if err != nil || json.Unmarshal(b, &m) != nil {
-		return nil
-	}
-	return &m
 }

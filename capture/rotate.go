@@ -4,16 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/klauspost/compress/zstd"
 
 	"msmemscope/internal/safefs"
-	"msmemscope/trace"
+	"msmemscope/spool"
 )
 
 // Rotating logs (--log-mode=rotate, SPEC §7): bounded disk for long runs.
@@ -23,23 +21,11 @@ import (
 // deleting the oldest beyond --log-files. Each file is self-contained: it
 // starts with a spool header, the records every reader needs (allocation
 // sites, Python code objects, the configuration, a clock calibration) and the
-// blocks live at that moment (MALLOCs flagged FInherit). Events written
+// blocks live at that moment (MALLOCs flagged spool.FInherit). Events written
 // after the final drain go to the raw spool.bin, read after the logs.
 
 // maxCalibs is how many recent calibration records a new log repeats.
 const maxCalibs = 256
-
-// FInherit marks a MALLOC a rotated log inherited from earlier ones.
-const FInherit = 0x0200
-
-// LogPrefix and LogSuffix name the rotated logs inside the spool folder.
-const (
-	LogPrefix = "log_"
-	LogSuffix = ".zst"
-	// In rotate mode spool.bin receives only what bypasses the logs: events
-	// after the final drain (destructors) and at exec.
-	LateFile = trace.SpoolFileName
-)
 
 // liveBlock is a live address: its latest MALLOC record (and payload), and
 // how many MALLOCs of it are not freed yet. Chunks of a batch come thread by
@@ -61,11 +47,11 @@ type Rotator struct {
 	cur      *os.File
 	curBytes int64
 	enc      *zstd.Encoder
-	live     map[trace.BlockKey]*liveBlock
-	globals  [][]byte                 // records every log repeats
-	calibs   [][]byte                 // the latest clock calibration records (epoch starts)
-	dec      map[int32]*trace.Decoder // each thread's past (its epoch, last site and address)
-	out      []byte                   // the batch as the log gets it
+	live     map[spool.BlockKey]*liveBlock
+	globals  [][]byte                    // records every log repeats
+	calibs   [][]byte                    // the latest clock calibration records (epoch starts)
+	dec      map[int32]*spool.RecDecoder // each thread's past (its epoch, last site and address)
+	out      []byte                      // the batch as the log gets it
 	files    []string
 	last     int
 	// Totals for reports and tests.
@@ -82,7 +68,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 		return nil, err
 	}
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
-		live: map[trace.BlockKey]*liveBlock{}, dec: map[int32]*trace.Decoder{}}
+		live: map[spool.BlockKey]*liveBlock{}, dec: map[int32]*spool.RecDecoder{}}
 	return r, r.open()
 }
 
@@ -92,7 +78,7 @@ func (r *Rotator) Files() []string { return append([]string(nil), r.files...) }
 // open starts the next log.
 func (r *Rotator) open() error {
 	r.seq++
-	p := filepath.Join(r.dir, fmt.Sprintf("%s%06d%s", LogPrefix, r.seq, LogSuffix))
+	p := filepath.Join(r.dir, fmt.Sprintf("%s%06d%s", spool.LogPrefix, r.seq, spool.LogSuffix))
 	f, err := safefs.CreateNew(p, 0)
 	if err != nil {
 		return err
@@ -105,15 +91,15 @@ func (r *Rotator) open() error {
 	}
 	// The prologue: header, then one chunk of the records a reader needs.
 	var pro bytes.Buffer
-	_ = trace.WriteSpoolHeader(&pro, r.pid)
+	_ = spool.WriteHeader(&pro, r.pid)
 	var body bytes.Buffer
 	n := 0
 	add := func(rec []byte) {
 		body.Write(rec)
-		n += len(rec) / trace.UnitSize
+		n += len(rec) / spool.UnitSize
 	}
 	// Inherited blocks first: they are dated before everything else.
-	keys := make([]trace.BlockKey, 0, len(r.live))
+	keys := make([]spool.BlockKey, 0, len(r.live))
 	for k := range r.live {
 		keys = append(keys, k)
 	}
@@ -123,10 +109,10 @@ func (r *Rotator) open() error {
 	// the log's earliest record.
 	const tick = 1
 	for _, k := range keys {
-		rec, _, _ := trace.DecodeRec(r.live[k].rec, 0, 0) // a full record
+		rec, _, _ := spool.DecodeRec(r.live[k].rec, 0, 0) // a full record
 		rec.TS = tick                                     // live when this log began
-		rec.Flags |= FInherit
-		add(trace.AppendRec(nil, &rec))
+		rec.Flags |= spool.FInherit
+		add(spool.AppendRec(nil, &rec))
 	}
 	// Records drained late (a lagging drain) can carry an epoch that began
 	// several passes ago: repeat the recent epoch starts.
@@ -150,15 +136,15 @@ func (r *Rotator) open() error {
 	}
 	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
 	for _, tid := range tids {
-		ep := trace.Rec{Kind: trace.REpoch, TS: trace.TSEpoch | r.dec[tid].Epoch}
-		writeChunkHeader(&pro, trace.RecSize/trace.UnitSize, tid, r.pid)
-		pro.Write(trace.AppendRec(nil, &ep))
+		ep := spool.Rec{Kind: spool.REpoch, TS: spool.TSEpoch | r.dec[tid].Epoch}
+		writeChunkHeader(&pro, spool.RecSize/spool.UnitSize, tid, r.pid)
+		pro.Write(spool.AppendRec(nil, &ep))
 	}
 	return r.frame(pro.Bytes())
 }
 
 func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
-	var h [trace.ChunkHdrSize]byte
+	var h [spool.ChunkHdrSize]byte
 	binary.LittleEndian.PutUint32(h[0:], 0x4b4e4843)
 	binary.LittleEndian.PutUint32(h[4:], nrec)
 	binary.LittleEndian.PutUint32(h[8:], uint32(tid))
@@ -203,31 +189,31 @@ func (r *Rotator) LastBytes() int { return r.last }
 
 // observe notes what later logs must repeat and returns the batch as the
 // log gets it: an event that only its thread's past explains (recorded
-// before rotation began, see trace.NeedsPast) is written whole, so that
+// before rotation began, see spool.NeedsPast) is written whole, so that
 // each log reads on its own.
 func (r *Rotator) observe(b []byte) ([]byte, error) {
 	out := r.out[:0]
 	for len(b) > 0 {
-		if len(b) < trace.ChunkHdrSize || binary.LittleEndian.Uint32(b) != 0x4b4e4843 {
+		if len(b) < spool.ChunkHdrSize || binary.LittleEndian.Uint32(b) != 0x4b4e4843 {
 			return nil, fmt.Errorf("rotate: bad chunk")
 		}
 		nunit := int(binary.LittleEndian.Uint32(b[4:]))
 		tid := int32(binary.LittleEndian.Uint32(b[8:]))
 		start := len(out)
-		out = append(out, b[:trace.ChunkHdrSize]...)
-		b = b[trace.ChunkHdrSize:]
-		if len(b) < nunit*trace.UnitSize {
+		out = append(out, b[:spool.ChunkHdrSize]...)
+		b = b[spool.ChunkHdrSize:]
+		if len(b) < nunit*spool.UnitSize {
 			return nil, fmt.Errorf("rotate: short chunk")
 		}
-		recs := b[:nunit*trace.UnitSize]
-		b = b[nunit*trace.UnitSize:]
+		recs := b[:nunit*spool.UnitSize]
+		b = b[nunit*spool.UnitSize:]
 		d := r.dec[tid]
 		if d == nil {
-			d = &trace.Decoder{}
+			d = &spool.RecDecoder{}
 			r.dec[tid] = d
 		}
 		for len(recs) > 0 {
-			past := trace.NeedsPast(recs)
+			past := spool.NeedsPast(recs)
 			rec, size, ok := d.Next(recs)
 			if !ok {
 				return nil, fmt.Errorf("rotate: event cut at a chunk's end")
@@ -235,42 +221,42 @@ func (r *Rotator) observe(b []byte) ([]byte, error) {
 			ev := recs[:size]
 			recs = recs[size:]
 			if past {
-				out = trace.AppendRec(out, &rec)
+				out = spool.AppendRec(out, &rec)
 			} else {
 				out = append(out, ev...)
 			}
-			if rec.Kind == trace.REpoch {
+			if rec.Kind == spool.REpoch {
 				continue // not an event
 			}
 			r.Events++
-			key := trace.BlockKey{Sub: rec.Flags & trace.FSubMask, Ptr: rec.A}
+			key := spool.BlockKey{Sub: rec.Flags & spool.FSubMask, Ptr: rec.A}
 			switch rec.Kind {
-			case trace.RMalloc:
-				if rec.Flags&trace.FUndo == 0 {
+			case spool.RMalloc:
+				if rec.Flags&spool.FUndo == 0 {
 					b := r.live[key]
 					if b == nil {
 						b = &liveBlock{}
 						r.live[key] = b
 					}
 					b.n++
-					b.rec = trace.AppendRec(b.rec[:0], &rec)
+					b.rec = spool.AppendRec(b.rec[:0], &rec)
 				}
-			case trace.RFree:
+			case spool.RFree:
 				if b := r.live[key]; b != nil {
 					if b.n--; b.n <= 0 {
 						delete(r.live, key)
 					}
 				}
-			case trace.RCalib:
+			case spool.RCalib:
 				if len(r.calibs) >= maxCalibs {
 					r.calibs = r.calibs[1:]
 				}
 				r.calibs = append(r.calibs, append([]byte(nil), ev...))
-			case trace.RSite, trace.RStack, trace.RPyCode, trace.RPySkip, trace.RConfig:
+			case spool.RSite, spool.RStack, spool.RPyCode, spool.RPySkip, spool.RConfig:
 				r.globals = append(r.globals, append([]byte(nil), ev...))
 			}
 		}
-		binary.LittleEndian.PutUint32(out[start+4:], uint32((len(out)-start-trace.ChunkHdrSize)/trace.UnitSize))
+		binary.LittleEndian.PutUint32(out[start+4:], uint32((len(out)-start-spool.ChunkHdrSize)/spool.UnitSize))
 	}
 	r.out = out
 	return out, nil
@@ -284,76 +270,4 @@ func (r *Rotator) Close() error {
 	err := r.cur.Close()
 	r.cur = nil
 	return err
-}
-
-// LogFiles lists a capture's rotated logs, oldest first.
-func LogFiles(dir string) []string {
-	m, _ := filepath.Glob(filepath.Join(dir, SpoolDir, LogPrefix+"*"+LogSuffix))
-	sort.Strings(m)
-	return m
-}
-
-// decoder is shared: DecodeAll is safe for concurrent use.
-var logDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0))
-
-// ReadLog decompresses one rotated log. A frame cut off by a kill ends it:
-// the frames before it are kept (the spool reader keeps whole events only).
-func ReadLog(path string) ([]byte, error) {
-	z, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	// Our frames carry their size: decoding them all at once into one buffer
-	// avoids regrowing it (the parallel timeline decodes a log per goroutine).
-	out, err := logDecoder.DecodeAll(z, make([]byte, 0, 10*len(z)))
-	if err == nil {
-		return out, nil
-	}
-	// Damaged or truncated: decode frame by frame, as far as they go.
-	d, derr := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1))
-	if derr != nil {
-		return nil, fmt.Errorf("%s: %v", path, derr)
-	}
-	defer d.Close()
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, d); err != nil && buf.Len() < trace.SpoolHdrSize {
-		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	return buf.Bytes(), nil
-}
-
-// combineLogs writes the rotated logs still on disk and late.bin into one raw
-// spool (dst), oldest first: what Convert reads for a rotating capture.
-func combineLogs(dir, dst string) error {
-	files := LogFiles(dir)
-	if len(files) == 0 {
-		return fmt.Errorf("%s: no rotated logs", dir)
-	}
-	out, err := safefs.CreateNew(dst, 0)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	for i, f := range files {
-		b, err := ReadLog(f)
-		if err != nil {
-			return err
-		}
-		if len(b) < trace.SpoolHdrSize || string(b[:8]) != trace.SpoolMagic {
-			return fmt.Errorf("%s: not an msmemscope log", f)
-		}
-		if i > 0 {
-			b = b[trace.SpoolHdrSize:]
-		}
-		if _, err := out.Write(b); err != nil {
-			return err
-		}
-	}
-	late, err := os.ReadFile(filepath.Join(dir, SpoolDir, LateFile))
-	if err == nil && len(late) > trace.SpoolHdrSize && strings.HasPrefix(string(late), trace.SpoolMagic) {
-		if _, err := out.Write(late[trace.SpoolHdrSize:]); err != nil {
-			return err
-		}
-	}
-	return out.Close()
 }

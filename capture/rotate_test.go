@@ -7,29 +7,29 @@ import (
 	"path/filepath"
 	"testing"
 
-	"msmemscope/trace"
+	"msmemscope/spool"
 )
 
 // chunkOf builds one drained chunk (spool chunk format) of full records.
 func chunkOf(tid int32, recs [][4]uint64) []byte {
 	var body []byte
 	for _, r := range recs {
-		body = trace.AppendRec(body, &trace.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: trace.FHost})
+		body = spool.AppendRec(body, &spool.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: spool.FHost})
 	}
 	var b bytes.Buffer
-	writeChunkHeader(&b, uint32(len(body)/trace.UnitSize), tid, 42)
+	writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), tid, 42)
 	b.Write(body)
 	return b.Bytes()
 }
 
 // eachLogRec reads the log at path alone and hands f its records in order.
-func eachLogRec(t *testing.T, path string, f func(rec *trace.Rec, ns uint64)) {
+func eachLogRec(t *testing.T, path string, f func(rec *spool.Rec, ns uint64)) {
 	t.Helper()
-	b, err := ReadLog(path)
+	b, err := spool.ReadLog(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
+	sp, err := spool.New(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
 		t.Fatalf("%s does not parse alone: %v", path, err)
 	}
@@ -47,9 +47,9 @@ func eachLogRec(t *testing.T, path string, f func(rec *trace.Rec, ns uint64)) {
 }
 
 func calibRec(tick, epoch uint64) []byte {
-	body := trace.AppendRec(nil, &trace.Rec{TS: tick, A: tick, B: epoch, Kind: trace.RCalib, Flags: trace.FEpoch})
+	body := spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick, B: epoch, Kind: spool.RCalib, Flags: spool.FEpoch})
 	var b bytes.Buffer
-	writeChunkHeader(&b, uint32(len(body)/trace.UnitSize), 0, 42)
+	writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), 0, 42)
 	b.Write(body)
 	return b.Bytes()
 }
@@ -71,13 +71,13 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 		for i := 0; i < 30000; i++ {
 			ptr := 0x10000000 + uint64(d)*0x1000000 + uint64(i)*64 + uint64(rng.Intn(8))*8
 			tick += 10
-			recs = append(recs, [4]uint64{tick, ptr, uint64(16 + rng.Intn(500)), trace.RMalloc})
+			recs = append(recs, [4]uint64{tick, ptr, uint64(16 + rng.Intn(500)), spool.RMalloc})
 			if i%1000 == 0 {
 				kept[ptr] = true
 				continue
 			}
 			tick += 10
-			recs = append(recs, [4]uint64{tick, ptr, 0, trace.RFree})
+			recs = append(recs, [4]uint64{tick, ptr, 0, spool.RFree})
 		}
 		lastPtr = recs[len(recs)-1][1]
 		if err := r.Write(append(calibRec(tick, uint64(d+1)), chunkOf(7, recs)...)); err != nil {
@@ -87,7 +87,7 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, LogPrefix+"*"+LogSuffix))
+	files, _ := filepath.Glob(filepath.Join(dir, spool.LogPrefix+"*"+spool.LogSuffix))
 	if len(files) != 3 {
 		t.Fatalf("%d logs kept, want 3: %v", len(files), files)
 	}
@@ -99,15 +99,15 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 		live := map[uint64]bool{}
 		inherited := 0
 		var last uint64
-		eachLogRec(t, f, func(rec *trace.Rec, _ uint64) {
+		eachLogRec(t, f, func(rec *spool.Rec, _ uint64) {
 			switch rec.Kind {
-			case trace.RMalloc:
+			case spool.RMalloc:
 				live[rec.A] = true
-				if rec.Flags&FInherit != 0 {
+				if rec.Flags&spool.FInherit != 0 {
 					inherited++
 				}
 				last = rec.A
-			case trace.RFree:
+			case spool.RFree:
 				if !live[rec.A] {
 					t.Fatalf("%s: FREE of %#x without its block", f, rec.A)
 				}
@@ -148,18 +148,18 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 	}
 	compact := func(ptr uint64) []byte { // a compact FREE (hook.h)
 		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], ptr|1<<63|1<<62|uint64(trace.FHost)<<48)
+		binary.LittleEndian.PutUint64(b[:], ptr|1<<63|1<<62|uint64(spool.FHost)<<48)
 		return b[:]
 	}
 	thread := func(tid int32, body []byte) []byte {
 		var b bytes.Buffer
-		writeChunkHeader(&b, uint32(len(body)/trace.UnitSize), tid, 42)
+		writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), tid, 42)
 		b.Write(body)
 		return b.Bytes()
 	}
-	first := trace.AppendRec(nil, &trace.Rec{Kind: trace.REpoch, TS: trace.TSEpoch | 1})
-	first = trace.AppendRec(first, &trace.Rec{Kind: trace.RMalloc, TS: 1500, A: 0x100, B: 8, Flags: trace.FHost})
-	first = trace.AppendRec(first, &trace.Rec{Kind: trace.RMalloc, TS: 1600, A: 0x200, B: 8, Flags: trace.FHost})
+	first := spool.AppendRec(nil, &spool.Rec{Kind: spool.REpoch, TS: spool.TSEpoch | 1})
+	first = spool.AppendRec(first, &spool.Rec{Kind: spool.RMalloc, TS: 1500, A: 0x100, B: 8, Flags: spool.FHost})
+	first = spool.AppendRec(first, &spool.Rec{Kind: spool.RMalloc, TS: 1600, A: 0x200, B: 8, Flags: spool.FHost})
 	if err := r.Write(append(append(calibRec(1000, 1), calibRec(5000, 2)...), thread(7, first)...)); err != nil {
 		t.Fatal(err)
 	}
@@ -172,10 +172,10 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 	}
 	r.Close()
 	frees := 0
-	eachLogRec(t, r.Files()[1], func(rec *trace.Rec, ns uint64) {
-		if rec.Kind == trace.RFree {
+	eachLogRec(t, r.Files()[1], func(rec *spool.Rec, ns uint64) {
+		if rec.Kind == spool.RFree {
 			frees++
-			if rec.TS != trace.TSEpoch|1 || ns < 1000 || ns >= 5000 {
+			if rec.TS != spool.TSEpoch|1 || ns < 1000 || ns >= 5000 {
 				t.Errorf("FREE of %#x: stamp %#x at %d ns, want epoch 1 (1000..5000 ns)", rec.A, rec.TS, ns)
 			}
 		}
@@ -194,35 +194,35 @@ func TestRotatorWritesPairsWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := func(w uint64) []byte { return binary.LittleEndian.AppendUint64(nil, w) }
-	body := trace.AppendRec(nil, &trace.Rec{Kind: trace.REpoch, TS: trace.TSEpoch | 1})
-	body = append(body, unit(0x7f0000001000|1<<63|uint64(trace.FHost)<<48)...) // a compact MALLOC
+	body := spool.AppendRec(nil, &spool.Rec{Kind: spool.REpoch, TS: spool.TSEpoch | 1})
+	body = append(body, unit(0x7f0000001000|1<<63|uint64(spool.FHost)<<48)...) // a compact MALLOC
 	body = append(body, unit(64|uint64(3)<<48)...)
 	// A pair unit: FREE at the last address, then FREE 0x40 below it.
 	d := int64(-0x40)
 	body = append(body, unit(7<<61|1<<31|uint64(d>>4)&(1<<28-1))...)
 	var b bytes.Buffer
-	writeChunkHeader(&b, uint32(len(body)/trace.UnitSize), 7, 42)
+	writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), 7, 42)
 	b.Write(body)
 	if err := r.Write(append(calibRec(1000, 1), b.Bytes()...)); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
-	raw, err := ReadLog(r.Files()[0])
+	raw, err := spool.ReadLog(r.Files()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	for off := trace.SpoolHdrSize; off < len(raw); {
+	for off := spool.HdrSize; off < len(raw); {
 		n := int(binary.LittleEndian.Uint32(raw[off+4:]))
-		for p := off + trace.ChunkHdrSize; p < off+trace.ChunkHdrSize+n*trace.UnitSize; p += trace.UnitSize {
+		for p := off + spool.ChunkHdrSize; p < off+spool.ChunkHdrSize+n*spool.UnitSize; p += spool.UnitSize {
 			if w := binary.LittleEndian.Uint64(raw[p:]); w>>61 == 7 {
 				t.Fatal("a pair unit went to the log as it was")
 			}
 		}
-		off += trace.ChunkHdrSize + n*trace.UnitSize
+		off += spool.ChunkHdrSize + n*spool.UnitSize
 	}
 	var frees []uint64
-	eachLogRec(t, r.Files()[0], func(rec *trace.Rec, _ uint64) {
-		if rec.Kind == trace.RFree {
+	eachLogRec(t, r.Files()[0], func(rec *spool.Rec, _ uint64) {
+		if rec.Kind == spool.RFree {
 			frees = append(frees, rec.A)
 		}
 	})

@@ -1,12 +1,12 @@
 package capture
 
 import (
-	"bytes"
 	"fmt"
 	"runtime"
 	"sync"
 
 	"msmemscope/analyzer"
+	"msmemscope/spool"
 	"msmemscope/trace"
 )
 
@@ -21,11 +21,11 @@ func Timeline(dir string, intervalMs uint64, workers int) (*analyzer.Timeline, e
 	if intervalMs == 0 {
 		return nil, fmt.Errorf("interval must be at least 1 ms")
 	}
-	if files := LogFiles(dir); len(files) > 0 {
+	if files := spool.LogFiles(dir); len(files) > 0 {
 		tl, _, err := logTimeline(files, intervalMs, workers)
 		return tl, err
 	}
-	s, closeFn, err := OpenStream(dir)
+	s, closeFn, err := spool.OpenStream(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func Timeline(dir string, intervalMs uint64, workers int) (*analyzer.Timeline, e
 // ReportWithTime returns the live bytes per site at the maximum of the
 // interval holding tMs (ms from the timeline's start).
 func ReportWithTime(dir string, intervalMs, tMs uint64) (analyzer.MemReport, error) {
-	files := LogFiles(dir)
+	files := spool.LogFiles(dir)
 	var tl *analyzer.Timeline
 	var spans []logSpan
 	var err error
@@ -52,7 +52,7 @@ func ReportWithTime(dir string, intervalMs, tMs uint64) (analyzer.MemReport, err
 		return analyzer.MemReport{}, fmt.Errorf("%d ms is past the end of the capture (%d ms)", tMs, uint64(len(tl.Points))*intervalMs)
 	}
 	target := tl.StartNs + tMs/intervalMs*intervalMs*1_000_000
-	open := func() (trace.Stream, func() error, error) { return OpenStream(dir) }
+	open := func() (trace.Stream, func() error, error) { return spool.OpenStream(dir) }
 	if len(files) > 0 {
 		// The log that reached the interval's maximum rebuilds its report.
 		file, best := "", uint64(0)
@@ -68,7 +68,7 @@ func ReportWithTime(dir string, intervalMs, tMs uint64) (analyzer.MemReport, err
 		if file == "" {
 			return analyzer.MemReport{}, fmt.Errorf("no kept log covers %d ms", tMs)
 		}
-		open = func() (trace.Stream, func() error, error) { return openLogStream(dir, file) }
+		open = func() (trace.Stream, func() error, error) { return spool.OpenLogStream(dir, file) }
 	}
 	s, closeFn, err := open()
 	if err != nil {
@@ -90,24 +90,6 @@ func ReportWithTime(dir string, intervalMs, tMs uint64) (analyzer.MemReport, err
 	return local.ReportAt(s, (target-local.StartNs)/1_000_000)
 }
 
-// openLogStream decodes one rotated log alone as dump events.
-func openLogStream(dir, path string) (trace.Stream, func() error, error) {
-	meta, err := ReadMeta(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := ReadLog(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %v", path, err)
-	}
-	s := &spoolStream{sp: sp, dec: newDecoder(sp, dir, meta, meta.Config)}
-	return s, s.Close, nil
-}
-
 type logSpan struct {
 	path            string
 	firstNs, lastNs uint64
@@ -123,7 +105,7 @@ type LogParseStats struct{ Files, Events uint64 }
 // ParseLogs runs the parallel timeline over a rotating capture's logs and
 // returns how many events it read (benchmarks compare worker counts).
 func ParseLogs(dir string, intervalMs uint64, workers int) (LogParseStats, error) {
-	files := LogFiles(dir)
+	files := spool.LogFiles(dir)
 	_, spans, err := logTimeline(files, intervalMs, workers)
 	st := LogParseStats{Files: uint64(len(files))}
 	for _, s := range spans {
@@ -192,18 +174,13 @@ type liveRec struct {
 // records (no symbolization: fast), inherited blocks included.
 func parseLog(path string, step uint64) logSpan {
 	span := logSpan{path: path}
-	b, err := ReadLog(path)
+	sp, err := spool.OpenLog(path)
 	if err != nil {
 		span.err = err
 		return span
 	}
-	sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
-	if err != nil {
-		span.err = fmt.Errorf("%s: %v", path, err)
-		return span
-	}
 	rd := sp.Reader()
-	live := map[trace.BlockKey]liveRec{}
+	live := map[spool.BlockKey]liveRec{}
 	var total uint64
 	for {
 		r, ns, err := rd.Next()
@@ -215,7 +192,7 @@ func parseLog(path string, step uint64) logSpan {
 			break
 		}
 		span.events++
-		if r.Kind != trace.RMalloc && r.Kind != trace.RFree {
+		if r.Kind != spool.RMalloc && r.Kind != spool.RFree {
 			continue
 		}
 		bucket := ns / step
@@ -230,13 +207,13 @@ func parseLog(path string, step uint64) logSpan {
 			span.max = append(span.max, total) // an interval starts at the level it inherits
 		}
 		span.lastNs = ns
-		k := trace.BlockKey{Sub: r.Flags & trace.FSubMask, Ptr: r.A}
-		if r.Kind == trace.RMalloc {
-			if r.Flags&trace.FUndo != 0 {
+		k := spool.BlockKey{Sub: r.Flags & spool.FSubMask, Ptr: r.A}
+		if r.Kind == spool.RMalloc {
+			if r.Flags&spool.FUndo != 0 {
 				continue
 			}
 			if old, ok := live[k]; ok {
-				if old.tid != r.Tid && !r.Forced && r.Flags&FInherit == 0 {
+				if old.tid != r.Tid && !r.Forced && r.Flags&spool.FInherit == 0 {
 					rd.Park(k) // another thread's FREE of this address is just ahead
 					span.events--
 					continue

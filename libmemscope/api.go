@@ -33,6 +33,7 @@ import (
 	"msmemscope/capture"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
+	"msmemscope/spool"
 )
 
 var api struct {
@@ -286,7 +287,7 @@ func snapshotMaps(dir string, n int) string {
 		return ""
 	}
 	for i := n; i < n+1000; i++ {
-		p := filepath.Join(dir, capture.SpoolDir, fmt.Sprintf("maps.stop%d.txt", i))
+		p := filepath.Join(dir, spool.SpoolDir, fmt.Sprintf("maps.stop%d.txt", i))
 		err := safefs.WriteNew(p, func(w io.Writer) error { _, err := w.Write(b); return err })
 		if err == nil {
 			return p

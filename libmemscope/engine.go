@@ -21,6 +21,7 @@ import (
 
 	"msmemscope/capture"
 	"msmemscope/config"
+	"msmemscope/spool"
 )
 
 // engine is the one capture of this process image.
@@ -73,7 +74,7 @@ func begin(cfg config.Config) error {
 		return err
 	}
 	if cfg.LogMode == "rotate" {
-		rot, err := capture.NewRotator(filepath.Join(p.Dir, capture.SpoolDir), int(C.ms_pid()), cfg.LogFiles, cfg.LogFileMB)
+		rot, err := capture.NewRotator(filepath.Join(p.Dir, spool.SpoolDir), int(C.ms_pid()), cfg.LogFiles, cfg.LogFileMB)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"msmemscope/analyzer"
 	"msmemscope/capture"
+	"msmemscope/spool"
 )
 
 // The live per-site memory report (SPEC §7): what is allocated now, and where.
@@ -37,7 +38,7 @@ func memReport() (string, error) {
 		return string(b), nil
 	}
 	maps, _ := os.ReadFile("/proc/self/maps")
-	s, closeFn, err := capture.OpenStreamMaps(dir, string(maps))
+	s, closeFn, err := spool.OpenStreamMaps(dir, string(maps))
 	if err != nil {
 		return "", err
 	}
@@ -133,7 +134,7 @@ func msmemscope_get_all_time_size(input *C.char, intervalMs C.int, buf *C.char, 
 		if intervalMs < 1 {
 			return nil, fmt.Errorf("interval_ms must be at least 1, not %d", int(intervalMs))
 		}
-		dir, err := capture.Resolve(in)
+		dir, err := spool.FindCapture(in)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +156,7 @@ func msmemscope_get_mem_report_with_time(input *C.char, tMs C.longlong, interval
 		if intervalMs < 1 || tMs < 0 {
 			return nil, fmt.Errorf("need t_ms >= 0 and interval_ms >= 1")
 		}
-		dir, err := capture.Resolve(in)
+		dir, err := spool.FindCapture(in)
 		if err != nil {
 			return nil, err
 		}

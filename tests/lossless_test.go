@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"msmemscope/spool"
 	"msmemscope/trace"
 )
 
@@ -43,7 +44,7 @@ func checkLossless(t *testing.T, bin string, env []string) {
 	m := readManifest(t, out)
 	mp := m.main(t)
 	cfg := readConfig(t, mp.Folder)
-	sp, err := trace.OpenSpool(filepath.Join(mp.Folder, "spool", trace.SpoolFileName))
+	sp, err := spool.OpenFile(filepath.Join(mp.Folder, "spool", spool.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,10 @@ const (
 	TypeMark        = "Mark"
 	TypeRangeStart  = "Range_start"
 	TypeRangeEnd    = "Range_end"
+	TypeAtenStart   = "ATEN_START" // PyTorch rows: operator launches and tensor accesses
+	TypeAtenEnd     = "ATEN_END"
+	TypeRead        = "READ"
+	TypeWrite       = "WRITE"
 )
 
 // StepRangeMessage is the mstx range message that delimits a step (SPEC §3).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"msmemscope/capture"
+	"msmemscope/spool"
 )
 
 func main() {
@@ -18,7 +19,7 @@ func main() {
 	}
 	dir := os.Args[1]
 	var bytes int64
-	for _, f := range capture.LogFiles(dir) {
+	for _, f := range spool.LogFiles(dir) {
 		if fi, err := os.Stat(f); err == nil {
 			bytes += fi.Size()
 		}
@@ -39,5 +40,5 @@ func main() {
 		events = st.Events
 	}
 	fmt.Printf("files %d events %d bytes_per_event %.2f rate1 %.0f rate2 %.0f speedup %.2f\n",
-		len(capture.LogFiles(dir)), events, float64(bytes)/float64(events), rates[1], rates[2], rates[2]/rates[1])
+		len(spool.LogFiles(dir)), events, float64(bytes)/float64(events), rates[1], rates[2], rates[2]/rates[1])
 }

@@ -15,6 +15,7 @@ import (
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
+	"msmemscope/spool"
 )
 
 // ensureOutput creates the output folder and proves it writable before the
@@ -61,16 +62,16 @@ type Manifest struct {
 }
 
 // runFolders finds the process folders a run created.
-func runFolders(output, runID string) ([]string, []*capture.ProcessMeta) {
+func runFolders(output, runID string) ([]string, []*spool.ProcessMeta) {
 	ents, _ := os.ReadDir(output)
 	var dirs []string
-	var metas []*capture.ProcessMeta
+	var metas []*spool.ProcessMeta
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
 		}
 		d := filepath.Join(output, e.Name())
-		m, err := capture.ReadMeta(d)
+		m, err := spool.ReadMeta(d)
 		if err != nil || m.RunID != runID {
 			continue
 		}
@@ -82,7 +83,7 @@ func runFolders(output, runID string) ([]string, []*capture.ProcessMeta) {
 		idx[i] = i
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return metas[idx[a]].StartMonoNs < metas[idx[b]].StartMonoNs })
-	sd, sm := make([]string, len(dirs)), make([]*capture.ProcessMeta, len(dirs))
+	sd, sm := make([]string, len(dirs)), make([]*spool.ProcessMeta, len(dirs))
 	for i, j := range idx {
 		sd[i], sm[i] = dirs[j], metas[j]
 	}
@@ -91,11 +92,11 @@ func runFolders(output, runID string) ([]string, []*capture.ProcessMeta) {
 
 // waitForStragglers gives processes of the run that outlived the main one
 // (daemons, orphans) a moment to end before their spools are read.
-func waitForStragglers(dirs []string, metas []*capture.ProcessMeta) {
+func waitForStragglers(dirs []string, metas []*spool.ProcessMeta) {
 	deadline := time.Now().Add(3 * time.Second)
 	for i, d := range dirs {
 		for time.Now().Before(deadline) {
-			if _, err := os.Stat(filepath.Join(d, capture.SpoolDir, capture.EndFile)); err == nil {
+			if _, err := os.Stat(filepath.Join(d, spool.SpoolDir, spool.EndFile)); err == nil {
 				break
 			}
 			if syscall.Kill(metas[i].Pid, 0) != nil {
@@ -188,13 +189,13 @@ func offline(inv *cli.Invocation) int {
 		return offlineFile(inv, in) // a dump file: analyses (and --data-format) on it
 	}
 	var dirs []string
-	if _, err := capture.ReadMeta(in); err == nil {
+	if _, err := spool.ReadMeta(in); err == nil {
 		dirs = []string{in}
 	} else {
 		ents, _ := os.ReadDir(in)
 		for _, e := range ents {
 			d := filepath.Join(in, e.Name())
-			if _, err := capture.ReadMeta(d); e.IsDir() && err == nil {
+			if _, err := spool.ReadMeta(d); e.IsDir() && err == nil {
 				dirs = append(dirs, d)
 			}
 		}
@@ -209,7 +210,7 @@ func offline(inv *cli.Invocation) int {
 	for _, d := range dirs {
 		opt := capture.Options{Console: os.Stderr}
 		if inv.Set["analysis"] || inv.Set["steps"] || inv.Set["data-format"] {
-			m, err := capture.ReadMeta(d)
+			m, err := spool.ReadMeta(d)
 			if err != nil {
 				return fail(err)
 			}

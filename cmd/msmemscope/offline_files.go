@@ -17,13 +17,14 @@ import (
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
+	"msmemscope/spool"
 	"msmemscope/trace"
 )
 
 // Offline work on dump files (SPEC §5, §5.2): --compare of two captures, and
 // --input=FILE (a memscope_dump CSV or DB) with --analysis and --data-format.
 // Every input is read through a trace.Stream: a dump file with trace.Open, a
-// capture that has only its spool with capture.OpenStream.
+// capture that has only its spool with spool.OpenStream.
 
 // inputError is a bad input (a path, a malformed file): a usage error.
 type inputError struct{ err error }
@@ -51,7 +52,7 @@ func exitFor(err error) int {
 func dumpFiles(dir string) []string {
 	var out []string
 	for _, pat := range []string{"memscope_dump_*.csv", "memscope_dump_*.db"} {
-		m, _ := filepath.Glob(filepath.Join(dir, capture.DumpDir, pat))
+		m, _ := filepath.Glob(filepath.Join(dir, spool.DumpDir, pat))
 		out = append(out, m...)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -76,7 +77,7 @@ func mainCapture(in string) (string, error) {
 		if !e.IsDir() {
 			continue
 		}
-		if _, err := capture.ReadMeta(d); err == nil || len(dumpFiles(d)) > 0 {
+		if _, err := spool.ReadMeta(d); err == nil || len(dumpFiles(d)) > 0 {
 			found = append(found, d)
 		}
 	}
@@ -125,7 +126,7 @@ func openInput(in string) (*streamInput, error) {
 		return &streamInput{name: in, s: f, close: f.Close, prog: f}, nil
 	}
 	dir := in
-	if _, err := capture.ReadMeta(in); err != nil && len(dumpFiles(in)) == 0 {
+	if _, err := spool.ReadMeta(in); err != nil && len(dumpFiles(in)) == 0 {
 		if dir, err = mainCapture(in); err != nil {
 			return nil, badInput(fmt.Errorf("--input %v", err))
 		}
@@ -133,7 +134,7 @@ func openInput(in string) (*streamInput, error) {
 	if dumps := dumpFiles(dir); len(dumps) > 0 {
 		return openInput(dumps[len(dumps)-1])
 	}
-	s, closeFn, err := capture.OpenStream(dir)
+	s, closeFn, err := spool.OpenStream(dir)
 	if err != nil {
 		return nil, badInput(fmt.Errorf("--input %v", err))
 	}
@@ -213,9 +214,9 @@ func offlineFile(inv *cli.Invocation, path string) int {
 	}
 	// Reports go to the capture's analysis folder when the file is in a
 	// capture's dump folder, else to --output.
-	outDir := filepath.Join(inv.Config.Output, capture.AnalysisDir)
-	if d := filepath.Dir(path); filepath.Base(d) == capture.DumpDir && !inv.Set["output"] {
-		outDir = filepath.Join(filepath.Dir(d), capture.AnalysisDir)
+	outDir := filepath.Join(inv.Config.Output, spool.AnalysisDir)
+	if d := filepath.Dir(path); filepath.Base(d) == spool.DumpDir && !inv.Set["output"] {
+		outDir = filepath.Join(filepath.Dir(d), spool.AnalysisDir)
 	}
 	analyses := config.Default().Analysis
 	if inv.Set["analysis"] {

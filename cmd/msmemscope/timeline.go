@@ -8,6 +8,7 @@ import (
 	"msmemscope/analyzer"
 	"msmemscope/capture"
 	"msmemscope/cmd/msmemscope/cli"
+	"msmemscope/spool"
 	"msmemscope/trace"
 )
 
@@ -37,11 +38,11 @@ func openTimelineInput(in string) (func() (trace.Stream, func() error, error), s
 			return r, f.Close, nil
 		}, "", nil
 	}
-	dir, err := capture.Resolve(in)
+	dir, err := spool.FindCapture(in)
 	if err != nil {
 		return nil, "", fmt.Errorf("--input %v", err)
 	}
-	return func() (trace.Stream, func() error, error) { return capture.OpenStream(dir) }, dir, nil
+	return func() (trace.Stream, func() error, error) { return spool.OpenStream(dir) }, dir, nil
 }
 
 // timeline prints the peak timeline of a capture and the per-site report at

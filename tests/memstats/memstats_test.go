@@ -13,6 +13,7 @@ import (
 
 	"msmemscope/analyzer"
 	"msmemscope/capture"
+	"msmemscope/spool"
 	"msmemscope/trace"
 )
 
@@ -231,7 +232,7 @@ func TestRotatingLogs(t *testing.T) {
 	if len(dirs) != 1 {
 		t.Fatalf("captures: %v", dirs)
 	}
-	logs := capture.LogFiles(dirs[0])
+	logs := spool.LogFiles(dirs[0])
 	if len(logs) != 3 {
 		t.Fatalf("%d logs kept, want exactly 3: %v", len(logs), logs)
 	}
@@ -240,18 +241,18 @@ func TestRotatingLogs(t *testing.T) {
 	}
 	allFrees := 0
 	for i, f := range logs {
-		b, err := capture.ReadLog(f)
+		b, err := spool.ReadLog(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sp, err := trace.NewSpool(bytes.NewReader(b), int64(len(b)))
+		sp, err := spool.New(bytes.NewReader(b), int64(len(b)))
 		if err != nil {
 			t.Fatalf("%s does not parse alone: %v", f, err)
 		}
 		// Alone, every FREE finds its block: inherited or allocated here.
 		// (Counts: interpolated times may show another thread's MALLOC of a
 		// reused address just before the FREE of the old block.)
-		live := map[trace.BlockKey]int{}
+		live := map[spool.BlockKey]int{}
 		rd := sp.Reader()
 		frees := 0
 		for {
@@ -262,11 +263,11 @@ func TestRotatingLogs(t *testing.T) {
 			if r == nil {
 				break
 			}
-			k := trace.BlockKey{Sub: r.Flags & trace.FSubMask, Ptr: r.A}
+			k := spool.BlockKey{Sub: r.Flags & spool.FSubMask, Ptr: r.A}
 			switch r.Kind {
-			case trace.RMalloc:
+			case spool.RMalloc:
 				live[k]++
-			case trace.RFree:
+			case spool.RFree:
 				if live[k] <= 0 {
 					t.Fatalf("%s: a FREE of %#x by thread %d at %d ns without its block", f, r.A, r.Tid, ns)
 				}
@@ -286,11 +287,11 @@ func TestRotatingLogs(t *testing.T) {
 	}
 	// The newest log covers the end of the run: of the program's events,
 	// none is left to the late spool (events after the final drain).
-	late, err := os.ReadFile(filepath.Join(dirs[0], capture.SpoolDir, capture.LateFile))
+	late, err := os.ReadFile(filepath.Join(dirs[0], spool.SpoolDir, spool.LateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp, err := trace.NewSpool(bytes.NewReader(late), int64(len(late)))
+	sp, err := spool.New(bytes.NewReader(late), int64(len(late)))
 	if err != nil {
 		t.Fatalf("late spool: %v", err)
 	}
@@ -302,7 +303,7 @@ func TestRotatingLogs(t *testing.T) {
 		if r == nil {
 			break
 		}
-		if r.Kind == trace.RMalloc || r.Kind == trace.RFree {
+		if r.Kind == spool.RMalloc || r.Kind == spool.RFree {
 			t.Fatalf("the late spool holds a %v of %#x (size %d) by thread %d: the logs missed it", r.Kind, r.A, r.B, r.Tid)
 		}
 	}

@@ -1,4 +1,4 @@
-package trace
+package spool
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ type spoolBuilder struct{ b bytes.Buffer }
 
 func newSpoolBuilder(pid int) *spoolBuilder {
 	sb := &spoolBuilder{}
-	_ = WriteSpoolHeader(&sb.b, pid)
+	_ = WriteHeader(&sb.b, pid)
 	return sb
 }
 
@@ -45,11 +45,11 @@ func (sb *spoolBuilder) units(tid int32, body []byte) {
 
 func (sb *spoolBuilder) open(t *testing.T) *Spool {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), SpoolFileName)
+	p := filepath.Join(t.TempDir(), FileName)
 	if err := os.WriteFile(p, sb.b.Bytes(), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenSpool(p)
+	s, err := OpenFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ type got struct {
 	ns   uint64
 }
 
-func readSpool(t *testing.T, r *SpoolReader) []got {
+func readSpool(t *testing.T, r *Reader) []got {
 	t.Helper()
 	var out []got
 	eachRec(t, r, func(rc *Rec, ns uint64) { out = append(out, got{rc.Tid, rc.Kind, rc.A, ns}) })
@@ -79,7 +79,7 @@ func readSpool(t *testing.T, r *SpoolReader) []got {
 }
 
 // eachRec hands every record of r but the calibrations to f, in order.
-func eachRec(t *testing.T, r *SpoolReader, f func(rc *Rec, ns uint64)) {
+func eachRec(t *testing.T, r *Reader, f func(rc *Rec, ns uint64)) {
 	t.Helper()
 	for {
 		rc, ns, err := r.Next()
@@ -280,14 +280,14 @@ func TestSpoolTruncatedChunkKeepsWholeEvents(t *testing.T) {
 func TestSpoolRejectsForeignFiles(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "x.bin")
 	os.WriteFile(p, []byte("not a spool at all, clearly"), 0o640)
-	if _, err := OpenSpool(p); err == nil {
+	if _, err := OpenFile(p); err == nil {
 		t.Fatal("a foreign file was accepted")
 	}
 	sb := newSpoolBuilder(1)
 	sb.b.WriteString("garbage-garbage-garbage")
-	p2 := filepath.Join(t.TempDir(), SpoolFileName)
+	p2 := filepath.Join(t.TempDir(), FileName)
 	os.WriteFile(p2, sb.b.Bytes(), 0o640)
-	if _, err := OpenSpool(p2); err == nil {
+	if _, err := OpenFile(p2); err == nil {
 		t.Fatal("a corrupt chunk header was accepted")
 	}
 }
@@ -552,10 +552,10 @@ func FuzzSpool(f *testing.F) {
 	binary.LittleEndian.PutUint64(c[16:], 0x20|compactBit|compactFree)
 	sb.units(5, append(body, c[:]...))
 	seed := sb.b.Bytes()
-	f.Add(seed[SpoolHdrSize:])
+	f.Add(seed[HdrSize:])
 	f.Fuzz(func(t *testing.T, rest []byte) {
-		b := append(append([]byte(nil), seed[:SpoolHdrSize]...), rest...)
-		s, err := NewSpool(bytes.NewReader(b), int64(len(b)))
+		b := append(append([]byte(nil), seed[:HdrSize]...), rest...)
+		s, err := New(bytes.NewReader(b), int64(len(b)))
 		if err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package trace
+package spool
 
 import (
 	"container/heap"
@@ -18,19 +18,19 @@ import (
 // payload units (C stack frames or text), or a compact MALLOC (2 units; 1
 // in the short form, 3 with a stack id) or FREE (1 unit) without a stamp, told apart by the top bit of the first unit
 // (see DecodeRec), or a pair unit holding two small hot events (see
-// Decoder). A chunk with magic "PADC" is padding (nunit units to
+// RecDecoder). A chunk with magic "PADC" is padding (nunit units to
 // skip) that keeps directly written segments on 4 KiB boundaries. These
 // layouts mirror libmemscope/hook.h.
 const (
-	SpoolMagic    = "MSSPOOL1"
-	SpoolVersion  = 4 // 4: pair units; 3 (short MALLOCs, padding chunks) and 2 are read too
-	SpoolHdrSize  = 32
-	UnitSize      = 8
-	RecSize       = 32 // a full record
-	ChunkHdrSize  = 16
-	chunkMagic    = 0x4b4e4843 // "CHNK"
-	padMagic      = 0x43444150 // "PADC": nunit units of padding (direct I/O alignment) to skip
-	SpoolFileName = "spool.bin"
+	Magic        = "MSSPOOL1"
+	Version      = 4 // 4: pair units; 3 (short MALLOCs, padding chunks) and 2 are read too
+	HdrSize      = 32
+	UnitSize     = 8
+	RecSize      = 32 // a full record
+	ChunkHdrSize = 16
+	chunkMagic   = 0x4b4e4843 // "CHNK"
+	padMagic     = 0x43444150 // "PADC": nunit units of padding (direct I/O alignment) to skip
+	FileName     = "spool.bin"
 
 	compactBit   = uint64(1) << 63
 	compactFree  = uint64(1) << 62
@@ -90,7 +90,7 @@ type Rec struct {
 	Kind, Flags uint16
 	Tid         int32
 	Payload     []byte // continuation records, raw
-	Forced      bool   // delivered after a Park timed out (see SpoolReader.Park)
+	Forced      bool   // delivered after a Park timed out (see Reader.Park)
 	Site        uint32 // MALLOC: id of its allocation site (Spool.Sites), 0 unknown
 }
 
@@ -122,11 +122,11 @@ func textLen(b uint64, payload []byte) int {
 	return int(b)
 }
 
-// WriteSpoolHeader writes the header a new spool starts with.
-func WriteSpoolHeader(w io.Writer, pid int) error {
-	var h [SpoolHdrSize]byte
-	copy(h[:], SpoolMagic)
-	binary.LittleEndian.PutUint32(h[8:], SpoolVersion)
+// WriteHeader writes the header a new spool starts with.
+func WriteHeader(w io.Writer, pid int) error {
+	var h [HdrSize]byte
+	copy(h[:], Magic)
+	binary.LittleEndian.PutUint32(h[8:], Version)
 	binary.LittleEndian.PutUint64(h[16:], uint64(pid))
 	_, err := w.Write(h[:])
 	return err
@@ -179,11 +179,11 @@ func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 	}, size, true
 }
 
-// Decoder follows one thread's records in order: a compact record means
+// RecDecoder follows one thread's records in order: a compact record means
 // what it does given the thread's past — its current epoch (the stamp), the
 // site of its last MALLOC (a short MALLOC's and a MALLOC half's) and the
 // address of its last compact record (what a pair half's is relative to).
-type Decoder struct {
+type RecDecoder struct {
 	Epoch uint64
 	Site  uint32
 	Ptr   uint64
@@ -194,7 +194,7 @@ type Decoder struct {
 // decoder past it. It returns the event, the bytes it ends b's use of (0
 // for the first half of a pair unit: call again for the second), and false
 // when b ends inside the event.
-func (d *Decoder) Next(b []byte) (Rec, int, bool) {
+func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 	if len(b) >= UnitSize {
 		if w := binary.LittleEndian.Uint64(b); w&pairBits == pairBits {
 			h, size := w>>32, UnitSize
@@ -295,16 +295,16 @@ type Spool struct {
 	slope             float64 // ns per tick outside the calibrated span
 	Records           uint64  // events (not continuation records)
 	HasStep           bool    // the process called step()
-	HasTorch          bool    // operator launches or tensor owner tags (trace/torch.go)
+	HasTorch          bool    // operator launches or tensor owner tags (records_torch.go)
 	Bytes             int64
 	PadBytes          int64  // padding chunks (direct writes keep 4 KiB alignment)
 	Truncated         bool   // the file ended inside a chunk (a killed run)
 	Py                PyMeta // Python code objects, msmemscope's own folders, configuration (pycode.go)
 }
 
-// OpenSpool reads the whole spool once to index chunks per thread and collect
+// OpenFile reads the whole spool once to index chunks per thread and collect
 // the clock calibration; events are then read back with Reader.
-func OpenSpool(path string) (*Spool, error) {
+func OpenFile(path string) (*Spool, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -314,7 +314,7 @@ func OpenSpool(path string) (*Spool, error) {
 		f.Close()
 		return nil, err
 	}
-	s, err := NewSpool(f, fi.Size())
+	s, err := New(f, fi.Size())
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %v", path, err)
@@ -323,9 +323,9 @@ func OpenSpool(path string) (*Spool, error) {
 	return s, nil
 }
 
-// NewSpool indexes a spool held in memory or elsewhere (a decompressed
+// New indexes a spool held in memory or elsewhere (a decompressed
 // rotated log, say).
-func NewSpool(ra io.ReaderAt, size int64) (*Spool, error) {
+func New(ra io.ReaderAt, size int64) (*Spool, error) {
 	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}}
 	if err := s.index(); err != nil {
 		return nil, err
@@ -343,16 +343,16 @@ func (s *Spool) Close() error {
 func (s *Spool) index() error {
 	size := s.size
 	s.Bytes = size
-	var hdr [SpoolHdrSize]byte
-	if _, err := s.f.ReadAt(hdr[:], 0); err != nil || string(hdr[:8]) != SpoolMagic {
+	var hdr [HdrSize]byte
+	if _, err := s.f.ReadAt(hdr[:], 0); err != nil || string(hdr[:8]) != Magic {
 		return errors.New("not an msmemscope spool (bad header)")
 	}
-	if v := binary.LittleEndian.Uint32(hdr[8:]); v < 2 || v > SpoolVersion {
-		return fmt.Errorf("spool format version %d, this msmemscope reads version %d", v, SpoolVersion)
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v < 2 || v > Version {
+		return fmt.Errorf("spool format version %d, this msmemscope reads version %d", v, Version)
 	}
 	s.Pid = int(binary.LittleEndian.Uint64(hdr[16:]))
 	var buf []byte
-	off := int64(SpoolHdrSize)
+	off := int64(HdrSize)
 	var ch [ChunkHdrSize]byte
 	for off+ChunkHdrSize <= size {
 		if _, err := s.f.ReadAt(ch[:], off); err != nil {
@@ -501,8 +501,8 @@ type threadCursor struct {
 	tid    int32
 	chunks []chunkRef
 	buf    []byte
-	pos    int     // byte offset in buf
-	dec    Decoder // the thread's past, which its compact records need
+	pos    int        // byte offset in buf
+	dec    RecDecoder // the thread's past, which its compact records need
 	stacks map[uint32][]byte
 	seq    uint64
 	cur    Rec
@@ -668,9 +668,9 @@ type BlockKey struct {
 // the record is delivered anyway (its FREE never came: a lost event).
 const parkLimit = 50_000_000
 
-// SpoolReader yields every record of a spool, threads merged by time; each
+// Reader yields every record of a spool, threads merged by time; each
 // thread's own order is kept.
-type SpoolReader struct {
+type Reader struct {
 	s      *Spool
 	h      cursorHeap
 	last   *threadCursor
@@ -681,15 +681,15 @@ type SpoolReader struct {
 }
 
 // Reader starts a time-ordered pass over the spool.
-func (s *Spool) Reader() *SpoolReader {
-	return &SpoolReader{s: s, parked: map[BlockKey][]*threadCursor{}}
+func (s *Spool) Reader() *Reader {
+	return &Reader{s: s, parked: map[BlockKey][]*threadCursor{}}
 }
 
 // Park holds back the thread of the record just returned until Wake(k): a
 // MALLOC of an address another thread has not freed yet in merged order
 // (interpolated times can put it a little early). The record is returned
 // again after the FREE, with a time no earlier than the FREE's.
-func (r *SpoolReader) Park(k BlockKey) {
+func (r *Reader) Park(k BlockKey) {
 	c := r.last
 	if c == nil {
 		return
@@ -701,7 +701,7 @@ func (r *SpoolReader) Park(k BlockKey) {
 }
 
 // Wake releases threads parked on k; ns is the time of the FREE.
-func (r *SpoolReader) Wake(k BlockKey, ns uint64) {
+func (r *Reader) Wake(k BlockKey, ns uint64) {
 	cs, ok := r.parked[k]
 	if !ok {
 		return
@@ -714,7 +714,7 @@ func (r *SpoolReader) Wake(k BlockKey, ns uint64) {
 
 // resume puts parked c back in the merge, its record and the thread's later
 // ones no earlier than ns.
-func (r *SpoolReader) resume(c *threadCursor, ns uint64) {
+func (r *Reader) resume(c *threadCursor, ns uint64) {
 	r.nPark--
 	if c.floor < ns {
 		c.floor = ns
@@ -726,7 +726,7 @@ func (r *SpoolReader) resume(c *threadCursor, ns uint64) {
 }
 
 // releaseStale delivers parked records whose FREE is not coming.
-func (r *SpoolReader) releaseStale() {
+func (r *Reader) releaseStale() {
 	for k, cs := range r.parked {
 		keep := cs[:0]
 		for _, c := range cs {
@@ -748,7 +748,7 @@ func (r *SpoolReader) releaseStale() {
 }
 
 // Next returns the next record and its time in ns, or nil at the end.
-func (r *SpoolReader) Next() (*Rec, uint64, error) {
+func (r *Reader) Next() (*Rec, uint64, error) {
 	if !r.init {
 		r.init = true
 		tids := make([]int32, 0, len(r.s.threads))

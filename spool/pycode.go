@@ -1,4 +1,4 @@
-package trace
+package spool
 
 import (
 	"encoding/binary"

@@ -1,0 +1,353 @@
+package spool
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"msmemscope/config"
+	"msmemscope/symbolize"
+	"msmemscope/trace"
+)
+
+// block is a live allocation while decoding.
+type block struct {
+	id      uint64
+	size    uint64
+	hidden  bool // allocated while collection was off: no MALLOC row yet
+	tid     int32
+	cstack  string
+	pystack string
+}
+
+// Decoder turns spool records into dump events: it numbers rows, pairs FREEs
+// with their MALLOCs (allocation ids, sizes), writes shadow MALLOCs for blocks
+// allocated while collection was off, names mstx ranges and numbers steps.
+type Decoder struct {
+	r        *Reader
+	siteMemo map[uint32]string
+	mapsText string // the mappings to symbolize with, when given as text
+	meta     *ProcessMeta
+	cfg      config.Config
+	pid      int64
+	live     map[BlockKey]*block
+	ranges   map[uint64]string
+	steps    trace.StepTracker
+	nextID   uint64
+	nextAID  uint64
+	records  uint64
+	lost     uint64
+	exec     string
+	forks    []int
+	pending  []*trace.Event // a shadow MALLOC waits here before its FREE
+	lastFree map[int32]BlockKey
+	lastSize map[int32]uint64
+
+	sym       *symbolize.Symbolizer
+	symDir    string
+	stackMemo map[string]string
+
+	sp       *Spool
+	mapsFile string
+	pyMemo   map[string]string
+	pyLines  map[PyFrame]int
+	scopes   map[int32][]string // describe scopes open per thread (owner tags)
+	torch    *torchDec          // PyTorch records (torch.go)
+	fast     bool               // a first pass: no stacks or sites
+}
+
+// NewDecoder decodes the spool sp of the capture folder dir (whose maps
+// files symbolize C stacks). PyTorch records are skipped unless DecodeTorch
+// is called before the first Next.
+func NewDecoder(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) *Decoder {
+	d := &Decoder{
+		r: sp.Reader(), meta: meta, cfg: cfg, pid: int64(meta.Pid),
+		live: map[BlockKey]*block{}, ranges: map[uint64]string{},
+		lastFree: map[int32]BlockKey{}, lastSize: map[int32]uint64{},
+		symDir: dir, stackMemo: map[string]string{},
+		sp: sp, pyMemo: map[string]string{}, pyLines: map[PyFrame]int{}, scopes: map[int32][]string{},
+	}
+	d.steps.UseStepCalls = sp.HasStep
+	return d
+}
+
+// SymbolizeWith names the mappings that symbolize C stacks: a maps file
+// (a capture converted while still running), or the maps text itself
+// (/proc/self/maps now). Default: spool/maps.end.txt, else maps.start.txt.
+func (d *Decoder) SymbolizeWith(mapsFile, mapsText string) {
+	d.mapsFile, d.mapsText = mapsFile, mapsText
+}
+
+// DecodeTorch makes PyTorch records rows too (OP_LAUNCH, ACCESS, SNAPSHOT,
+// PTA blocks with owners): when the spool holds them, it first decodes the
+// spool once to learn which blocks are tensors (torchPrepass).
+func (d *Decoder) DecodeTorch() error {
+	d.torch = newTorchDec(d.cfg, false)
+	if !d.sp.HasTorch {
+		return nil
+	}
+	t, err := torchPrepass(d.sp, d.symDir, d.meta, d.cfg)
+	if err != nil {
+		return err
+	}
+	d.torch = t
+	return nil
+}
+
+// Records is the number of spool records decoded so far.
+func (d *Decoder) Records() uint64 { return d.records }
+
+// Lost is the number of events the rings lost, as the spool recorded it.
+func (d *Decoder) Lost() uint64 { return d.lost }
+
+// Exec is the program this image exec'd into, if it did.
+func (d *Decoder) Exec() string { return d.exec }
+
+// Forks lists the children this image forked.
+func (d *Decoder) Forks() []int { return d.forks }
+
+// Watch is what the watch records found (after decoding with DecodeTorch).
+func (d *Decoder) Watch() []WatchFinding {
+	if d.torch == nil {
+		return nil
+	}
+	return d.torch.watch
+}
+
+// site symbolizes a MALLOC's allocation site (recorded even without stacks).
+func (d *Decoder) site(id uint32) string {
+	if id == 0 {
+		return ""
+	}
+	if s, ok := d.siteMemo[id]; ok {
+		return s
+	}
+	addr, ok := d.sp.Sites[id]
+	if !ok {
+		return ""
+	}
+	if d.siteMemo == nil {
+		d.siteMemo = map[uint32]string{}
+	}
+	s := d.symbolizer().Frame(addr)
+	d.siteMemo[id] = s
+	return s
+}
+
+func (d *Decoder) symbolizer() *symbolize.Symbolizer {
+	if d.sym == nil && d.mapsText != "" {
+		d.sym = symbolize.New(d.mapsText)
+	}
+	if d.sym == nil {
+		maps, err := os.ReadFile(d.mapsFile)
+		if d.symDir != "" { // a spool read outside its capture folder has no maps
+			if d.mapsFile == "" || err != nil {
+				maps, err = os.ReadFile(filepath.Join(d.symDir, SpoolDir, MapsEnd))
+			}
+			if err != nil {
+				maps, _ = os.ReadFile(filepath.Join(d.symDir, SpoolDir, MapsStart))
+			}
+		}
+		d.sym = symbolize.New(string(maps))
+	}
+	return d.sym
+}
+
+func (d *Decoder) cstack(r *Rec) string {
+	if r.Flags&FCStack == 0 {
+		return ""
+	}
+	key := string(r.Payload)
+	if s, ok := d.stackMemo[key]; ok {
+		return s
+	}
+	cframes, _ := r.Stacks()
+	frames := d.symbolizer().Frames(cframes)
+	for i := range frames {
+		frames[i] = strings.ReplaceAll(frames[i], ";", ",")
+	}
+	s := strings.Join(frames, ";")
+	d.stackMemo[key] = s
+	return s
+}
+
+// pystack names the Python frames of a MALLOC record (SPEC §2.1).
+func (d *Decoder) pystack(r *Rec) string {
+	if r.Flags&FPyStack == 0 {
+		return ""
+	}
+	key := string(r.Payload)
+	if s, ok := d.pyMemo[key]; ok {
+		return s
+	}
+	_, frames := r.Stacks()
+	s := d.sp.Py.FormatPyStack(frames, d.pyLines)
+	d.pyMemo[key] = s
+	return s
+}
+
+func (d *Decoder) emit(e *trace.Event) *trace.Event {
+	d.nextID++
+	e.ID = d.nextID
+	e.Pid = d.pid
+	if d.torch != nil {
+		d.torchEmitted(e)
+	}
+	d.steps.Observe(e)
+	return e
+}
+
+func (d *Decoder) Next() (*trace.Event, error) {
+	if len(d.pending) > 0 {
+		e := d.pending[0]
+		d.pending = d.pending[1:]
+		return d.emit(e), nil
+	}
+	for {
+		r, ns, err := d.r.Next()
+		if err != nil || r == nil {
+			return nil, err
+		}
+		d.records++
+		e := &trace.Event{Timestamp: ns, Tid: int64(r.Tid)}
+		switch r.Kind {
+		case RMalloc:
+			if ev := d.malloc(r, e); ev != nil {
+				return d.emit(ev), nil
+			}
+		case RFree:
+			if ev := d.free(r, e); ev != nil {
+				return d.emit(ev), nil
+			}
+		case RStart, RStop, RStep, RExit:
+			e.Kind = trace.KindSystem
+			e.Type = map[uint16]string{RStart: trace.TypeStart, RStop: trace.TypeStop,
+				RStep: trace.TypeStep, RExit: trace.TypeProcessExit}[r.Kind]
+			return d.emit(e), nil
+		case RMark, RRangeStart, RRangeEnd:
+			e.Kind = trace.KindMstx
+			e.MstxID = r.A
+			switch r.Kind {
+			case RMark:
+				e.Type, e.Name = trace.TypeMark, r.Text()
+			case RRangeStart:
+				e.Type, e.Name = trace.TypeRangeStart, r.Text()
+				d.ranges[r.A] = e.Name
+			default:
+				e.Type, e.Name = trace.TypeRangeEnd, d.ranges[r.A]
+				delete(d.ranges, r.A)
+			}
+			return d.emit(e), nil
+		case RExec:
+			d.exec = r.Text()
+		case RFork:
+			d.forks = append(d.forks, int(r.A))
+		case RLost:
+			d.lost += r.A
+		case ROwnerPush:
+			d.scopes[r.Tid] = append(d.scopes[r.Tid], trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_")))
+		case ROwnerPop:
+			if s := d.scopes[r.Tid]; len(s) > 0 {
+				d.scopes[r.Tid] = s[:len(s)-1]
+			}
+		default:
+			if ev := d.torchRecord(r, e); ev != nil {
+				return d.emit(ev), nil
+			}
+		}
+	}
+}
+
+func subType(flags uint16) string {
+	if flags&FSubMask == FMmap {
+		return trace.TypeMmap
+	}
+	return trace.TypeHost
+}
+
+func owner(typ string) string {
+	if typ == trace.TypeMmap {
+		return "HOST@mmap"
+	}
+	return "HOST"
+}
+
+func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
+	key := BlockKey{Sub: r.Flags & FSubMask, Ptr: r.A}
+	size := r.B
+	if r.Flags&FUndo != 0 {
+		// A failed realloc: the block freed just before lives on.
+		if d.lastFree[r.Tid] != key {
+			return nil
+		}
+		size = d.lastSize[r.Tid]
+	}
+	inherited := r.Flags&FInherit != 0
+	if _, ok := d.live[key]; ok && inherited {
+		return nil // a later rotated log repeats a block already live
+	}
+	if old, ok := d.live[key]; ok && old.tid != r.Tid && !r.Forced && !inherited {
+		// Another thread has not freed this address yet in merged order:
+		// its FREE is just ahead (sampled times). Hold this thread back.
+		d.r.Park(key)
+		d.records--
+		return nil
+	}
+	d.nextAID++
+	b := &block{id: d.nextAID, size: size, hidden: r.Flags&FOff != 0, tid: r.Tid}
+	d.live[key] = b // replaces a block whose FREE was never seen
+	if b.hidden {
+		if !d.fast {
+			b.cstack = d.cstack(r)
+			b.pystack = d.pystack(r)
+		}
+		return nil
+	}
+	e.Kind = trace.KindMalloc
+	e.Type = subType(r.Flags)
+	e.Device = trace.DeviceHost
+	e.Ptr, e.HasPtr = r.A, true
+	e.AllocID, e.Size = b.id, size
+	e.Owner = owner(e.Type)
+	if s := d.scopes[r.Tid]; len(s) > 0 {
+		e.Owner += "@" + s[len(s)-1] // inside `with msmemscope.describe(owner=...)`
+	}
+	if !d.fast {
+		e.CStack = d.cstack(r)
+		e.Site = d.site(r.Site)
+		e.PyStack = d.pystack(r)
+	}
+	// Allocated before the oldest rotated log still kept: like a block
+	// allocated while collection was off, it gets a shadow MALLOC.
+	e.Shadow = inherited
+	return e
+}
+
+func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
+	key := BlockKey{Sub: r.Flags & FSubMask, Ptr: r.A}
+	b, ok := d.live[key]
+	if !ok {
+		return nil // freed memory we never saw allocated (or a file mapping)
+	}
+	delete(d.live, key)
+	d.r.Wake(key, e.Timestamp)
+	d.lastFree[r.Tid], d.lastSize[r.Tid] = key, b.size
+	if r.Flags&FOff != 0 {
+		return nil
+	}
+	e.Kind = trace.KindFree
+	e.Type = subType(r.Flags)
+	e.Device = trace.DeviceHost
+	e.Ptr, e.HasPtr = r.A, true
+	e.AllocID, e.Size = b.id, b.size
+	if b.hidden {
+		// Allocated while collection was off, freed while on: a synthetic
+		// MALLOC just before the FREE (SPEC §3).
+		m := &trace.Event{Kind: trace.KindMalloc, Type: e.Type, Timestamp: e.Timestamp, Tid: e.Tid,
+			Device: e.Device, Ptr: e.Ptr, HasPtr: true, AllocID: b.id, Size: b.size,
+			Owner: owner(e.Type), Shadow: true, CStack: b.cstack, PyStack: b.pystack}
+		d.pending = append(d.pending, e)
+		return m
+	}
+	return e
+}

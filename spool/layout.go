@@ -1,0 +1,200 @@
+package spool
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"msmemscope/config"
+)
+
+// The capture folder (SPEC §2): one traced process image's files.
+//
+//	msmemscope_{pid}_{timestamp}/
+//	  spool/      process.json, end.json, maps.*.txt, spool.bin, log_NNNNNN.zst
+//	  dump/       memscope_dump_{timestamp}.csv or .db
+//	  analysis/   the analyses' reports
+//	  config.json
+//
+// An output folder holds capture folders and, for each CLI run, a manifest
+// run_{timestamp}.json naming them.
+const (
+	ProcessFile = "process.json"
+	EndFile     = "end.json"
+	MapsStart   = "maps.start.txt"
+	MapsEnd     = "maps.end.txt"
+	SpoolDir    = "spool"
+	DumpDir     = "dump"
+	AnalysisDir = "analysis"
+	ConfigFile  = "config.json"
+)
+
+// ProcessMeta is written to spool/process.json when collection begins.
+type ProcessMeta struct {
+	Pid         int           `json:"pid"`
+	Ppid        int           `json:"ppid"`
+	Cmdline     []string      `json:"cmdline"`
+	Exe         string        `json:"exe"`
+	RunID       string        `json:"run_id,omitempty"`
+	Rank        string        `json:"rank,omitempty"`
+	StartUnixNs int64         `json:"start_unix_ns"`
+	StartMonoNs int64         `json:"start_mono_ns"`
+	Version     string        `json:"version"`
+	Config      config.Config `json:"config"`
+}
+
+// ProgName is the program's short name, for messages.
+func (m *ProcessMeta) ProgName() string {
+	if len(m.Cmdline) > 0 {
+		return filepath.Base(m.Cmdline[0])
+	}
+	return filepath.Base(m.Exe)
+}
+
+// EndMeta is written to spool/end.json when the image ends normally.
+type EndMeta struct {
+	EndMonoNs   int64  `json:"end_mono_ns"`
+	Lost        uint64 `json:"events_lost"`
+	Forks       uint64 `json:"forks"`
+	DrainErrors uint64 `json:"drain_errors"`
+}
+
+// ReadMeta reads a capture folder's process.json.
+func ReadMeta(dir string) (*ProcessMeta, error) {
+	var m ProcessMeta
+	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, ProcessFile))
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %v", filepath.Join(dir, SpoolDir, ProcessFile), err)
+	}
+	return &m, nil
+}
+
+// ReadEnd reads end.json; nil when the image did not end normally (killed).
+func ReadEnd(dir string) *EndMeta {
+	var m EndMeta
+	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, EndFile))
+	if err != nil || json.Unmarshal(b, &m) != nil {
+		return nil
+	}
+	return &m
+}
+
+// IsCapture reports whether dir is a capture folder with its spool.
+func IsCapture(dir string) bool {
+	_, err := ReadMeta(dir)
+	return err == nil
+}
+
+// Captures lists the capture folders (with a spool) directly inside dir.
+func Captures(dir string) []string {
+	var found []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		d := filepath.Join(dir, e.Name())
+		if e.IsDir() && IsCapture(d) {
+			found = append(found, d)
+		}
+	}
+	return found
+}
+
+// DumpFiles lists the dump files of a capture folder, newest last.
+func DumpFiles(dir string) []string {
+	var out []string
+	for _, pat := range []string{"memscope_dump_*.csv", "memscope_dump_*.db"} {
+		m, _ := filepath.Glob(filepath.Join(dir, DumpDir, pat))
+		out = append(out, m...)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		fi, _ := os.Stat(out[i])
+		fj, _ := os.Stat(out[j])
+		if fi != nil && fj != nil && !fi.ModTime().Equal(fj.ModTime()) {
+			return fi.ModTime().Before(fj.ModTime())
+		}
+		return out[i] < out[j]
+	})
+	return out
+}
+
+// ManifestProcess is one traced process image in the run manifest.
+type ManifestProcess struct {
+	Pid            int      `json:"pid"`
+	Ppid           int      `json:"ppid"`
+	Cmdline        []string `json:"cmdline"`
+	Folder         string   `json:"folder"`
+	Main           bool     `json:"main"`
+	Events         uint64   `json:"events_recorded"`
+	Rows           uint64   `json:"rows_written"`
+	Lost           uint64   `json:"events_lost"`
+	Complete       bool     `json:"complete"`
+	ExitStatus     *int     `json:"exit_status,omitempty"`
+	Exec           string   `json:"exec,omitempty"`
+	ForkedUntraced int      `json:"forked_children_untraced"`
+	Dump           string   `json:"dump,omitempty"`
+	Error          string   `json:"error,omitempty"`
+}
+
+// Manifest is {output}/run_{timestamp}.json (SPEC §2).
+type Manifest struct {
+	RunID      string            `json:"run_id"`
+	Command    []string          `json:"command"`
+	MainPid    int               `json:"main_pid"`
+	ExitStatus int               `json:"exit_status"`
+	Processes  []ManifestProcess `json:"processes"`
+}
+
+// ManifestPrefix names the run manifests in an output folder.
+const ManifestPrefix = "run_"
+
+// LatestManifest reads the newest run manifest of an output folder.
+func LatestManifest(output string) (*Manifest, error) {
+	mans, _ := filepath.Glob(filepath.Join(output, ManifestPrefix+"*.json"))
+	if len(mans) == 0 {
+		return nil, fmt.Errorf("%s: no run manifest", output)
+	}
+	sort.Strings(mans)
+	b, err := os.ReadFile(mans[len(mans)-1])
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %v", mans[len(mans)-1], err)
+	}
+	return &m, nil
+}
+
+// RunFolders finds the capture folders a run created, in the order their
+// processes started.
+func RunFolders(output, runID string) ([]string, []*ProcessMeta) {
+	ents, _ := os.ReadDir(output)
+	var dirs []string
+	var metas []*ProcessMeta
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		d := filepath.Join(output, e.Name())
+		m, err := ReadMeta(d)
+		if err != nil || m.RunID != runID {
+			continue
+		}
+		dirs = append(dirs, d)
+		metas = append(metas, m)
+	}
+	idx := make([]int, len(dirs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return metas[idx[a]].StartMonoNs < metas[idx[b]].StartMonoNs })
+	sd, sm := make([]string, len(dirs)), make([]*ProcessMeta, len(dirs))
+	for i, j := range idx {
+		sd[i], sm[i] = dirs[j], metas[j]
+	}
+	return sd, sm
+}

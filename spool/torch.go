@@ -1,0 +1,251 @@
+package spool
+
+import (
+	"strconv"
+	"strings"
+
+	"msmemscope/config"
+	"msmemscope/trace"
+)
+
+// PyTorch records (trace/torch.go) become OP_LAUNCH, ACCESS and SNAPSHOT
+// rows, and turn HOST blocks into PTA blocks with owners (SPEC §2.1, §4.2,
+// §5.5). Owners and PTA-ness are often learnt after a block's MALLOC (a
+// parameter is tagged when the optimizer steps), so a capture holding
+// PyTorch records is decoded twice: a first pass (pre) learns, by
+// allocation id, which blocks are tensor storages and what owns them; the
+// pass that writes the rows applies it. Decoding is deterministic, so both
+// passes give a block the same allocation id.
+//
+// Payloads, written by python/msmemscope/torch_hooks.py:
+//   - ROpStart / ROpEnd: the operator name, then one line per tensor
+//     argument: "R|W|N storage_hex data_hex nbytes dtype shape format"
+//     (READ lines on the start, WRITE lines on the end);
+//   - RTag: a category (weight, gradient, optimizer_state, activation) for
+//     the storage at a;
+//   - RSnapshot: "k:v,k:v";
+//   - RWatch: "changed|unchanged|watch tensor hash_before hash_after".
+
+// owner categories, by rank: a block keeps the highest it was given.
+var catRank = map[string]uint8{"aten": 1, "activation": 2, "optimizer_state": 3, "gradient": 4, "weight": 5}
+var catName = [...]string{"", "aten", "activation", "optimizer_state", "gradient", "weight"}
+
+type torchDec struct {
+	pre    bool
+	launch bool
+	access bool
+	depth  map[int32]int // operators open per thread
+
+	// Learnt by the first pass, by allocation id.
+	pta map[uint64]bool
+	cat map[uint64]uint8
+	tag map[uint64]string // describe(obj, owner=)
+
+	// The writing pass.
+	used      uint64            // live PTA bytes
+	launchRow map[uint64]uint64 // launch index -> its ATEN_START row ID
+	launchOp  map[uint64]string
+	watch     []WatchFinding
+}
+
+// WatchFinding is one line of the watch report (SPEC §5.4).
+type WatchFinding struct {
+	Launch   uint64 // launch index (ATEN_START count, from 1)
+	Row      uint64 // the ATEN_START row of that launch (0: not written)
+	Operator string
+	Status   string // watch (first hash), changed, unchanged (at end)
+	Tensor   string
+	Before   string
+	After    string
+}
+
+func newTorchDec(cfg config.Config, pre bool) *torchDec {
+	return &torchDec{pre: pre, launch: cfg.Events.Launch, access: cfg.Events.Access, depth: map[int32]int{},
+		pta: map[uint64]bool{}, cat: map[uint64]uint8{}, tag: map[uint64]string{},
+		launchRow: map[uint64]uint64{}, launchOp: map[uint64]string{}}
+}
+
+// torchPrepass decodes the spool once to learn tensor blocks and owners.
+func torchPrepass(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) (*torchDec, error) {
+	d := NewDecoder(sp, dir, meta, cfg)
+	d.fast = true
+	d.torch = newTorchDec(cfg, true)
+	for {
+		e, err := d.Next()
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			break
+		}
+	}
+	t := newTorchDec(cfg, false)
+	t.pta, t.cat, t.tag = d.torch.pta, d.torch.cat, d.torch.tag
+	return t, nil
+}
+
+// lookup finds the live block at a storage address.
+func (d *Decoder) lookupBlock(addr uint64) *block {
+	if addr == 0 {
+		return nil
+	}
+	return d.live[BlockKey{Sub: FHost, Ptr: addr}]
+}
+
+// torchRecord handles a PyTorch record: the first row it makes is returned,
+// the others wait in d.pending.
+func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
+	t := d.torch
+	if t == nil {
+		return nil
+	}
+	switch r.Kind {
+	case ROpStart, ROpEnd:
+		text := r.Text()
+		name, lines, _ := strings.Cut(text, "\n")
+		if r.Kind == ROpStart {
+			t.depth[r.Tid]++
+		} else if t.depth[r.Tid] > 0 {
+			t.depth[r.Tid]--
+		}
+		var rows []*trace.Event
+		if r.Kind == ROpStart && t.launch {
+			rows = append(rows, &trace.Event{Kind: trace.KindOpLaunch, Type: trace.TypeAtenStart, Name: name,
+				Timestamp: e.Timestamp, Tid: e.Tid, Device: trace.DeviceHost})
+		}
+		for lines != "" {
+			var ln string
+			ln, lines, _ = strings.Cut(lines, "\n")
+			f := strings.Fields(ln)
+			if len(f) < 7 {
+				continue
+			}
+			sptr, _ := strconv.ParseUint(f[1], 16, 64)
+			b := d.lookupBlock(sptr)
+			if t.pre {
+				if b != nil {
+					t.pta[b.id] = true
+				}
+				continue
+			}
+			if !t.access || f[0] == "N" { // N: a block seen, not accessed (aten::empty's output)
+				continue
+			}
+			a := &trace.Event{Kind: trace.KindAccess, Type: trace.TypeRead, Name: name, Timestamp: e.Timestamp,
+				Tid: e.Tid, Device: trace.DeviceHost}
+			if f[0] == "W" {
+				a.Type = trace.TypeWrite
+			}
+			if p, err := strconv.ParseUint(f[2], 16, 64); err == nil && p != 0 {
+				a.Ptr, a.HasPtr = p, true
+			}
+			a.Size, _ = strconv.ParseUint(f[3], 10, 64)
+			a.Extra = []trace.KV{{Key: "dtype", Value: f[4]}, {Key: "shape", Value: f[5]}, {Key: "size", Value: f[3]},
+				{Key: "format", Value: f[6]}, {Key: "type", Value: trace.TypePTA}}
+			if b != nil {
+				a.AllocID = b.id
+				a.Extra = append(a.Extra, trace.KV{Key: "allocation_id", Value: strconv.FormatUint(b.id, 10)})
+			}
+			rows = append(rows, a)
+		}
+		if r.Kind == ROpEnd && t.launch {
+			rows = append(rows, &trace.Event{Kind: trace.KindOpLaunch, Type: trace.TypeAtenEnd, Name: name,
+				Timestamp: e.Timestamp, Tid: e.Tid, Device: trace.DeviceHost})
+		}
+		if r.Kind == ROpStart && !t.pre {
+			t.launchOp[r.A] = name
+			if len(rows) > 0 && rows[0].Kind == trace.KindOpLaunch {
+				rows[0].MstxID = r.A // for the watch report (not written: only MSTX rows show it)
+			}
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		d.pending = append(d.pending, rows[1:]...)
+		return rows[0]
+	case RTag:
+		if b := d.lookupBlock(r.A); b != nil && t.pre {
+			t.pta[b.id] = true
+			if k := catRank[r.Text()]; k > t.cat[b.id] {
+				t.cat[b.id] = k
+			}
+		}
+	case RDescribe:
+		if b := d.lookupBlock(r.A); b != nil && t.pre {
+			t.tag[b.id] = trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_"))
+		}
+	case RSnapshot:
+		if t.pre {
+			return nil
+		}
+		e.Kind = trace.KindSnapshot
+		e.Type = trace.NA
+		e.Device = trace.DeviceHost
+		for _, kv := range strings.Split(r.Text(), ",") {
+			if k, v, ok := strings.Cut(kv, ":"); ok {
+				e.Extra = append(e.Extra, trace.KV{Key: k, Value: trace.CleanAttrValue(v)})
+			}
+		}
+		return e
+	case RWatch:
+		if t.pre {
+			return nil
+		}
+		f := strings.Fields(r.Text())
+		if len(f) >= 4 {
+			t.watch = append(t.watch, WatchFinding{Launch: r.A, Row: t.launchRow[r.A], Operator: t.launchOp[r.A],
+				Status: f[0], Tensor: f[1], Before: f[2], After: f[3]})
+		}
+	}
+	return nil
+}
+
+// torchEmitted sees every row as it is numbered: it learns (first pass) or
+// applies (writing pass) what makes a block a PTA block and its owner.
+func (d *Decoder) torchEmitted(e *trace.Event) {
+	t := d.torch
+	switch e.Kind {
+	case trace.KindOpLaunch:
+		if !t.pre && e.Type == trace.TypeAtenStart && e.MstxID != 0 {
+			t.launchRow[e.MstxID] = e.ID
+			e.MstxID = 0
+		}
+	case trace.KindMalloc:
+		if t.pre {
+			if t.depth[int32(e.Tid)] > 0 && t.cat[e.AllocID] == 0 {
+				t.cat[e.AllocID] = catRank["aten"]
+			}
+			return
+		}
+		tag := t.tag[e.AllocID]
+		if !t.pta[e.AllocID] {
+			if tag != "" && e.Type == trace.TypeHost {
+				e.Owner = "HOST@" + tag
+			}
+			return
+		}
+		e.Type = trace.TypePTA
+		owner := "PTA"
+		if _, scope, ok := strings.Cut(e.Owner, "@"); ok && e.Owner != "HOST@mmap" {
+			owner += "@" + scope // a describe scope
+		}
+		if tag != "" {
+			owner += "@" + tag
+		}
+		if c := t.cat[e.AllocID]; c != 0 {
+			owner += "@" + catName[c]
+		}
+		e.Owner = owner
+		t.used += e.Size
+		e.Set("total", strconv.FormatUint(t.used, 10))
+		e.Set("used", strconv.FormatUint(t.used, 10))
+	case trace.KindFree:
+		if t.pre || !t.pta[e.AllocID] {
+			return
+		}
+		e.Type = trace.TypePTA
+		t.used -= min(t.used, e.Size)
+		e.Set("total", strconv.FormatUint(t.used, 10))
+		e.Set("used", strconv.FormatUint(t.used, 10))
+	}
+}
