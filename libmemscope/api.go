@@ -286,17 +286,12 @@ func snapshotMaps(dir string, n int) string {
 	if err != nil {
 		return ""
 	}
-	for i := n; i < n+1000; i++ {
-		p := filepath.Join(dir, spool.SpoolDir, fmt.Sprintf("maps.stop%d.txt", i))
-		err := safefs.WriteNew(p, func(w io.Writer) error { _, err := w.Write(b); return err })
-		if err == nil {
-			return p
-		}
-		if !os.IsExist(err) && !strings.Contains(err.Error(), "exists") {
-			return ""
-		}
-	}
-	return ""
+	p, _ := safefs.CreateUnique(func(i int) string {
+		return filepath.Join(dir, spool.SpoolDir, fmt.Sprintf("maps.stop%d.txt", n+i))
+	}, func(p string) error {
+		return safefs.WriteNew(p, func(w io.Writer) error { _, err := w.Write(b); return err })
+	})
+	return p
 }
 
 // msmemscope_dir puts the capture folder of this process in buf ("" when no

@@ -2,12 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"syscall"
 	"time"
 
@@ -33,63 +31,6 @@ func ensureOutput(dir string) error {
 	return nil
 }
 
-// ManifestProcess is one traced process image in the run manifest.
-type ManifestProcess struct {
-	Pid            int      `json:"pid"`
-	Ppid           int      `json:"ppid"`
-	Cmdline        []string `json:"cmdline"`
-	Folder         string   `json:"folder"`
-	Main           bool     `json:"main"`
-	Events         uint64   `json:"events_recorded"`
-	Rows           uint64   `json:"rows_written"`
-	Lost           uint64   `json:"events_lost"`
-	Complete       bool     `json:"complete"`
-	ExitStatus     *int     `json:"exit_status,omitempty"`
-	Exec           string   `json:"exec,omitempty"`
-	ForkedUntraced int      `json:"forked_children_untraced"`
-	Dump           string   `json:"dump,omitempty"`
-	Error          string   `json:"error,omitempty"`
-}
-
-// Manifest is {output}/run_{timestamp}.json (SPEC §2).
-type Manifest struct {
-	RunID      string            `json:"run_id"`
-	Command    []string          `json:"command"`
-	MainPid    int               `json:"main_pid"`
-	ExitStatus int               `json:"exit_status"`
-	Processes  []ManifestProcess `json:"processes"`
-	path       string
-}
-
-// runFolders finds the process folders a run created.
-func runFolders(output, runID string) ([]string, []*spool.ProcessMeta) {
-	ents, _ := os.ReadDir(output)
-	var dirs []string
-	var metas []*spool.ProcessMeta
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		d := filepath.Join(output, e.Name())
-		m, err := spool.ReadMeta(d)
-		if err != nil || m.RunID != runID {
-			continue
-		}
-		dirs = append(dirs, d)
-		metas = append(metas, m)
-	}
-	idx := make([]int, len(dirs))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return metas[idx[a]].StartMonoNs < metas[idx[b]].StartMonoNs })
-	sd, sm := make([]string, len(dirs)), make([]*spool.ProcessMeta, len(dirs))
-	for i, j := range idx {
-		sd[i], sm[i] = dirs[j], metas[j]
-	}
-	return sd, sm
-}
-
 // waitForStragglers gives processes of the run that outlived the main one
 // (daemons, orphans) a moment to end before their spools are read.
 func waitForStragglers(dirs []string, metas []*spool.ProcessMeta) {
@@ -109,8 +50,8 @@ func waitForStragglers(dirs []string, metas []*spool.ProcessMeta) {
 
 // collectRun converts every capture of the run and writes the manifest; sig
 // is the signal that killed the main program, 0 if it exited.
-func collectRun(cfg config.Config, runID string, mainPid int, command []string, code int, sig syscall.Signal) (*Manifest, error) {
-	dirs, metas := runFolders(cfg.Output, runID)
+func collectRun(cfg config.Config, runID string, mainPid int, command []string, code int, sig syscall.Signal) (*spool.Manifest, string, error) {
+	dirs, metas := spool.RunFolders(cfg.Output, runID)
 	waitForStragglers(dirs, metas)
 	traced := map[int]bool{}
 	lastMain := -1
@@ -120,11 +61,11 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 			lastMain = i
 		}
 	}
-	man := &Manifest{RunID: runID, Command: command, MainPid: mainPid, ExitStatus: code}
+	man := &spool.Manifest{RunID: runID, Command: command, MainPid: mainPid, ExitStatus: code}
 	firstMain := true
 	for i, d := range dirs {
 		m := metas[i]
-		mp := ManifestProcess{Pid: m.Pid, Ppid: m.Ppid, Cmdline: m.Cmdline, Folder: d}
+		mp := spool.ManifestProcess{Pid: m.Pid, Ppid: m.Ppid, Cmdline: m.Cmdline, Folder: d}
 		if m.Pid == mainPid && firstMain {
 			mp.Main, firstMain = true, false
 		}
@@ -152,29 +93,20 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 	if len(dirs) == 0 && sig != 0 {
 		// The collector starts a few ms after main: a program dying at once
 		// leaves nothing, and says so rather than suggesting a static binary.
-		return nil, fmt.Errorf("no capture in %s: the program was killed by signal %d (%v) before msmemscope's collector had started in it", cfg.Output, int(sig), sig)
+		return nil, "", fmt.Errorf("no capture in %s: the program was killed by signal %d (%v) before msmemscope's collector had started in it", cfg.Output, int(sig), sig)
 	}
 	if len(dirs) == 0 {
-		return nil, fmt.Errorf("no traced process left a capture in %s (was the program statically linked, or did it clear LD_PRELOAD?)", cfg.Output)
+		return nil, "", fmt.Errorf("no traced process left a capture in %s (was the program statically linked, or did it clear LD_PRELOAD?)", cfg.Output)
 	}
 	b, _ := json.MarshalIndent(man, "", "  ")
-	now := time.Now()
-	stamp := capture.Stamp(now)
-	for i := 0; ; i++ {
-		name := "run_" + stamp + ".json"
-		if i > 0 {
-			name = fmt.Sprintf("run_%s%03d_%d.json", stamp, now.Nanosecond()/1e6, i)
-		}
-		man.path = filepath.Join(cfg.Output, name)
-		err := safefs.WriteNew(man.path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, os.ErrExist) || i > 100 {
-			return nil, err
-		}
+	path, err := safefs.CreateUnique(safefs.Stamped(filepath.Join(cfg.Output, spool.ManifestPrefix), ".json", time.Now()),
+		func(p string) error {
+			return safefs.WriteNew(p, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+		})
+	if err != nil {
+		return nil, "", err
 	}
-	return man, nil
+	return man, path, nil
 }
 
 // offline converts existing captures (--input=DIR): one process folder, or
@@ -188,20 +120,12 @@ func offline(inv *cli.Invocation) int {
 	if !fi.IsDir() {
 		return offlineFile(inv, in) // a dump file: analyses (and --data-format) on it
 	}
-	var dirs []string
-	if _, err := spool.ReadMeta(in); err == nil {
-		dirs = []string{in}
-	} else {
-		ents, _ := os.ReadDir(in)
-		for _, e := range ents {
-			d := filepath.Join(in, e.Name())
-			if _, err := spool.ReadMeta(d); e.IsDir() && err == nil {
-				dirs = append(dirs, d)
-			}
-		}
+	dirs := []string{in}
+	if !spool.IsCapture(in) {
+		dirs = spool.Captures(in) // an output folder: every capture in it
 	}
 	if len(dirs) == 0 {
-		if dumps := dumpFiles(in); len(dumps) > 0 {
+		if dumps := spool.DumpFiles(in); len(dumps) > 0 {
 			return offlineFile(inv, dumps[len(dumps)-1]) // a capture without its spool
 		}
 		return usage(fmt.Errorf("--input %s: no capture found (no spool/process.json)", in))

@@ -137,7 +137,7 @@ func runProgram(inv *cli.Invocation) int {
 			sig = ws.Signal()
 		}
 	}
-	man, err := collectRun(cfg, runID, cmd.Process.Pid, inv.Program, code, sig)
+	man, manPath, err := collectRun(cfg, runID, cmd.Process.Pid, inv.Program, code, sig)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 		if code == 0 {
@@ -146,7 +146,7 @@ func runProgram(inv *cli.Invocation) int {
 		return code
 	}
 	fmt.Fprintf(os.Stderr, "msmemscope: %d traced process(es); results in %s (run manifest %s)\n",
-		len(man.Processes), cfg.Output, man.path)
+		len(man.Processes), cfg.Output, manPath)
 	return code
 }
 

@@ -2,18 +2,15 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
 	"msmemscope/analyzer"
-	"msmemscope/capture"
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
@@ -48,97 +45,15 @@ func exitFor(err error) int {
 	return fail(err)
 }
 
-// dumpFiles lists the dump files of a capture folder, newest last.
-func dumpFiles(dir string) []string {
-	var out []string
-	for _, pat := range []string{"memscope_dump_*.csv", "memscope_dump_*.db"} {
-		m, _ := filepath.Glob(filepath.Join(dir, spool.DumpDir, pat))
-		out = append(out, m...)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		fi, _ := os.Stat(out[i])
-		fj, _ := os.Stat(out[j])
-		if fi != nil && fj != nil && !fi.ModTime().Equal(fj.ModTime()) {
-			return fi.ModTime().Before(fj.ModTime())
-		}
-		return out[i] < out[j]
-	})
-	return out
-}
-
-// mainCapture picks the capture of an output folder: the only one (a folder
-// with a spool or with dump files), or the main process of its newest run
-// manifest.
-func mainCapture(in string) (string, error) {
-	var found []string
-	ents, _ := os.ReadDir(in)
-	for _, e := range ents {
-		d := filepath.Join(in, e.Name())
-		if !e.IsDir() {
-			continue
-		}
-		if _, err := spool.ReadMeta(d); err == nil || len(dumpFiles(d)) > 0 {
-			found = append(found, d)
-		}
-	}
-	if len(found) == 1 {
-		return found[0], nil
-	}
-	mans, _ := filepath.Glob(filepath.Join(in, "run_*.json"))
-	sort.Strings(mans)
-	if len(mans) > 0 {
-		if b, err := os.ReadFile(mans[len(mans)-1]); err == nil {
-			var m Manifest
-			if json.Unmarshal(b, &m) == nil {
-				for _, p := range m.Processes {
-					if p.Main && p.Folder != "" {
-						return p.Folder, nil
-					}
-				}
-			}
-		}
-	}
-	return "", fmt.Errorf("%s holds %d captures: name one msmemscope_{pid}_{timestamp} folder", in, len(found))
-}
-
-// streamInput is an opened input.
-type streamInput struct {
-	name  string
-	s     trace.Stream
-	close func() error
-	prog  analyzer.Source // nil when progress is unknown
-}
-
-// openInput opens --input path for reading: a dump file; a capture folder
-// (its newest dump file, else its spool); an output folder holding one
-// capture or a run manifest naming the main one.
-func openInput(in string) (*streamInput, error) {
-	fi, err := os.Stat(in)
-	if err != nil {
-		return nil, badInput(fmt.Errorf("--input %s: %v", in, errors.Unwrap(err)))
-	}
-	if !fi.IsDir() {
-		f, err := trace.Open(in, trace.OpenOptions{Lean: true, Reuse: true,
-			Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindKernelLaunch, trace.KindMalloc, trace.KindFree}})
-		if err != nil {
-			return nil, badInput(err)
-		}
-		return &streamInput{name: in, s: f, close: f.Close, prog: f}, nil
-	}
-	dir := in
-	if _, err := spool.ReadMeta(in); err != nil && len(dumpFiles(in)) == 0 {
-		if dir, err = mainCapture(in); err != nil {
-			return nil, badInput(fmt.Errorf("--input %v", err))
-		}
-	}
-	if dumps := dumpFiles(dir); len(dumps) > 0 {
-		return openInput(dumps[len(dumps)-1])
-	}
-	s, closeFn, err := spool.OpenStream(dir)
+// openInput opens --input path for reading (spool.Open: a dump file, a
+// capture folder, an output folder, a spool or a rotated log).
+func openInput(in string) (trace.Input, error) {
+	f, err := spool.Open(in, trace.OpenOptions{Lean: true, Reuse: true,
+		Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindKernelLaunch, trace.KindMalloc, trace.KindFree}})
 	if err != nil {
 		return nil, badInput(fmt.Errorf("--input %v", err))
 	}
-	return &streamInput{name: dir, s: s, close: closeFn}, nil
+	return f, nil
 }
 
 // compare is msmemscope --compare --input=BASE,COMPARE [--output=DIR].
@@ -152,11 +67,9 @@ func compare(inv *cli.Invocation) int {
 			prog.Done()
 			return exitFor(err)
 		}
-		if si.prog != nil {
-			prog.Track(si.prog)
-		}
-		seq, err := cm.Launches(si.s, si.name)
-		si.close()
+		prog.Track(si)
+		seq, err := cm.Launches(si, si.Path())
+		si.Close()
 		if err != nil {
 			prog.Done()
 			return exitFor(badInput(err))
@@ -184,25 +97,8 @@ func compare(inv *cli.Invocation) int {
 // writeUnique writes a new file dir/prefix{timestamp}ext, adding
 // milliseconds and then a counter when the name is taken.
 func writeUnique(dir, prefix, ext string, write func(io.Writer) error) (string, error) {
-	now := time.Now()
-	stamp := capture.Stamp(now)
-	for i := 0; ; i++ {
-		name := prefix + stamp + ext
-		switch {
-		case i == 1:
-			name = fmt.Sprintf("%s%s%03d%s", prefix, stamp, now.Nanosecond()/1e6, ext)
-		case i > 1:
-			name = fmt.Sprintf("%s%s%03d_%d%s", prefix, stamp, now.Nanosecond()/1e6, i-1, ext)
-		}
-		p := filepath.Join(dir, name)
-		err := safefs.WriteNew(p, write)
-		if err == nil {
-			return p, nil
-		}
-		if !errors.Is(err, os.ErrExist) || i > 100 {
-			return "", err
-		}
-	}
+	return safefs.CreateUnique(safefs.Stamped(filepath.Join(dir, prefix), ext, time.Now()),
+		func(p string) error { return safefs.WriteNew(p, write) })
 }
 
 // offlineFile runs --analysis on a dump file (and, with --data-format naming
@@ -304,14 +200,7 @@ func exportDump(path, format string) (string, uint64, error) {
 		return "", 0, badInput(err)
 	}
 	defer in.Close()
-	base := strings.TrimSuffix(path, filepath.Ext(path))
-	out := base + "." + format
-	for i := 1; ; i++ {
-		if _, err := os.Lstat(out); os.IsNotExist(err) {
-			break
-		}
-		out = fmt.Sprintf("%s_%d.%s", base, i, format)
-	}
+	out := safefs.FreeName(safefs.Numbered(strings.TrimSuffix(path, filepath.Ext(path)), "."+format))
 	prog := analyzer.NewProgress("export")
 	defer prog.Done()
 	prog.Track(in)

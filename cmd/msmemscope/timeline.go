@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"strings"
 
 	"msmemscope/analyzer"
 	"msmemscope/capture"
@@ -12,74 +11,44 @@ import (
 	"msmemscope/trace"
 )
 
-// openTimelineInput resolves --input for --timeline: a capture folder (its
-// spool or rotating logs; returned as dir), an output folder holding exactly
-// one capture, or a dump CSV file (opened by the returned function, which can
-// be called twice: the report at the peak replays the stream).
-func openTimelineInput(in string) (func() (trace.Stream, func() error, error), string, error) {
-	fi, err := os.Stat(in)
-	if err != nil {
-		return nil, "", fmt.Errorf("--input %s: %v", in, err)
-	}
-	if !fi.IsDir() {
-		if !strings.HasSuffix(in, ".csv") {
-			return nil, "", fmt.Errorf("--input %s: expected a capture folder or a memscope_dump CSV file", in)
-		}
-		return func() (trace.Stream, func() error, error) {
-			f, err := os.Open(in)
-			if err != nil {
-				return nil, nil, err
-			}
-			r, err := trace.NewCSVReader(f, in)
-			if err != nil {
-				f.Close()
-				return nil, nil, err
-			}
-			return r, f.Close, nil
-		}, "", nil
-	}
-	dir, err := spool.FindCapture(in)
-	if err != nil {
-		return nil, "", fmt.Errorf("--input %v", err)
-	}
-	return func() (trace.Stream, func() error, error) { return spool.OpenStream(dir) }, dir, nil
-}
-
-// timeline prints the peak timeline of a capture and the per-site report at
-// its peak (SPEC §7). Rotating logs are parsed in parallel.
+// timeline prints the peak timeline of an input and the per-site report at
+// its peak (SPEC §7). A capture is read from its spool (rotating logs are
+// parsed in parallel); any other input (a dump CSV or DB, a spool file, a
+// rotated log) is read as the stream spool.Open gives, twice: the report at
+// the peak replays it.
 func timeline(inv *cli.Invocation) int {
 	iv := uint64(inv.IntervalMs)
-	open, dir, err := openTimelineInput(inv.Inputs[0])
+	in := inv.Inputs[0]
+	found, err := spool.Find(in)
 	if err != nil {
-		return usage(err)
+		return usage(fmt.Errorf("--input %v", err))
 	}
 	var tl *analyzer.Timeline
-	if dir != "" {
-		tl, err = capture.Timeline(dir, iv, 0)
+	if found.HasSpool() {
+		tl, err = capture.Timeline(found.Capture, iv, 0)
 	} else {
-		var s trace.Stream
-		var closeFn func() error
-		if s, closeFn, err = open(); err == nil {
-			tl, err = analyzer.BuildTimeline(s, iv)
-			closeFn()
+		var f trace.Input
+		if f, err = spool.Open(in, trace.OpenOptions{}); err != nil {
+			return usage(fmt.Errorf("--input %v", err))
 		}
+		tl, err = analyzer.BuildTimeline(f, iv)
+		f.Close()
 	}
 	if err != nil {
 		return fail(err)
 	}
 	peak, ok := tl.Peak()
 	if !ok {
-		return fail(fmt.Errorf("%s holds no events", inv.Inputs[0]))
+		return fail(fmt.Errorf("%s holds no events", in))
 	}
 	var rep analyzer.MemReport
-	if dir != "" {
-		rep, err = capture.ReportWithTime(dir, iv, peak.Ms)
+	if found.HasSpool() {
+		rep, err = capture.ReportWithTime(found.Capture, iv, peak.Ms)
 	} else {
-		var s trace.Stream
-		var closeFn func() error
-		if s, closeFn, err = open(); err == nil {
-			rep, err = tl.ReportAt(s, peak.Ms)
-			closeFn()
+		var f trace.Input
+		if f, err = spool.Open(in, trace.OpenOptions{}); err == nil {
+			rep, err = tl.ReportAt(f, peak.Ms)
+			f.Close()
 		}
 	}
 	if err != nil {

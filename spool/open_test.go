@@ -1,0 +1,159 @@
+package spool
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"msmemscope/config"
+	"msmemscope/trace"
+)
+
+// captureFolder writes an output folder holding one capture folder whose
+// spool is sb, and returns both.
+func captureFolder(t *testing.T, sb *spoolBuilder) (out, capDir string) {
+	t.Helper()
+	out = t.TempDir()
+	capDir = filepath.Join(out, "msmemscope_7_20260101000000")
+	if err := os.MkdirAll(filepath.Join(capDir, SpoolDir), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(ProcessMeta{Pid: 7, Config: config.Default()})
+	os.WriteFile(filepath.Join(capDir, SpoolDir, ProcessFile), b, 0o640)
+	os.WriteFile(filepath.Join(capDir, SpoolDir, FileName), sb.b.Bytes(), 0o640)
+	return out, capDir
+}
+
+func readInput(t *testing.T, in trace.Input) []trace.Event {
+	t.Helper()
+	var evs []trace.Event
+	for {
+		e, err := in.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil {
+			return evs
+		}
+		evs = append(evs, *e)
+	}
+}
+
+// Open reads a capture the same way whichever path names it: the output
+// folder, the capture folder, the spool file; then, once the capture has a
+// dump, the dump (CSV), which holds the same rows.
+func TestOpenAnyInput(t *testing.T) {
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1))
+	sb.chunk(5,
+		rec{ts: 1100, a: 0x1000, b: 64, kind: RMalloc, flags: FHost},
+		rec{ts: 1200, a: 0x2000, b: 32, kind: RMalloc, flags: FHost},
+		rec{ts: 1300, a: 0x1000, kind: RFree, flags: FHost},
+	)
+	out, capDir := captureFolder(t, sb)
+	var want []trace.Event
+	for i, p := range []string{capDir, out, filepath.Join(capDir, SpoolDir, FileName)} {
+		f, err := Find(p)
+		if err != nil {
+			t.Fatalf("Find(%s): %v", p, err)
+		}
+		if f.Capture != capDir {
+			t.Errorf("Find(%s).Capture = %q, want %q", p, f.Capture, capDir)
+		}
+		in, err := Open(p, trace.OpenOptions{})
+		if err != nil {
+			t.Fatalf("Open(%s): %v", p, err)
+		}
+		if in.Format() != FormatSpool {
+			t.Errorf("Open(%s): format %s", p, in.Format())
+		}
+		evs := readInput(t, in)
+		if done, total := in.Progress(); done != total || total != 4 { // the calibration counts too
+			t.Errorf("Open(%s): progress %d of %d, want 4 of 4", p, done, total)
+		}
+		// Lookup decodes again and finds the same rows.
+		var looked []trace.Event
+		if err := in.Lookup([]uint64{1, 3}, func(e *trace.Event) error { looked = append(looked, *e); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		in.Close()
+		if len(evs) != 3 || len(looked) != 2 || !reflect.DeepEqual(looked[1], evs[2]) {
+			t.Fatalf("Open(%s): %d events, lookup %v", p, len(evs), looked)
+		}
+		if i == 0 {
+			want = evs
+		} else if !reflect.DeepEqual(evs, want) {
+			t.Errorf("Open(%s) differs from Open(%s)", p, capDir)
+		}
+	}
+	// Kinds filters spool rows as it filters dump rows.
+	in, err := Open(capDir, trace.OpenOptions{Kinds: []trace.Kind{trace.KindFree}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs := readInput(t, in); len(evs) != 1 || evs[0].Kind != trace.KindFree || evs[0].Size != 64 {
+		t.Errorf("Kinds FREE: %+v", evs)
+	}
+	in.Close()
+
+	// A dump beside the spool is read instead (it is what was written).
+	os.MkdirAll(filepath.Join(capDir, DumpDir), 0o750)
+	dump := filepath.Join(capDir, DumpDir, "memscope_dump_20260101000000.csv")
+	f, _ := os.Create(dump)
+	bw := bufio.NewWriter(f)
+	w := trace.NewCSVWriter(bw)
+	for i := range want {
+		w.Write(&want[i])
+	}
+	w.Flush()
+	bw.Flush()
+	f.Close()
+	for _, p := range []string{capDir, out, dump} {
+		in, err := Open(p, trace.OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Format() != trace.FormatCSV || in.Path() != dump {
+			t.Errorf("Open(%s): %s %s, want the CSV dump", p, in.Format(), in.Path())
+		}
+		if evs := readInput(t, in); len(evs) != len(want) || evs[1].Size != want[1].Size || evs[1].Ptr != want[1].Ptr {
+			t.Errorf("Open(%s): %+v, want %+v", p, evs, want)
+		}
+		in.Close()
+	}
+	if in, err := OpenSpool(capDir, trace.OpenOptions{}); err != nil || in.Format() != FormatSpool {
+		t.Errorf("OpenSpool: %v", err)
+	} else {
+		in.Close()
+	}
+}
+
+func TestFindErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Find(filepath.Join(dir, "none")); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing path: %v", err)
+	}
+	// An output folder with two captures and no manifest: name one.
+	for _, n := range []string{"msmemscope_1_1", "msmemscope_2_1"} {
+		os.MkdirAll(filepath.Join(dir, n, DumpDir), 0o750)
+		os.WriteFile(filepath.Join(dir, n, DumpDir, "memscope_dump_1.csv"), []byte{}, 0o640)
+	}
+	if _, err := Find(dir); err == nil || !strings.Contains(err.Error(), "holds 2 captures") {
+		t.Errorf("two captures: %v", err)
+	}
+	// A manifest names the main one.
+	m := Manifest{Processes: []ManifestProcess{{Pid: 1, Folder: filepath.Join(dir, "msmemscope_2_1"), Main: true}}}
+	b, _ := json.Marshal(m)
+	os.WriteFile(filepath.Join(dir, "run_1.json"), b, 0o640)
+	if f, err := Find(dir); err != nil || f.Capture != filepath.Join(dir, "msmemscope_2_1") {
+		t.Errorf("manifest: %+v %v", f, err)
+	}
+	// FindCapture wants a spool.
+	if _, err := FindCapture(dir); err == nil || !strings.Contains(err.Error(), "not a capture folder") {
+		t.Errorf("FindCapture without a spool: %v", err)
+	}
+}
