@@ -11,6 +11,10 @@ import (
 )
 
 // CSVReader reads a memscope_dump CSV (SPEC §2.1) as a Stream of events.
+// It is the one definition of how a dump CSV reads: Open's parallel input
+// (csvinput.go) takes a fast path through plain records and hands every
+// other record to a CSVReader, so both give the same events and errors. Use
+// Open for files; CSVReader reads any io.Reader, one record at a time.
 //
 // It streams: memory use is bounded by the longest record plus a bounded table
 // of interned strings (event types, names, devices, owners, call stacks), not by

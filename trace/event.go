@@ -1,7 +1,8 @@
-// Package trace holds msmemscope's event model and the formats events travel in:
-// the binary spool written during a run, the memscope_dump CSV (SPEC §2.1) and,
-// later, SQLite. Readers of every format yield the same Event values, so the
-// analyses never care where events came from.
+// Package trace holds msmemscope's event model and the dump formats: the
+// memscope_dump CSV (SPEC §2.1) and SQLite (§2.2), read by Open and written
+// by CSVWriter and SQLiteWriter. The binary spool a run writes is package
+// spool's, which decodes it into the same Event values: the analyses never
+// care where events came from.
 package trace
 
 import (
