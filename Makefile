@@ -82,7 +82,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzOpenCSV -fuzztime=$(FUZZ_EXECS) ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzSQLiteRoundTrip -fuzztime=$(FUZZ_EXECS) ./trace/
 	$(GO) test -run='^$$' -fuzz=FuzzAlign -fuzztime=$(FUZZ_EXECS) ./analyzer/
-	$(GO) test -run='^$$' -fuzz=FuzzSpool -fuzztime=$(FUZZ_EXECS) ./trace/
+	$(GO) test -run='^$$' -fuzz=FuzzSpool -fuzztime=$(FUZZ_EXECS) ./spool/
 
 # The main job on a bundled example: a C program leaking inside mstx steps.
 demo: deps build venv

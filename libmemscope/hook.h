@@ -1,6 +1,6 @@
 // The hot path's shared definitions: the event records (8-byte units) that rings and
 // the spool hold, and the functions the Go engine calls. Keep in sync with
-// trace/spool.go, which reads these records.
+// spool/spool.go, which reads these records.
 #ifndef MEMSCOPE_HOOK_H
 #define MEMSCOPE_HOOK_H
 
@@ -20,7 +20,7 @@
 // The top bit of an event's first unit tells them apart (a full record's
 // first unit ends with its kind, always < 0x8000). A compact record carries
 // no stamp: its time is interpolated within the thread's current epoch (the
-// last R_EPOCH before it). Keep in sync with trace/spool.go.
+// last R_EPOCH before it). Keep in sync with spool/spool.go.
 typedef struct {
 	uint32_t n; // continuation units that follow (low 16 bits); a MALLOC's site id (high 16)
 	uint16_t flags;
@@ -80,7 +80,7 @@ enum {
 	R_OP_START = 40, // a = launch index; payload: operator name, then its READ accesses (text lines)
 	R_OP_END = 41,   // a = launch index; payload: operator name, then its WRITE accesses
 	R_SNAPSHOT = 42, // payload: attrs "k:v,k:v" (host rss and heap; torch.cuda stats)
-	R_WATCH = 43,    // a = launch index; payload: watch result line (see capture/torch.go)
+	R_WATCH = 43,    // a = launch index; payload: watch result line (see spool/torch.go)
 	R_TAG = 44,      // a = a tensor storage's address; payload: owner category (weight, gradient…)
 };
 

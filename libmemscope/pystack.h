@@ -2,7 +2,7 @@
 // thread's own CPython 3.11 frames, kept as (code id, instruction) pairs; each
 // code object's names and line table go to the spool once, as an R_PYCODE
 // record, and line numbers are computed when files are written (Go:
-// trace/pycode.go).
+// spool/pycode.go).
 //
 // A MALLOC record with F_PYSTACK carries the payload
 //

@@ -15,8 +15,9 @@ import (
 
 // Every input a user names (--input, input_path, the C API's input) is found
 // here: an output folder (its one capture, or the main process of its newest
-// run manifest), a capture folder (its newest dump, else its spool or rotated
-// logs), a dump file (CSV or SQLite), a spool file or one rotated log.
+// run manifest), a capture folder or its spool folder (its newest dump, else
+// its spool or rotated logs), a dump file (CSV or SQLite), a spool file or
+// one rotated log.
 
 // Found is what an input path names.
 type Found struct {
@@ -48,6 +49,9 @@ func Find(path string) (Found, error) {
 	}
 	if IsCapture(path) || len(DumpFiles(path)) > 0 {
 		return Found{Capture: path}, nil
+	}
+	if filepath.Base(filepath.Clean(path)) == SpoolDir && IsCapture(filepath.Dir(filepath.Clean(path))) {
+		return Found{Capture: filepath.Dir(filepath.Clean(path))}, nil // the folder of the spool or the rotated logs
 	}
 	d, err := mainCapture(path)
 	if err != nil {

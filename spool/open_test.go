@@ -56,7 +56,7 @@ func TestOpenAnyInput(t *testing.T) {
 	)
 	out, capDir := captureFolder(t, sb)
 	var want []trace.Event
-	for i, p := range []string{capDir, out, filepath.Join(capDir, SpoolDir, FileName)} {
+	for i, p := range []string{capDir, out, filepath.Join(capDir, SpoolDir), filepath.Join(capDir, SpoolDir, FileName)} {
 		f, err := Find(p)
 		if err != nil {
 			t.Fatalf("Find(%s): %v", p, err)

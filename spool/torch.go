@@ -8,7 +8,7 @@ import (
 	"msmemscope/trace"
 )
 
-// PyTorch records (trace/torch.go) become OP_LAUNCH, ACCESS and SNAPSHOT
+// PyTorch records (records_torch.go) become OP_LAUNCH, ACCESS and SNAPSHOT
 // rows, and turn HOST blocks into PTA blocks with owners (SPEC §2.1, §4.2,
 // §5.5). Owners and PTA-ness are often learnt after a block's MALLOC (a
 // parameter is tagged when the optimizer steps), so a capture holding

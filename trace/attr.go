@@ -243,7 +243,7 @@ func setTyped[T string | []byte](e *Event, s, k, v T, bit uint16, val func(T) st
 }
 
 // applyTyped stores the value of a typed Attr key (bit) in e; false when it
-// does not parse. Shared by the reader and the fast path of trace.Open.
+// does not parse. Shared by the reader and the fast path of Open.
 func applyTyped[T string | []byte](e *Event, bit uint16, v T, val func(T) string) bool {
 	ok := true
 	switch bit {

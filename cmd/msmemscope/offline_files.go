@@ -20,8 +20,7 @@ import (
 
 // Offline work on dump files (SPEC §5, §5.2): --compare of two captures, and
 // --input=FILE (a memscope_dump CSV or DB) with --analysis and --data-format.
-// Every input is read through a trace.Stream: a dump file with trace.Open, a
-// capture that has only its spool with spool.OpenStream.
+// Every input is found and opened by spool.Open, as one trace.Input.
 
 // inputError is a bad input (a path, a malformed file): a usage error.
 type inputError struct{ err error }

@@ -22,7 +22,7 @@ While collection is on (``msmemscope.start()`` with torch imported, or
   that made it.
 
 Everything is sent to the library as records (msmemscope_torch_event); the
-rows are made when the files are written (capture/torch.go).
+rows are made when the files are written (spool/torch.go).
 """
 
 import ctypes

@@ -1,6 +1,6 @@
 """Writes trace/testdata/py311_linetables.json: real CPython 3.11 code
 objects' line tables with what co_lines() and co_positions() say, for the Go
-decoder's unit test (trace/pycode_test.go). Run with a 3.11 interpreter:
+decoder's unit test (spool/pycode_test.go). Run with a 3.11 interpreter:
 
     python python/tests/gen_linetables.py trace/testdata/py311_linetables.json
 """
