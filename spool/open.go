@@ -113,8 +113,9 @@ func unwrapPath(err error) error {
 const FormatSpool = "spool"
 
 // Open opens any input (see Find) as one stream of dump events: a capture
-// folder's newest dump file, else its spool (or rotated logs), decoded in
-// the order and with the ids its dump would have. opt applies to dump files
+// folder's newest dump file, else its spool (or rotated logs), decoded into
+// the rows, in the order and with the ids, its dump would have (PyTorch rows
+// included; --steps filtering aside). opt applies to dump files
 // as trace.Open says; on a spool, Kinds filters rows too.
 func Open(path string, opt trace.OpenOptions) (trace.Input, error) {
 	f, err := Find(path)
@@ -158,10 +159,11 @@ type spoolInput struct {
 	dec   *Decoder
 	opt   trace.OpenOptions
 	maps  string
+	torch bool // PyTorch records become rows, as in the dump
 }
 
 func openSpoolInput(f Found, opt trace.OpenOptions) (*spoolInput, error) {
-	in := &spoolInput{found: f, opt: opt}
+	in := &spoolInput{found: f, opt: opt, torch: true}
 	var err error
 	if in.sp, in.dec, err = in.open(); err != nil {
 		return nil, err
@@ -197,6 +199,12 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 	}
 	dec := NewDecoder(sp, in.found.Capture, meta, meta.Config)
 	dec.SymbolizeWith("", in.maps)
+	if in.torch {
+		if err := dec.DecodeTorch(); err != nil {
+			sp.Close()
+			return nil, nil, err
+		}
+	}
 	return sp, dec, nil
 }
 
@@ -273,9 +281,9 @@ func (in *spoolInput) Offset() int64 { return -1 }
 
 func (in *spoolInput) Close() error { return in.sp.Close() }
 
-// OpenStream decodes a capture folder's spool as a stream of events, in the
-// same order and with the same ids as its dump (PyTorch rows aside). Close
-// it when done.
+// OpenStream decodes a capture folder's spool as a stream of its memory and
+// mstx events (PyTorch records are skipped, unlike Open: the live report and
+// the timeline need blocks only). Close it when done.
 func OpenStream(dir string) (trace.Stream, func() error, error) { return OpenStreamMaps(dir, "") }
 
 // OpenStreamMaps is OpenStream for a capture still being recorded: maps is
@@ -289,10 +297,11 @@ func OpenStreamMaps(dir, maps string) (trace.Stream, func() error, error) {
 	return in, in.Close, nil
 }
 
-// OpenLogStream decodes one rotated log of capture dir alone.
+// OpenLogStream is OpenStream for one rotated log of capture dir alone.
 func OpenLogStream(dir, path string) (trace.Stream, func() error, error) {
-	in, err := openSpoolInput(Found{Capture: dir, File: path}, trace.OpenOptions{})
-	if err != nil {
+	in := &spoolInput{found: Found{Capture: dir, File: path}}
+	var err error
+	if in.sp, in.dec, err = in.open(); err != nil {
 		return nil, nil, err
 	}
 	return in, in.Close, nil

@@ -157,3 +157,48 @@ func TestFindErrors(t *testing.T) {
 		t.Errorf("FindCapture without a spool: %v", err)
 	}
 }
+
+// A spool opened with Open gives the PyTorch rows its dump has: operator
+// launches, accesses, and PTA blocks.
+func TestOpenSpoolTorchRows(t *testing.T) {
+	text := func(kind uint16, ts, a uint64, s string) rec {
+		return rec{ts: ts, a: a, b: uint64(len(s)), kind: kind, flags: FText, payload: []byte(s)}
+	}
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1))
+	sb.chunk(5,
+		text(ROpStart, 1100, 1, "aten::empty"),
+		rec{ts: 1200, a: 0x1000, b: 64, kind: RMalloc, flags: FHost},
+		text(ROpEnd, 1300, 1, "aten::empty\nN 1000 1000 64 float [16] ND"),
+		text(ROpStart, 1400, 2, "aten::add\nR 1000 1000 64 float [16] ND"),
+		text(ROpEnd, 1500, 2, "aten::add"),
+	)
+	_, capDir := captureFolder(t, sb)
+	cfg := config.Default()
+	cfg.Events.Access = true // --events=...,access
+	b, _ := json.Marshal(ProcessMeta{Pid: 7, Config: cfg})
+	os.WriteFile(filepath.Join(capDir, SpoolDir, ProcessFile), b, 0o640)
+	in, err := Open(capDir, trace.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var got []string
+	for _, e := range readInput(t, in) {
+		got = append(got, e.Kind.String()+" "+e.Type+" "+e.Name)
+	}
+	want := []string{"OP_LAUNCH ATEN_START aten::empty", "MALLOC PTA ", "OP_LAUNCH ATEN_END aten::empty",
+		"OP_LAUNCH ATEN_START aten::add", "ACCESS READ aten::add", "OP_LAUNCH ATEN_END aten::add"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rows:\n got %q\nwant %q", got, want)
+	}
+	// OpenStream (the live report, the timeline) keeps to blocks.
+	s, closeFn, err := OpenStream(capDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	if e, _ := s.Next(); e == nil || e.Kind != trace.KindMalloc || e.Type != trace.TypeHost {
+		t.Errorf("OpenStream: first row %+v, want the HOST MALLOC", e)
+	}
+}
