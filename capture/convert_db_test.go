@@ -90,20 +90,9 @@ func TestConvertDataFormatDB(t *testing.T) {
 
 func readDump(t *testing.T, p string) []trace.Event {
 	t.Helper()
-	in, err := trace.Open(p, trace.OpenOptions{})
+	evs, err := trace.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer in.Close()
-	var evs []trace.Event
-	for {
-		e, err := in.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e == nil {
-			return evs
-		}
-		evs = append(evs, *e)
-	}
+	return evs
 }

@@ -30,17 +30,11 @@ func captureFolder(t *testing.T, sb *spoolBuilder) (out, capDir string) {
 
 func readInput(t *testing.T, in trace.Input) []trace.Event {
 	t.Helper()
-	var evs []trace.Event
-	for {
-		e, err := in.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e == nil {
-			return evs
-		}
-		evs = append(evs, *e)
+	evs, err := trace.ReadAll(in)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return evs
 }
 
 // Open reads a capture the same way whichever path names it: the output

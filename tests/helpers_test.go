@@ -31,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"msmemscope/spool"
 	"msmemscope/trace"
 )
 
@@ -315,32 +316,13 @@ func oneLineError(t *testing.T, r *result, want ...string) {
 // ---------------------------------------------------------------------------
 // Output files
 
-// manifest mirrors run_{timestamp}.json (SPEC §2).
+// manifest is run_{timestamp}.json (SPEC §2) and where it was found.
 type manifest struct {
-	RunID      string        `json:"run_id"`
-	Command    []string      `json:"command"`
-	MainPid    int           `json:"main_pid"`
-	ExitStatus int           `json:"exit_status"`
-	Processes  []processInfo `json:"processes"`
-	path       string
+	spool.Manifest
+	path string
 }
 
-type processInfo struct {
-	Pid            int      `json:"pid"`
-	Ppid           int      `json:"ppid"`
-	Cmdline        []string `json:"cmdline"`
-	Folder         string   `json:"folder"`
-	Main           bool     `json:"main"`
-	Events         uint64   `json:"events_recorded"`
-	Rows           uint64   `json:"rows_written"`
-	Lost           uint64   `json:"events_lost"`
-	Complete       bool     `json:"complete"`
-	ExitStatus     *int     `json:"exit_status"`
-	Exec           string   `json:"exec"`
-	ForkedUntraced int      `json:"forked_children_untraced"`
-	Dump           string   `json:"dump"`
-	Error          string   `json:"error"`
-}
+type processInfo = spool.ManifestProcess
 
 // readManifest reads the one run manifest in out.
 func readManifest(t *testing.T, out string) *manifest {

@@ -214,3 +214,16 @@ func CleanAttrValue(s string) string {
 type Stream interface {
 	Next() (*Event, error)
 }
+
+// ReadAll reads s to its end; the events are copies (an Input may reuse its
+// own).
+func ReadAll(s Stream) ([]Event, error) {
+	var evs []Event
+	for {
+		e, err := s.Next()
+		if e == nil || err != nil {
+			return evs, err
+		}
+		evs = append(evs, *e)
+	}
+}

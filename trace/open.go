@@ -141,3 +141,14 @@ func DetectFormat(path string) (string, error) {
 	}
 	return FormatCSV, nil
 }
+
+// ReadFile reads every row of a dump file at once (small files: tests,
+// comparisons).
+func ReadFile(path string) ([]Event, error) {
+	in, err := Open(path, OpenOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	return ReadAll(in)
+}

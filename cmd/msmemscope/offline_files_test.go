@@ -183,20 +183,9 @@ func TestOfflineFileCLI(t *testing.T) {
 
 func readAll(t *testing.T, p string) []trace.Event {
 	t.Helper()
-	in, err := trace.Open(p, trace.OpenOptions{})
+	evs, err := trace.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer in.Close()
-	var evs []trace.Event
-	for {
-		e, err := in.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e == nil {
-			return evs
-		}
-		evs = append(evs, *e)
-	}
+	return evs
 }
