@@ -7,12 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
-	"time"
 
 	"github.com/klauspost/compress/zstd"
-
-	"msmemscope/internal/safefs"
 )
 
 // Rotated logs (--log-mode=rotate, SPEC §7; written by capture.Rotator):
@@ -67,20 +63,22 @@ func ReadLog(path string) ([]byte, error) {
 }
 
 // OpenCapture opens a capture folder's spool: spool.bin, or, for a rotating
-// capture, its logs and late.bin combined into one temporary raw spool. The
-// logs are not read in place: the spool is read by random access, thread by
-// thread, and holding every log decompressed in memory instead would make
-// memory grow with the disk that rotation bounds.
+// capture, its logs and late.bin read in place as one spool (logSpool).
 func OpenCapture(dir string) (*Spool, error) {
 	if len(LogFiles(dir)) == 0 {
 		return OpenFile(filepath.Join(dir, SpoolDir, FileName))
 	}
-	tmp := filepath.Join(dir, SpoolDir, fmt.Sprintf(".combined-%d-%d.bin", os.Getpid(), time.Now().UnixNano()))
-	defer os.Remove(tmp) // the open spool keeps it readable
-	if err := combineLogs(dir, tmp); err != nil {
+	ls, err := openLogSpool(dir)
+	if err != nil {
 		return nil, err
 	}
-	return OpenFile(tmp)
+	s, err := New(ls, ls.size)
+	if err != nil {
+		ls.Close()
+		return nil, fmt.Errorf("%s: %v", filepath.Join(dir, SpoolDir), err)
+	}
+	s.closer = ls
+	return s, nil
 }
 
 // OpenLog opens one rotated log alone (each is self-contained).
@@ -94,40 +92,4 @@ func OpenLog(path string) (*Spool, error) {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	return sp, nil
-}
-
-// combineLogs writes the rotated logs still on disk and late.bin into one raw
-// spool (dst), oldest first: what Convert reads for a rotating capture.
-func combineLogs(dir, dst string) error {
-	files := LogFiles(dir)
-	if len(files) == 0 {
-		return fmt.Errorf("%s: no rotated logs", dir)
-	}
-	out, err := safefs.CreateNew(dst, 0)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	for i, f := range files {
-		b, err := ReadLog(f)
-		if err != nil {
-			return err
-		}
-		if len(b) < HdrSize || string(b[:8]) != Magic {
-			return fmt.Errorf("%s: not an msmemscope log", f)
-		}
-		if i > 0 {
-			b = b[HdrSize:]
-		}
-		if _, err := out.Write(b); err != nil {
-			return err
-		}
-	}
-	late, err := os.ReadFile(filepath.Join(dir, SpoolDir, LateFile))
-	if err == nil && len(late) > HdrSize && strings.HasPrefix(string(late), Magic) {
-		if _, err := out.Write(late[HdrSize:]); err != nil {
-			return err
-		}
-	}
-	return out.Close()
 }

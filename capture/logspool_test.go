@@ -1,0 +1,116 @@
+package capture
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"msmemscope/spool"
+)
+
+// spoolRecs reads every record of sp in time order.
+func spoolRecs(t *testing.T, sp *spool.Spool) [][5]uint64 {
+	t.Helper()
+	var out [][5]uint64
+	rd := sp.Reader()
+	for {
+		r, ns, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == nil {
+			return out
+		}
+		out = append(out, [5]uint64{uint64(r.Tid), uint64(r.Kind), r.A, r.B, ns})
+	}
+}
+
+// combined is what a rotating capture's spool is by definition: the logs
+// decompressed (ReadLog) and late.bin, each after the first without its
+// header, one after the other.
+func combined(t *testing.T, capDir string) [][5]uint64 {
+	t.Helper()
+	var all []byte
+	for i, f := range spool.LogFiles(capDir) {
+		b, err := spool.ReadLog(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			b = b[spool.HdrSize:]
+		}
+		all = append(all, b...)
+	}
+	if late, err := os.ReadFile(filepath.Join(capDir, spool.SpoolDir, spool.LateFile)); err == nil {
+		all = append(all, late[spool.HdrSize:]...)
+	}
+	sp, err := spool.New(bytes.NewReader(all), int64(len(all)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spoolRecs(t, sp)
+}
+
+// OpenCapture reads the logs in place (no temporary spool) and gives what
+// their decompressed concatenation gives: whole, with a log cut off by a
+// kill, and with a damaged frame.
+func TestOpenCaptureReadsLogsInPlace(t *testing.T) {
+	capDir := t.TempDir()
+	dir := filepath.Join(capDir, spool.SpoolDir)
+	os.Mkdir(dir, 0o750)
+	r, err := NewRotator(dir, 42, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := uint64(1_000_000)
+	for d := 0; d < 30; d++ {
+		var recs [][4]uint64
+		for i := 0; i < 20000; i++ {
+			ptr := 0x10000000 + uint64(d)*0x1000000 + uint64(i)*64
+			tick += 10
+			recs = append(recs, [4]uint64{tick, ptr, 64, spool.RMalloc})
+			if i%100 != 0 {
+				tick += 10
+				recs = append(recs, [4]uint64{tick, ptr, 0, spool.RFree})
+			}
+		}
+		if err := r.Write(append(calibRec(tick, uint64(d+1)), append(chunkOf(7, recs[:len(recs)/2]), chunkOf(8, recs[len(recs)/2:])...)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Close()
+	var late bytes.Buffer
+	spool.WriteHeader(&late, 42)
+	late.Write(chunkOf(7, [][4]uint64{{tick + 10, 0x10000000, 0, spool.RFree}}))
+	os.WriteFile(filepath.Join(dir, spool.LateFile), late.Bytes(), 0o640)
+	logs := spool.LogFiles(capDir)
+	if len(logs) < 3 {
+		t.Fatalf("%d logs: the test did not rotate", len(logs))
+	}
+	check := func(what string) {
+		t.Helper()
+		sp, err := spool.OpenCapture(capDir)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		defer sp.Close()
+		got, want := spoolRecs(t, sp), combined(t, capDir)
+		t.Logf("%s: %d records", what, len(got))
+		if len(got) == 0 || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: %d records in place, %d combined", what, len(got), len(want))
+		}
+	}
+	check("whole")
+	// A kill cuts the last log inside a frame.
+	last := logs[len(logs)-1]
+	b, _ := os.ReadFile(last)
+	os.WriteFile(last, b[:len(b)-len(b)/3], 0o640)
+	check("cut")
+	// A damaged byte inside the second log.
+	b, _ = os.ReadFile(logs[1])
+	b[len(b)/2] ^= 0xff
+	os.WriteFile(logs[1], b, 0o640)
+	check("damaged")
+}
