@@ -414,21 +414,17 @@ func dumpOf(t *testing.T, folder string) string {
 	return onlyFile(t, filepath.Join(folder, "dump", "memscope_dump_*.csv"))
 }
 
-// scanDump streams a dump through trace.NewCSVReader, checking the order of
+// scanDump streams a dump through trace.Open, checking the order of
 // SPEC §2.1 on every row: IDs strictly increasing (exactly 1, 2, 3… when
 // consecutive is set: no --steps filter) and timestamps non-decreasing. It
 // returns the number of rows; a dump without rows fails the test.
 func scanDump(t *testing.T, path string, consecutive bool, fn func(e *trace.Event)) int {
 	t.Helper()
-	f, err := os.Open(path)
+	r, err := trace.Open(path, trace.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	r, err := trace.NewCSVReader(f, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer r.Close()
 	n := 0
 	var lastID, lastTS uint64
 	for {

@@ -132,7 +132,7 @@ func TestCSVWriterNeedsQuotes(t *testing.T) {
 }
 
 func readAll(t testing.TB, data []byte, name string) ([]Event, error) {
-	r, err := NewCSVReader(bytes.NewReader(data), name)
+	r, err := newCSVReader(bytes.NewReader(data), name)
 	if err != nil {
 		return nil, err
 	}
@@ -226,15 +226,15 @@ func TestCSVReaderHeaderErrors(t *testing.T) {
 		{hdr + ",More", `h.csv:1: header: unexpected column 13 "More"`},
 		{`"ID,Event`, "h.csv:1: truncated last line: unterminated quoted field 1"},
 	} {
-		_, err := NewCSVReader(strings.NewReader(tc.header+"\n"), "h.csv")
+		_, err := newCSVReader(strings.NewReader(tc.header+"\n"), "h.csv")
 		if tc.header == "" {
-			_, err = NewCSVReader(strings.NewReader(""), "h.csv")
+			_, err = newCSVReader(strings.NewReader(""), "h.csv")
 		}
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("header %q: error %v, want prefix %q", tc.header, err, tc.want)
 		}
 	}
-	if _, err := NewCSVReader(strings.NewReader(" "+strings.ReplaceAll(hdr, ",", ", ")+"\n"), "h.csv"); err != nil {
+	if _, err := newCSVReader(strings.NewReader(" "+strings.ReplaceAll(hdr, ",", ", ")+"\n"), "h.csv"); err != nil {
 		t.Errorf("spaces around header names: %v", err)
 	}
 }
@@ -346,7 +346,7 @@ func BenchmarkCSVReader(b *testing.B) {
 	b.ResetTimer()
 	rows := 0
 	for rows < b.N {
-		r, err := NewCSVReader(bytes.NewReader(data), "bench.csv")
+		r, err := newCSVReader(bytes.NewReader(data), "bench.csv")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -379,7 +379,7 @@ func FuzzCSVReader(f *testing.F) {
 	csvBufSize = 16
 	f.Cleanup(func() { csvBufSize = saved })
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := NewCSVReader(bytes.NewReader(data), "fuzz.csv")
+		r, err := newCSVReader(bytes.NewReader(data), "fuzz.csv")
 		if err != nil {
 			checkOneLine(t, err)
 			return

@@ -21,8 +21,8 @@ import (
 // and parsed by several; events come out in file order. Each record takes a
 // fast path (fields split in place, one allocation per chunk) and anything
 // unusual (a quoted field holding "" or a line end, a stray quote, a wrong
-// number of fields, a value that does not parse) is handed to CSVReader, so
-// the events and the errors are exactly CSVReader's.
+// number of fields, a value that does not parse) is handed to csvReader, so
+// the events and the errors are exactly csvReader's.
 
 // csvChunkSize is how much a chunk reads at a time (a variable for tests).
 var csvChunkSize = 1 << 20
@@ -81,12 +81,12 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 		}
 	}
 	br := bufio.NewReaderSize(src, 64<<10)
-	// The header, checked as CSVReader checks it.
+	// The header, checked as csvReader checks it.
 	ho := &headerOnly{br: br}
-	var hr *CSVReader
+	var hr *csvReader
 	err := in.faults(func() error {
 		var err error
-		hr, err = NewCSVReader(ho, path)
+		hr, err = newCSVReader(ho, path)
 		return err
 	})
 	if err != nil {
@@ -147,7 +147,7 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 	return in, nil
 }
 
-// headerOnly reads one line at most from br: NewCSVReader must consume the
+// headerOnly reads one line at most from br: newCSVReader must consume the
 // header row and nothing else.
 type headerOnly struct {
 	n     int64 // bytes read
@@ -180,7 +180,7 @@ func (h *headerOnly) Read(p []byte) (int, error) {
 			h.chars++
 		}
 		if c == '\n' && !h.quot {
-			if h.chars > 0 { // CSVReader skips empty lines before the header
+			if h.chars > 0 { // csvReader skips empty lines before the header
 				h.done = true
 				break
 			}
@@ -220,7 +220,7 @@ func (in *csvInput) produce(br *bufio.Reader, line int, off int64, jobs chan<- *
 		if !eof {
 			cut, lines = recordsEnd(buf)
 			if cut == 0 && len(buf) > maxLineBytes {
-				cut = len(buf) // let CSVReader report the record that is too long
+				cut = len(buf) // let csvReader report the record that is too long
 			}
 		}
 		if cut == 0 {
@@ -252,7 +252,7 @@ func (in *csvInput) produceMapped(line *int, off *int64, jobs chan<- *csvChunk) 
 			if cut > 0 {
 				break
 			}
-			if end-*off > maxLineBytes { // let CSVReader report the record that is too long
+			if end-*off > maxLineBytes { // let csvReader report the record that is too long
 				cut = int(end - *off)
 				break
 			}

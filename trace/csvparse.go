@@ -7,7 +7,7 @@ import (
 )
 
 // The fast path of the CSV input (csvinput.go): one parser per worker cuts
-// each record's fields in place and hands anything unusual to CSVReader.
+// each record's fields in place and hands anything unusual to csvReader.
 
 // chunkParser parses chunks of records; one per worker.
 type chunkParser struct {
@@ -15,7 +15,7 @@ type chunkParser struct {
 	lean   bool
 	intern interner
 	last   [numCols]string
-	fb     *CSVReader // the slow path
+	fb     *csvReader // the slow path
 	rd     bytes.Reader
 	acc    []byte
 	f      [numCols][]byte
@@ -28,7 +28,7 @@ type chunkParser struct {
 
 func newChunkParser(name string, lean bool) *chunkParser {
 	p := &chunkParser{name: name, lean: lean, intern: interner{m: make(map[string]string, 256)}}
-	p.fb = &CSVReader{
+	p.fb = &csvReader{
 		br:     bufio.NewReaderSize(&p.rd, 64<<10),
 		name:   name,
 		rec:    make([]byte, 0, 4096),
@@ -115,7 +115,7 @@ func (p *chunkParser) one(raw []byte, line int) (*Event, error) {
 	return p.slow(raw, line)
 }
 
-// slow parses one raw record with CSVReader.
+// slow parses one raw record with csvReader.
 func (p *chunkParser) slow(raw []byte, line int) (*Event, error) {
 	p.rd.Reset(raw)
 	p.fb.br.Reset(&p.rd)
@@ -359,7 +359,7 @@ func (p *chunkParser) fillTail(e *Event) bool {
 	return true
 }
 
-// str is CSVReader.str over the fast path's fields, with a few recent
+// str is csvReader.str over the fast path's fields, with a few recent
 // values of each column kept to spare map lookups.
 func (p *chunkParser) str(col int, b []byte, na bool) string {
 	if string(b) == p.last[col] {

@@ -10,11 +10,12 @@ import (
 	"strings"
 )
 
-// CSVReader reads a memscope_dump CSV (SPEC §2.1) as a Stream of events.
-// It is the one definition of how a dump CSV reads: Open's parallel input
-// (csvinput.go) takes a fast path through plain records and hands every
-// other record to a CSVReader, so both give the same events and errors. Use
-// Open for files; CSVReader reads any io.Reader, one record at a time.
+// csvReader reads a memscope_dump CSV (SPEC §2.1) as a Stream of events,
+// one record at a time. It is the one definition of how a dump CSV reads:
+// Open's parallel input (csvinput.go) checks the header with it, takes a
+// fast path through plain records and hands every other record to it, so
+// the events and the errors are the same either way. Outside this package
+// a CSV is read with Open.
 //
 // It streams: memory use is bounded by the longest record plus a bounded table
 // of interned strings (event types, names, devices, owners, call stacks), not by
@@ -26,7 +27,7 @@ import (
 // Every error is one line, "<name>:<line>: <what>", with the line where the
 // offending record starts, and is sticky. Step is not filled in: wrap the
 // reader with WithSteps for that.
-type CSVReader struct {
+type csvReader struct {
 	br        *bufio.Reader
 	name      string
 	line      int    // lines read so far
@@ -43,11 +44,11 @@ type CSVReader struct {
 // exhaust memory).
 const maxLineBytes = 256 << 20
 
-// NewCSVReader reads the header row of r and checks it against CSVHeader; name
+// newCSVReader reads the header row of r and checks it against CSVHeader; name
 // is used in errors (usually the file's path). A missing, renamed or extra
 // column is an error naming it.
-func NewCSVReader(r io.Reader, name string) (*CSVReader, error) {
-	cr := &CSVReader{
+func newCSVReader(r io.Reader, name string) (*csvReader, error) {
+	cr := &csvReader{
 		br:     bufio.NewReaderSize(r, csvBufSize),
 		name:   name,
 		rec:    make([]byte, 0, 4096),
@@ -100,11 +101,11 @@ func checkHeader(got []string) error {
 }
 
 // Line returns the number of lines read so far.
-func (r *CSVReader) Line() int { return r.line }
+func (r *csvReader) Line() int { return r.line }
 
 // Next returns the next event, or (nil, nil) at the end of the file. Each
 // event is freshly allocated and may be kept.
-func (r *CSVReader) Next() (*Event, error) {
+func (r *csvReader) Next() (*Event, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -132,7 +133,7 @@ func (r *CSVReader) Next() (*Event, error) {
 	return e, nil
 }
 
-func (r *CSVReader) fill(e *Event) error {
+func (r *csvReader) fill(e *Event) error {
 	var ok bool
 	f := r.field(colID)
 	if e.ID, ok = parseUintDec(f); !ok {
@@ -180,7 +181,7 @@ func bytesString(b []byte) string { return string(b) }
 
 // str returns column col as a string: shared with the previous row's when
 // equal (the cheap common case), else interned; "N/A" is "" when na is set.
-func (r *CSVReader) str(col int, na bool) string {
+func (r *csvReader) str(col int, na bool) string {
 	b := r.field(col)
 	if string(b) == r.last[col] {
 		return r.last[col]
@@ -193,7 +194,7 @@ func (r *CSVReader) str(col int, na bool) string {
 	return s
 }
 
-func (r *CSVReader) field(i int) []byte {
+func (r *csvReader) field(i int) []byte {
 	start := 0
 	if i > 0 {
 		start = r.ends[i-1]
@@ -201,7 +202,7 @@ func (r *CSVReader) field(i int) []byte {
 	return r.rec[start:r.ends[i]]
 }
 
-func (r *CSVReader) errorf(line int, format string, args ...any) error {
+func (r *csvReader) errorf(line int, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	msg = strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(msg)
 	return errors.New(r.name + ":" + strconv.Itoa(line) + ": " + msg)
@@ -218,7 +219,7 @@ func kindOf(b []byte) Kind {
 
 // readLine returns the next line with its '\n', or what is left before EOF.
 // The slice is valid until the next read.
-func (r *CSVReader) readLine() ([]byte, error) {
+func (r *csvReader) readLine() ([]byte, error) {
 	line, err := r.br.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
 		r.long = append(r.long[:0], line...)
@@ -255,7 +256,7 @@ func eolLen(line []byte) int {
 
 // readRecord reads one record into rec/ends and returns the line it starts on.
 // io.EOF means there are no more records.
-func (r *CSVReader) readRecord() (int, error) {
+func (r *csvReader) readRecord() (int, error) {
 	var line []byte
 	var err error
 	for {

@@ -67,7 +67,7 @@ func leanOf(evs []Event) []Event {
 	return out
 }
 
-// checkSameAsCSVReader reads data with CSVReader and with the CSV input
+// checkSameAsCSVReader reads data with csvReader and with the CSV input
 // (lean and full, one and several workers, tiny chunks) and wants the same
 // events and the same error.
 func checkSameAsCSVReader(t *testing.T, data []byte) {
@@ -82,7 +82,7 @@ func checkSameAsCSVReader(t *testing.T, data []byte) {
 			in, err := open(t, data, "x.csv", OpenOptions{Lean: lean, Workers: workers, Reuse: workers == 3})
 			if err != nil {
 				if werr == nil || err.Error() != werr.Error() || len(want) > 0 {
-					t.Fatalf("lean=%v: open: %v; CSVReader: %d events, %v", lean, err, len(want), werr)
+					t.Fatalf("lean=%v: open: %v; csvReader: %d events, %v", lean, err, len(want), werr)
 				}
 				continue
 			}
@@ -93,7 +93,7 @@ func checkSameAsCSVReader(t *testing.T, data []byte) {
 				w = leanOf(want)
 			}
 			if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
-				t.Fatalf("lean=%v workers=%d: error %v, CSVReader's %v", lean, workers, gerr, werr)
+				t.Fatalf("lean=%v workers=%d: error %v, csvReader's %v", lean, workers, gerr, werr)
 			}
 			if len(got) != len(w) || (len(w) > 0 && !reflect.DeepEqual(got, w)) {
 				t.Fatalf("lean=%v workers=%d: events differ:\n got %+v\nwant %+v", lean, workers, got, w)
@@ -122,7 +122,7 @@ func TestOpenCSVMatchesCSVReader(t *testing.T) {
 		[]byte(hdr + "1,SYSTEM,START,N/A,1,1,1,N/A,N/A,{},N/A,N/A\n2,SYSTEM,ST"),
 		[]byte(hdr + "1,SYS\"TEM,START,N/A,1,1,1,N/A,N/A,{},N/A,N/A\n"),
 		[]byte(hdr + "1,MSTX,Mark,\"a\"\"b\",1,-1,1,N/A,N/A,{id:7},\"x\ny\",N/A\r\n2,MSTX,Mark,m,1,1,1,N/A,N/A,{id:8},N/A,N/A\n"),
-		// The leading fields, parsed as they are found, against CSVReader.
+		// The leading fields, parsed as they are found, against csvReader.
 		[]byte(hdr + "\"1\",MALLOC,\"HOST\",N/A,1,1,1,host,0x10,\"{allocation_id:1,addr:0x10,size:4}\",N/A,N/A\n"),
 		[]byte(hdr + "007,SYSTEM,START,,18446744073709551615,-9223372036854775808,9223372036854775807,N/A,N/A,{},N/A,N/A\n"),
 		[]byte(hdr + "1,SYSTEM,START,N/A,18446744073709551616,1,1,N/A,N/A,{},N/A,N/A\n"),
@@ -537,7 +537,7 @@ func TestOpenKinds(t *testing.T) {
 	}
 }
 
-// Any CSV that CSVReader accepts goes through a SQLite dump unchanged.
+// Any CSV that csvReader accepts goes through a SQLite dump unchanged.
 func FuzzSQLiteRoundTrip(f *testing.F) {
 	hdr := strings.Join(CSVHeader, ",") + "\n"
 	f.Add(writeCSV(f, sampleEvents()))

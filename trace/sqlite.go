@@ -103,13 +103,13 @@ func (c *sqliteConn) Close() error { return c.c.Close() }
 // traceCSVReader reads a python_trace CSV: 5 fields, the first possibly
 // quoted (tracer.py quotes FuncInfo when it holds ',', '"' or a line end).
 type traceCSVReader struct {
-	cr   *CSVReader // reused for its RFC 4180 record reader
+	cr   *csvReader // reused for its RFC 4180 record reader
 	name string
 	line int
 }
 
 func newTraceCSVReader(r io.Reader, name string) *traceCSVReader {
-	return &traceCSVReader{cr: &CSVReader{br: newBufReader(r), name: name, rec: make([]byte, 0, 256)}, name: name}
+	return &traceCSVReader{cr: &csvReader{br: newBufReader(r), name: name, rec: make([]byte, 0, 256)}, name: name}
 }
 
 func (t *traceCSVReader) header() error {
@@ -319,7 +319,7 @@ func (in *sqliteInput) produce(r *rawDB, stmt uintptr, ncols int) {
 				in.at.Store(int64(e.ID))
 				continue
 			}
-			// The slow path, for CSVReader's rules and messages.
+			// The slow path, for csvReader's rules and messages.
 			*e = Event{}
 			if err = conv.fill(e, rawValues(r, stmt, ncols)); err != nil {
 				b = b[:len(b)-1]
@@ -362,7 +362,7 @@ func rawValues(r *rawDB, stmt uintptr, ncols int) []driver.Value {
 	return v
 }
 
-// dbRow turns a row of memscope_dump into an event, with CSVReader's rules.
+// dbRow turns a row of memscope_dump into an event, with csvReader's rules.
 type dbRow struct {
 	intern interner
 	lean   bool

@@ -104,7 +104,7 @@ func TestStepTrackerOverlappingRanges(t *testing.T) {
 func TestWithStepsAndScan(t *testing.T) {
 	evs := []Event{ev(KindSystem, TypeStart, "", 0), ev(KindSystem, TypeStep, "", 0), ev(KindSystem, TypeStop, "", 0)}
 	data := writeCSV(t, evs)
-	r, err := NewCSVReader(bytes.NewReader(data), "steps.csv")
+	r, err := newCSVReader(bytes.NewReader(data), "steps.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestWithStepsAndScan(t *testing.T) {
 	if err != nil || !has {
 		t.Fatalf("ScanStepCalls = %v, %v", has, err)
 	}
-	r, _ = NewCSVReader(bytes.NewReader(data), "steps.csv")
+	r, _ = newCSVReader(bytes.NewReader(data), "steps.csv")
 	s := WithSteps(r, &StepTracker{UseStepCalls: has})
 	var steps []int
 	for {

@@ -311,12 +311,11 @@ func TestRotatingLogs(t *testing.T) {
 	if len(dumps) != 1 {
 		t.Fatalf("dumps: %v", dumps)
 	}
-	f, _ := os.Open(dumps[0])
-	defer f.Close()
-	rd, err := trace.NewCSVReader(f, dumps[0])
+	rd, err := trace.Open(dumps[0], trace.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rd.Close()
 	rows := 0
 	for {
 		e, err := rd.Next()
