@@ -79,9 +79,8 @@ class describe:
         _lib.get().msmemscope_describe_push(self._b)
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         _lib.get().msmemscope_describe_pop()
-        return False
 
     def __call__(self, fn: F) -> F:
         b = self._b

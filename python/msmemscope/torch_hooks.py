@@ -33,7 +33,7 @@ import os
 import re
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _lib
 
@@ -73,7 +73,7 @@ def tag(tensor: Any, category: str) -> None:
 
 
 # ---- host and device snapshots ----
-_mallinfo2: Union[None, bool, Callable[[], Any]] = None
+_mallinfo2: Any = None  # mallinfo2, or False where libc has none
 
 
 class _MallInfo2(ctypes.Structure):
@@ -189,7 +189,7 @@ class _State:
         ev = cfg.get("events", {})
         self.access = bool(ev.get("access"))
         self.ops: Dict[Any, _Op] = {}
-        self.watch = _Watch(cfg.get("watch")) if cfg.get("watch") else None
+        self.watch = _Watch(cfg["watch"]) if cfg.get("watch") else None
         state = self
         Tensor = torch.Tensor
         fmt = _format
@@ -219,7 +219,7 @@ class _State:
                 if op is None:
                     op = ops[func] = _Op(func)
                 n = next(_launches)
-                ins = []
+                ins: List[Any] = []
                 for a in args:
                     _tensors(a, Tensor, ins)
                 for a in kwargs.values():
@@ -229,7 +229,7 @@ class _State:
                 out = func(*args, **kwargs)
                 outs = _tensors(out, Tensor, [])
                 if op.written_kw:
-                    muts = []
+                    muts: List[Any] = []
                     for i in op.written_pos:
                         if i < len(args):
                             _tensors(args[i], Tensor, muts)
