@@ -5,7 +5,7 @@ GO ?= go
 BUILD := build
 LIB := $(BUILD)/lib/libmemscope.so
 CLI := $(BUILD)/bin/msmemscope
-GOSRC := $(shell find . -name '*.go' -not -path './.venv/*' -not -path './build/*') $(wildcard libmemscope/*.c libmemscope/*.h) go.mod go.sum
+GOSRC := $(shell find . -name '*.go' -not -path './.venv/*' -not -path './build/*') $(wildcard libmemscope/*.c libmemscope/*.h capi/*.c include/*.h) internal/version/VERSION go.mod go.sum
 # The real interpreter: python3 on PATH may be a pyenv shim (a bash script
 # that would become ~39 traced processes).
 PYTHON_REAL := $(shell python3 -c 'import sys; print(sys.executable)' 2>/dev/null)

@@ -4,6 +4,7 @@ msmemscope CLI (go build ./cmd/msmemscope) into the package:
     msmemscope/lib/libmemscope.so   the library the package binds to when it is
                                     not preloaded, and that the CLI preloads
     msmemscope/bin/msmemscope       the CLI (python -m msmemscope run ...)
+    msmemscope/VERSION              the version (internal/version/VERSION)
 
 Needs Go (>= the go.mod version) and a C compiler; $GO names the go command.
 Metadata lives in pyproject.toml.
@@ -34,6 +35,7 @@ class BuildGo(build_py):
             self.announce("go build %s -o %s %s" % (" ".join(args), out, target), level=2)
             subprocess.check_call([go, "build"] + args + ["-o", os.path.abspath(out), target],
                                   cwd=ROOT, env=env)
+        shutil.copyfile(os.path.join(ROOT, "internal", "version", "VERSION"), os.path.join(pkg, "VERSION"))
         header = os.path.join(pkg, "lib", "libmemscope.h")
         if os.path.exists(header):
             os.remove(header)

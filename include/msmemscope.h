@@ -1,42 +1,107 @@
 /* msmemscope C API (SPEC §1.3). Link with -lmemscope, or run under the
- * msmemscope CLI, which preloads the library. Every function is safe to call
- * in a forked child (it does nothing there and returns -1). */
+ * msmemscope CLI, which preloads the library.
+ *
+ * Two kinds of call, one convention each:
+ *
+ * - Status calls return int: 0 on success, -1 on failure. The queries
+ *   msmemscope_interposed and msmemscope_standalone return 1 or 0 (-1 in a
+ *   forked child).
+ *
+ * - Calls that return data return a JSON document, NUL-terminated, in
+ *   memory from malloc that the caller owns and releases with
+ *   msmemscope_free_string (and nothing else; it accepts NULL):
+ *
+ *       {"ok": true, "result": <the call's result>}
+ *       {"ok": true, "result": ..., "text": "console report"}   (analyze)
+ *       {"ok": false, "type": "ValueError", "error": "one line"}
+ *
+ *   "type" names the Python exception the error becomes (ValueError,
+ *   TypeError, FileNotFoundError, IsADirectoryError, PermissionError,
+ *   RuntimeError). These calls return NULL only in a forked child or when
+ *   out of memory.
+ *
+ * Every call is safe in a forked child: it is refused there (-1, 0 from
+ * mstxRangeStartA, or NULL) by a C check before any Go code would run, and
+ * records nothing; children are counted, not traced. msmemscope_free_string
+ * and msmemscope_hash64 work there too. What a data call allocates is
+ * msmemscope's own and never appears in the capture. */
 #ifndef MSMEMSCOPE_H
 #define MSMEMSCOPE_H
+#include <stddef.h>
+#include <stdint.h>
 #include "mstx/ms_tools_ext.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Switches collection on (SYSTEM START). Returns 0, or -1 in a forked child. */
+/* ---- collection (status calls) ---- */
+
+/* Switches collection on (SYSTEM START). */
 int msmemscope_start(void);
 /* Switches collection off (SYSTEM STOP). Live blocks are still tracked, so a
  * block allocated while off and freed while on gets a shadow MALLOC row. */
 int msmemscope_stop(void);
 /* Ends the current step and starts the next (SYSTEM STEP, SPEC §3). */
 int msmemscope_step(void);
-/* The live report (SPEC §7): writes JSON {"total_size": N, "mem_report":
+
+/* ---- reports (data calls) ---- */
+
+/* The live report (SPEC §7). result: {"total_size": N, "mem_report":
  * [{"site": "file:line", "function": "...", "size": N, "count": N}, ...]},
- * largest site first, into buf (n bytes, NUL-terminated). Returns the JSON's
- * length: when that is n or more, call again with a larger buffer to get the
- * same report. Returns -1 on error, with the message in buf. */
-int msmemscope_get_mem_report(char *buf, int n);
+ * largest site first. */
+char *msmemscope_get_mem_report(void);
 
 /* The peak timeline of a finished capture (a capture folder, or an output
- * folder holding one): JSON [[t_ms, max_live_bytes], ...], and the per-site
- * report at the maximum of the interval holding t_ms. Same buffer contract
- * as msmemscope_get_mem_report. */
-int msmemscope_get_all_time_size(const char *input, int interval_ms, char *buf, int n);
-int msmemscope_get_mem_report_with_time(const char *input, long long t_ms, int interval_ms, char *buf, int n);
+ * folder holding one). result: [[t_ms, max_live_bytes], ...]; and the
+ * per-site report (as msmemscope_get_mem_report) at the maximum of the
+ * interval holding t_ms. Errors are ValueError. */
+char *msmemscope_get_all_time_size(const char *input, int interval_ms);
+char *msmemscope_get_mem_report_with_time(const char *input, long long t_ms, int interval_ms);
 
-/* Offline analyses (SPEC §6) over CSV or DB dumps. Each returns a JSON
- * string {"ok": true, "result": ...} or {"ok": false, "error": ...} to be
- * released with msmemscope_free_string. kwargs is a JSON object of the
- * analyzer's parameters (msmemscope_analyzer_config lists them). */
+/* Offline analyses (SPEC §6) over CSV or DB dumps. list_analyzers' result:
+ * ["leaks", ...]; analyzer_config's: {"params": {name: {"type", "required",
+ * "default", "description"}}, "order": [names in order]}; analyze takes
+ * kwargs, a JSON object of the analyzer's parameters (an absent one takes
+ * its default), and returns the analysis' result and console report. */
 char *msmemscope_list_analyzers(void);
 char *msmemscope_analyzer_config(const char *name);
 char *msmemscope_analyze(const char *name, const char *kwargs);
+
+/* Releases a reply of a data call (NULL is accepted). */
 void msmemscope_free_string(char *s);
+
+/* ---- for the Python package (python/msmemscope/_lib.py) ---- */
+
+/* Applies options, a JSON array of [name, value] pairs with the CLI's names,
+ * all or none; result null, errors ValueError. */
+char *msmemscope_config(const char *items);
+/* result: the effective configuration (an object). */
+char *msmemscope_get_config(void);
+/* Begins the capture if it waits for start(), without (py_begin) or with
+ * (py_start) switching collection on; result null, errors RuntimeError. */
+char *msmemscope_py_begin(void);
+char *msmemscope_py_start(void);
+/* Switches collection off; without a CLI also writes the files (new ones on
+ * each call). result: the dump's path, or null when the CLI writes them. */
+char *msmemscope_py_stop(void);
+/* result: this process's capture folder, or null before the capture begins. */
+char *msmemscope_dir(void);
+/* 1 when this copy of the library interposes the allocator (preloaded or
+ * linked, not loaded later with dlopen); host-heap events need it. */
+int msmemscope_interposed(void);
+/* 1 when no CLI owns this capture (the library writes the files itself). */
+int msmemscope_standalone(void);
+/* Owner tags (msmemscope.describe): the block at addr, or the blocks this
+ * thread allocates between push and pop. */
+int msmemscope_describe(uint64_t addr, const char *owner);
+int msmemscope_describe_push(const char *owner);
+int msmemscope_describe_pop(void);
+/* Python frames from files under dir are msmemscope's own: left out of stacks. */
+int msmemscope_python_package(const char *dir);
+/* A PyTorch record (operator, snapshot, watch, tag) with a text payload. */
+int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint32_t len);
+/* A 64-bit hash of len bytes at data (the watch's); a pure function. */
+uint64_t msmemscope_hash64(const void *data, size_t len);
 
 #ifdef __cplusplus
 }

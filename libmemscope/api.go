@@ -1,12 +1,11 @@
 package libmemscope
 
-// The C API the Python package binds to with ctypes (python/msmemscope). The
-// package always calls the one copy of the library already mapped in the
-// process, so there is one Go runtime and one capture per process image.
-//
-// Functions here enter Go: the Python side never calls them in a forked
-// child (it checks its pid first); what a child may call (mstx, describe,
-// msmemscope_start/stop/step) are C shims in hook.c and pystack.c.
+// The Go side of the C API's run control (include/msmemscope.h): options,
+// begin, start, stop, where the capture is. capi/ exports these behind C
+// shims that refuse in a forked child, so none runs in one. The Python
+// package (python/msmemscope) calls the one copy of the library already
+// mapped in the process, so there is one Go runtime and one capture per
+// process image.
 
 /*
 #include <stdint.h>
@@ -21,6 +20,7 @@ import "C"
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -98,15 +98,6 @@ func enablePyStack(depth int) {
 	}
 }
 
-func putString(dst *C.char, n C.int, s string) {
-	if dst == nil || n <= 0 {
-		return
-	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(dst)), int(n))
-	k := copy(b[:len(b)-1], s)
-	b[k] = 0
-}
-
 // pyError words a configuration error with Python's spelling of the option
 // (call_stack, not --call-stack); the rule text is the CLI's.
 func pyError(err error) string {
@@ -141,16 +132,13 @@ func recordConfig(c *config.Config) {
 	C.ms_py_event(C.R_CONFIG, 0, cs, C.uint32_t(len(s)))
 }
 
-// msmemscope_config applies options given as a JSON array of [name, value]
-// pairs, all or none: each is checked with the CLI's rules, then the whole.
-// Returns 0, or -1 with a one-line error in err.
-//
-//export msmemscope_config
-func msmemscope_config(items *C.char, err *C.char, errlen C.int) C.int {
+// Configure applies options given as a JSON array of [name, value] pairs,
+// all or none: each is checked with the CLI's rules, then the whole. The
+// error is one line, with Python's spelling of the option.
+func Configure(items string) error {
 	var pairs [][2]string
-	if e := json.Unmarshal([]byte(C.GoString(items)), &pairs); e != nil {
-		putString(err, errlen, "bad configuration request: "+e.Error())
-		return -1
+	if e := json.Unmarshal([]byte(items), &pairs); e != nil {
+		return fmt.Errorf("bad configuration request: %v", e)
 	}
 	api.mu.Lock()
 	defer api.mu.Unlock()
@@ -161,13 +149,11 @@ func msmemscope_config(items *C.char, err *C.char, errlen C.int) C.int {
 	c.Steps = append([]int(nil), c.Steps...)
 	for _, p := range pairs {
 		if e := c.Set(p[0], p[1]); e != nil {
-			putString(err, errlen, pyError(e))
-			return -1
+			return errors.New(pyError(e))
 		}
 	}
 	if e := c.Finish(); e != nil {
-		putString(err, errlen, pyError(e))
-		return -1
+		return errors.New(pyError(e))
 	}
 	eng.mu.Lock()
 	begun := eng.started
@@ -189,7 +175,7 @@ func msmemscope_config(items *C.char, err *C.char, errlen C.int) C.int {
 		C.msmemscope_stop() // deferred: off until the first start()
 	}
 	recordConfig(&c)
-	return 0
+	return nil
 }
 
 // beginLazy begins the capture if it waits for start() (api.mu held).
@@ -205,64 +191,49 @@ func beginLazy() error {
 	return nil
 }
 
-// msmemscope_py_begin begins the capture if it waits for start(), without
-// switching collection on (the Python trace needs the folder). Returns 0,
-// or -1 with the reason in err.
-//
-//export msmemscope_py_begin
-func msmemscope_py_begin(err *C.char, errlen C.int) C.int {
+// Begin begins the capture if it waits for start(), without switching
+// collection on (the Python trace needs the folder).
+func Begin() error {
 	api.mu.Lock()
 	defer api.mu.Unlock()
-	if e := beginLazy(); e != nil {
-		putString(err, errlen, e.Error())
-		return -1
-	}
-	return 0
+	return beginLazy()
 }
 
-// msmemscope_py_start begins the capture if it waits for start(), then
-// switches collection on. Returns 0, or -1 with the reason in err.
-//
-//export msmemscope_py_start
-func msmemscope_py_start(err *C.char, errlen C.int) C.int {
+// Start begins the capture if it waits for start(), then switches
+// collection on.
+func Start() error {
 	api.mu.Lock()
 	defer api.mu.Unlock()
 	if e := beginLazy(); e != nil {
-		putString(err, errlen, e.Error())
-		return -1
+		return e
 	}
 	api.started = true
 	api.converted.Store(false)
 	C.msmemscope_start()
-	return 0
+	return nil
 }
 
-// msmemscope_py_stop switches collection off. Without a CLI it then writes
-// the files of SPEC §2 from everything captured so far (new files each time)
-// and puts the dump's path in path. Returns 0, or -1 with the error in path.
-//
-//export msmemscope_py_stop
-func msmemscope_py_stop(path *C.char, pathlen C.int) C.int {
+// Stop switches collection off. Without a CLI it then writes the files of
+// SPEC §2 from everything captured so far (new files each time) and returns
+// the dump's path; "" when the CLI writes them.
+func Stop() (string, error) {
 	C.msmemscope_stop()
 	api.mu.Lock()
 	defer api.mu.Unlock()
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
-	putString(path, pathlen, "")
 	if !eng.started || eng.finished || !eng.proc.Standalone() {
-		return 0
+		return "", nil
 	}
 	drainNow()
 	api.stops++
 	opt := capture.Options{Console: os.Stderr, MapsFile: snapshotMaps(eng.proc.Dir, api.stops)}
 	res, e := capture.Convert(eng.proc.Dir, opt)
 	if e != nil {
-		putString(path, pathlen, e.Error())
-		return -1
+		return "", e
 	}
 	api.converted.Store(true)
-	putString(path, pathlen, res.DumpPath)
-	return 0
+	return res.DumpPath, nil
 }
 
 // drainNow writes what the rings hold so far to the capture (eng.mu held).
@@ -294,45 +265,24 @@ func snapshotMaps(dir string, n int) string {
 	return p
 }
 
-// msmemscope_dir puts the capture folder of this process in buf ("" when no
-// capture has begun). Returns its length.
-//
-//export msmemscope_dir
-func msmemscope_dir(buf *C.char, n C.int) C.int {
+// Dir is the capture folder of this process, "" when no capture has begun.
+func Dir() string {
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
-	d := ""
 	if eng.started {
-		d = eng.proc.Dir
+		return eng.proc.Dir
 	}
-	putString(buf, n, d)
-	return C.int(len(d))
+	return ""
 }
 
-// msmemscope_get_config puts the effective configuration (JSON) in buf.
-// Returns its length (larger than n-1 when it did not fit).
-//
-//export msmemscope_get_config
-func msmemscope_get_config(buf *C.char, n C.int) C.int {
+// EffectiveConfig is the effective configuration, as JSON.
+func EffectiveConfig() string {
 	api.mu.Lock()
-	s := api.cfg.Encode()
-	api.mu.Unlock()
-	putString(buf, n, s)
-	return C.int(len(s))
+	defer api.mu.Unlock()
+	return api.cfg.Encode()
 }
 
-// msmemscope_interposed reports whether this library interposes the
-// allocator (preloaded or linked): host-heap events need it.
-//
-//export msmemscope_interposed
-func msmemscope_interposed() C.int { return C.ms_interposed() }
-
-// msmemscope_standalone reports whether no CLI owns this capture.
-//
-//export msmemscope_standalone
-func msmemscope_standalone() C.int {
-	if os.Getenv(config.EnvRunID) != "" {
-		return 0
-	}
-	return 1
+// Standalone reports whether no CLI owns this capture.
+func Standalone() bool {
+	return os.Getenv(config.EnvRunID) == ""
 }

@@ -14,23 +14,26 @@ Importing costs little: the library is bound on first use (at import only
 when it is preloaded), and nothing beyond the standard library is needed.
 """
 
+from __future__ import annotations
+
 import atexit
 import json
 import os
 import warnings
+from typing import Any, Dict, Optional
 
 from . import _lib, mstx, torch_hooks, tracer
 from ._describe import describe
 from .torch_hooks import watch
 
 __all__ = ["config", "start", "stop", "step", "tracer", "mstx", "describe", "watch", "__version__"]
-__version__ = "0.1.0"
+__version__ = _lib.version()
 
-_cfg = None           # the effective configuration (dict), as the library has it
+_cfg: Optional[Dict[str, Any]] = None  # the effective configuration, as the library has it
 _warned_heap = False
 
 
-def _value(name, v):
+def _value(name: str, v: Any) -> str:
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -44,14 +47,14 @@ def _value(name, v):
     raise ValueError("invalid value %r for %s: expected a str" % (v, name))
 
 
-def _config():
+def _config() -> Dict[str, Any]:
     global _cfg
     if _cfg is None:
         _cfg = _lib.effective_config()
     return _cfg
 
 
-def config(**items):
+def config(**items: Any) -> None:
     """Sets options by the CLI's names (underscores for dashes): device,
     level, events, call_stack, collect_mode, analysis, steps, watch,
     data_format, output, log_level, log_mode, log_files, log_file_mb.
@@ -71,11 +74,11 @@ def config(**items):
         tracer._end()
 
 
-def _traceback(cfg):
+def _traceback(cfg: Dict[str, Any]) -> bool:
     return bool(cfg.get("events", {}).get("traceback"))
 
 
-def _warn_heap(cfg):
+def _warn_heap(cfg: Dict[str, Any]) -> None:
     global _warned_heap
     if _warned_heap or _lib.preloaded():
         return
@@ -87,7 +90,7 @@ def _warn_heap(cfg):
             RuntimeWarning, stacklevel=3)
 
 
-def start():
+def start() -> None:
     """Switches collection on (SYSTEM START); with events containing
     traceback, the Python trace runs until stop()."""
     cfg = _config()
@@ -99,7 +102,7 @@ def start():
         torch_hooks.enable(cfg)
 
 
-def stop():
+def stop() -> Optional[str]:
     """Switches collection off (SYSTEM STOP). Without the CLI, writes the
     files of SPEC §2 from everything captured so far (new files on each
     call) and returns the dump's path; under the CLI returns None (the CLI
@@ -109,14 +112,14 @@ def stop():
     return _lib.stop()
 
 
-def step():
+def step() -> None:
     """Ends the current step and starts the next (SPEC §3)."""
     _lib.get().msmemscope_step()
     if torch_hooks.enabled():
         torch_hooks.snapshot()
 
 
-def _at_exit():
+def _at_exit() -> None:
     # Before the library's own exit work (it converts an open range when
     # no CLI owns the capture): the trace files must be written first.
     if tracer.is_tracing():
@@ -126,7 +129,7 @@ def _at_exit():
 atexit.register(_at_exit)
 
 
-def _auto():
+def _auto() -> None:
     """Under the CLI: bind now, and in immediate mode with traceback start
     the Python trace at once."""
     if "libmemscope" not in os.environ.get("LD_PRELOAD", ""):

@@ -10,8 +10,11 @@ events, C and Python stacks are all collected; it exits with the program's
 exit code.
 """
 
+from __future__ import annotations
+
 import os
 import sys
+from typing import List, Optional, Sequence
 
 from . import _lib
 
@@ -21,7 +24,7 @@ USAGE = """usage: python -m msmemscope run [msmemscope options] script.py [args.
 """
 
 
-def _exec(argv):
+def _exec(argv: List[str]) -> int:
     try:
         cli = _lib.cli_path()
     except OSError as e:
@@ -39,7 +42,7 @@ def _exec(argv):
     return 1  # not reached
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") and len(argv) == 1:
         sys.stdout.write(USAGE)
@@ -60,7 +63,7 @@ def main(argv=None):
     return _exec(opts + ["--", sys.executable] + args)
 
 
-def cli():
+def cli() -> None:
     """The ``msmemscope`` console script: the shipped CLI."""
     sys.exit(_exec(sys.argv[1:]))
 

@@ -13,15 +13,20 @@ Three forms:
   (address, owner) for the decompose analysis (SPEC §5.5) to apply.
 """
 
+from __future__ import annotations
+
 import ctypes
 import functools
+from typing import Any, Callable, Optional, TypeVar, cast
 
 from . import _lib
 
 __all__ = ["describe", "address_of"]
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def address_of(obj):
+
+def address_of(obj: Any) -> int:
     """The address of the memory block behind obj."""
     if isinstance(obj, bool):
         raise TypeError("describe() needs an object with memory or an int address, not bool")
@@ -48,7 +53,7 @@ def address_of(obj):
         return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 
 
-def _owner(owner):
+def _owner(owner: Any) -> bytes:
     if not isinstance(owner, str) or not owner:
         raise ValueError("owner must be a non-empty str")
     if any(c in owner for c in ",{}\n\r"):
@@ -62,7 +67,7 @@ class describe:
 
     __slots__ = ("owner", "_b")
 
-    def __init__(self, obj=None, owner=None):
+    def __init__(self, obj: Any = None, owner: Optional[str] = None):
         if owner is None and isinstance(obj, str):
             obj, owner = None, obj  # describe("loader") as a scope
         self._b = _owner(owner)
@@ -70,23 +75,22 @@ class describe:
         if obj is not None:
             _lib.get().msmemscope_describe(address_of(obj), self._b)
 
-    def __enter__(self):
+    def __enter__(self) -> "describe":
         _lib.get().msmemscope_describe_push(self._b)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         _lib.get().msmemscope_describe_pop()
-        return False
 
-    def __call__(self, fn):
+    def __call__(self, fn: F) -> F:
         b = self._b
         lib = _lib.get()
 
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             lib.msmemscope_describe_push(b)
             try:
                 return fn(*args, **kwargs)
             finally:
                 lib.msmemscope_describe_pop()
-        return wrapper
+        return cast(F, wrapper)

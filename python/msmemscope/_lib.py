@@ -6,28 +6,32 @@ is one Go runtime and one capture. Otherwise the copy shipped in the package
 is loaded with dlopen: its API works, but it interposes nothing, so host-heap
 events need preloading.
 
-Functions that enter Go are never called in a forked child (a child of a
-multi-threaded Go process cannot run Go code); the C shims (mstx, step,
-start/stop, describe) are safe there and do nothing.
+Every C function's signature is declared here (SIGNATURES), and every data
+call goes through call(). The library refuses every call in a forked child
+(a child of a multi-threaded Go process cannot run Go code): status calls
+return -1 there and data calls NULL, which call() turns into RuntimeError.
 """
+
+from __future__ import annotations
 
 import ctypes
 import json
 import os
 import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 _PKG = os.path.dirname(os.path.abspath(__file__))
 _REPO_BUILD = os.path.normpath(os.path.join(_PKG, "..", "..", "build"))
 
 _lock = threading.RLock()
-_lib = None
-_path = None
+_lib: Optional[ctypes.CDLL] = None
+_path: Optional[str] = None
 _preloaded = False
-_pid = None
+_pid: Optional[int] = None
 _child = False
 
 
-def _after_fork_in_child():
+def _after_fork_in_child() -> None:
     global _child
     _child = True
 
@@ -35,12 +39,12 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def in_child():
+def in_child() -> bool:
     """True in a process forked from the one that loaded the library."""
     return _child or (_pid is not None and os.getpid() != _pid)
 
 
-def mapped_path():
+def mapped_path() -> Optional[str]:
     """The path of a libmemscope.so mapped in this process, or None."""
     try:
         with open("/proc/self/maps") as f:
@@ -56,7 +60,19 @@ def mapped_path():
     return None
 
 
-def shipped_path():
+def version() -> str:
+    """The version, written once in internal/version/VERSION (Go embeds it;
+    setup.py ships it in the package)."""
+    for p in (os.path.join(_PKG, "VERSION"), os.path.join(_PKG, "..", "..", "internal", "version", "VERSION")):
+        try:
+            with open(p) as f:
+                return f.read().strip()
+        except OSError:
+            pass
+    return "unknown"
+
+
+def shipped_path() -> str:
     """The library shipped in the package (or $MSMEMSCOPE_LIB, or the build
     folder of a source checkout)."""
     cands = [os.environ.get("MSMEMSCOPE_LIB"), os.path.join(_PKG, "lib", "libmemscope.so"),
@@ -67,7 +83,7 @@ def shipped_path():
     raise OSError("libmemscope.so not found: install msmemscope with pip, or set MSMEMSCOPE_LIB")
 
 
-def cli_path():
+def cli_path() -> str:
     """The msmemscope command shipped in the package (or $MSMEMSCOPE_CLI, or
     the build folder of a source checkout)."""
     cands = [os.environ.get("MSMEMSCOPE_CLI"), os.path.join(_PKG, "bin", "msmemscope"),
@@ -78,35 +94,54 @@ def cli_path():
     raise OSError("the msmemscope command was not found: install msmemscope with pip, or set MSMEMSCOPE_CLI")
 
 
-def _declare(lib):
-    c_char_p, c_int, c_void_p, c_uint64 = ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64
-    sigs = {
-        "msmemscope_config": ([c_char_p, c_char_p, c_int], c_int),
-        "msmemscope_py_begin": ([c_char_p, c_int], c_int),
-        "msmemscope_py_start": ([c_char_p, c_int], c_int),
-        "msmemscope_py_stop": ([c_char_p, c_int], c_int),
-        "msmemscope_dir": ([c_char_p, c_int], c_int),
-        "msmemscope_get_config": ([c_char_p, c_int], c_int),
-        "msmemscope_interposed": ([], c_int),
-        "msmemscope_standalone": ([], c_int),
-        "msmemscope_start": ([], c_int),
-        "msmemscope_stop": ([], c_int),
-        "msmemscope_step": ([], c_int),
-        "msmemscope_describe": ([c_uint64, c_char_p], c_int),
-        "msmemscope_describe_push": ([c_char_p], c_int),
-        "msmemscope_describe_pop": ([], c_int),
-        "msmemscope_python_package": ([c_char_p], c_int),
-        "mstxMarkA": ([c_char_p, c_void_p], None),
-        "mstxRangeStartA": ([c_char_p, c_void_p], c_uint64),
-        "mstxRangeEnd": ([c_uint64], None),
-    }
-    for name, (args, res) in sigs.items():
+# The C API (include/msmemscope.h), every function's ctypes signature in
+# one table. A status call returns an int (0, or -1 in a forked child). A
+# data call returns a reply: JSON from malloc, {"ok": true, "result": ...}
+# or {"ok": false, "type": "ValueError", "error": "..."}, NULL in a forked
+# child; it is typed c_void_p so that call() can free it.
+_c = ctypes
+_REPLY = _c.c_void_p
+SIGNATURES: Dict[str, Tuple[List[Any], Any]] = {
+    # collection and owner tags (C shims: refused in a forked child)
+    "msmemscope_start": ([], _c.c_int),
+    "msmemscope_stop": ([], _c.c_int),
+    "msmemscope_step": ([], _c.c_int),
+    "msmemscope_describe": ([_c.c_uint64, _c.c_char_p], _c.c_int),
+    "msmemscope_describe_push": ([_c.c_char_p], _c.c_int),
+    "msmemscope_describe_pop": ([], _c.c_int),
+    "msmemscope_python_package": ([_c.c_char_p], _c.c_int),
+    "msmemscope_torch_event": ([_c.c_uint16, _c.c_uint64, _c.c_char_p, _c.c_uint32], _c.c_int),
+    "msmemscope_hash64": ([_c.c_void_p, _c.c_size_t], _c.c_uint64),
+    "msmemscope_interposed": ([], _c.c_int),
+    "msmemscope_standalone": ([], _c.c_int),
+    "mstxMarkA": ([_c.c_char_p, _c.c_void_p], None),
+    "mstxRangeStartA": ([_c.c_char_p, _c.c_void_p], _c.c_uint64),
+    "mstxRangeEnd": ([_c.c_uint64], None),
+    # data calls: a reply
+    "msmemscope_config": ([_c.c_char_p], _REPLY),
+    "msmemscope_get_config": ([], _REPLY),
+    "msmemscope_py_begin": ([], _REPLY),
+    "msmemscope_py_start": ([], _REPLY),
+    "msmemscope_py_stop": ([], _REPLY),
+    "msmemscope_dir": ([], _REPLY),
+    "msmemscope_get_mem_report": ([], _REPLY),
+    "msmemscope_get_all_time_size": ([_c.c_char_p, _c.c_int], _REPLY),
+    "msmemscope_get_mem_report_with_time": ([_c.c_char_p, _c.c_longlong, _c.c_int], _REPLY),
+    "msmemscope_list_analyzers": ([], _REPLY),
+    "msmemscope_analyzer_config": ([_c.c_char_p], _REPLY),
+    "msmemscope_analyze": ([_c.c_char_p, _c.c_char_p], _REPLY),
+    "msmemscope_free_string": ([_c.c_void_p], None),
+}
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    for name, (args, res) in SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = args
         fn.restype = res
 
 
-def get():
+def get() -> ctypes.CDLL:
     """The library, loaded on first use."""
     global _lib, _path, _preloaded, _pid
     if _lib is not None:
@@ -138,77 +173,84 @@ def get():
         return lib
 
 
-def preloaded():
+def preloaded() -> bool:
     get()
     return _preloaded
 
 
-def _call_err(fn, *args):
-    buf = ctypes.create_string_buffer(4096)
-    rc = fn(*args, buf, len(buf))
-    return rc, buf.value.decode("utf-8", "replace")
+# The exception each reply "type" becomes.
+_EXCEPTIONS: Dict[str, Type[Exception]] = {
+    "TypeError": TypeError,
+    "ValueError": ValueError,
+    "FileNotFoundError": FileNotFoundError,
+    "IsADirectoryError": IsADirectoryError,
+    "PermissionError": PermissionError,
+    "RuntimeError": RuntimeError,
+}
 
 
-def configure(pairs):
+def call(name: str, *args: Any) -> Dict[str, Any]:
+    """Calls data call name of the C API and decodes its reply: {"ok": True,
+    "result": ..., "text"?: ...}; an error reply raises the exception it
+    names. Refused in a forked child (RuntimeError)."""
+    lib = get()
+    p = getattr(lib, name)(*args)
+    if not p:
+        if in_child():
+            raise RuntimeError("msmemscope: %s is not available in a forked child process" % name)
+        raise MemoryError("msmemscope: %s: out of memory" % name)
+    try:
+        reply = json.loads(ctypes.string_at(p).decode("utf-8", "replace"))
+    finally:
+        lib.msmemscope_free_string(p)
+    if not reply.get("ok"):
+        exc = _EXCEPTIONS.get(reply.get("type", ""), RuntimeError)
+        raise exc(reply.get("error", "msmemscope: unknown error"))
+    return reply
+
+
+def configure(pairs: Sequence[Sequence[str]]) -> None:
     """Applies [(name, value)] with the library's rules; ValueError on a
     violation (the CLI's rule text, Python's option names)."""
     if in_child():
         return
-    lib = get()
-    rc, err = _call_err(lib.msmemscope_config, json.dumps(pairs).encode())
-    if rc != 0:
-        raise ValueError(err)
+    call("msmemscope_config", json.dumps(pairs).encode())
 
 
-def effective_config():
-    lib = get()
+def effective_config() -> Dict[str, Any]:
+    get()
     if in_child():
         return {}
-    n = 1 << 14
-    while True:
-        buf = ctypes.create_string_buffer(n)
-        k = lib.msmemscope_get_config(buf, n)
-        if k < n:
-            return json.loads(buf.value.decode())
-        n = k + 1
+    return call("msmemscope_get_config")["result"]
 
 
-def begin():
+def begin() -> None:
     if in_child():
         return
-    rc, err = _call_err(get().msmemscope_py_begin)
-    if rc != 0:
-        raise RuntimeError("msmemscope: " + err)
+    call("msmemscope_py_begin")
 
 
-def start():
+def start() -> None:
     if in_child():
         return
-    rc, err = _call_err(get().msmemscope_py_start)
-    if rc != 0:
-        raise RuntimeError("msmemscope: " + err)
+    call("msmemscope_py_start")
 
 
-def stop():
+def stop() -> Optional[str]:
     """Switches collection off; without the CLI, writes the files and
     returns the dump's path (else None)."""
     lib = get()
     if in_child():
         lib.msmemscope_stop()
         return None
-    rc, out = _call_err(lib.msmemscope_py_stop)
-    if rc != 0:
-        raise RuntimeError("msmemscope: " + out)
-    return out or None
+    return call("msmemscope_py_stop")["result"]
 
 
-def capture_dir():
+def capture_dir() -> Optional[str]:
     if in_child():
         return None
-    buf = ctypes.create_string_buffer(8192)
-    get().msmemscope_dir(buf, len(buf))
-    return buf.value.decode() or None
+    return call("msmemscope_dir")["result"]
 
 
-def standalone():
-    return bool(get().msmemscope_standalone()) if not in_child() else False
+def standalone() -> bool:
+    return get().msmemscope_standalone() == 1 if not in_child() else False

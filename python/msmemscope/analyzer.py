@@ -6,15 +6,19 @@
     from msmemscope.analyzer import InefficientAnalyzer, InefficientConfig
     InefficientAnalyzer().analyze(InefficientConfig(input_path="dump.db", mem_size=0,
         inefficient_type=["early_allocation", "late_deallocation", "temporary_idleness"],
-        idle_threshold=3000))
+        idle_threshold=100))
 
 A config checks its values when it is made (TypeError or ValueError naming
-the parameter); the analysis itself runs in the Go library, like
-msmemscope.check_leaks and msmemscope.check_inefficient, which these classes
-call.
+the parameter); a parameter left None takes the library's default
+(msmemscope.get_analyzer_config). The analysis itself runs in the Go
+library, like msmemscope.check_leaks and msmemscope.check_inefficient, which
+these classes call.
 """
 
+from __future__ import annotations
+
 import os
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import offline
 
@@ -24,7 +28,7 @@ __all__ = ["AnalysisConfig", "BaseAnalyzer", "LeaksConfig", "LeaksAnalyzer", "In
 INEFFICIENT_TYPES = ("early_allocation", "late_deallocation", "temporary_idleness")
 
 
-def _int(name, v):
+def _int(name: str, v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError("%s must be an int, got %s" % (name, type(v).__name__))
     return v
@@ -33,7 +37,7 @@ def _int(name, v):
 class AnalysisConfig:
     """What every analysis takes: the dump file to read."""
 
-    def __init__(self, input_path):
+    def __init__(self, input_path: offline.PathLike):
         if not isinstance(input_path, (str, os.PathLike)):
             raise TypeError("input_path must be a str or a path, got %s" % type(input_path).__name__)
         input_path = os.fspath(input_path)
@@ -41,19 +45,19 @@ class AnalysisConfig:
             raise ValueError("input_path must not be empty")
         self.input_path = input_path
 
-    def kwargs(self):
+    def kwargs(self) -> Dict[str, Any]:
         return dict(vars(self))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % kv for kv in vars(self).items()))
 
 
 class BaseAnalyzer:
     """An analysis run over a config; analyze returns its result."""
 
-    name = None
+    name: Optional[str] = None
 
-    def analyze(self, config):
+    def analyze(self, config: AnalysisConfig) -> Any:
         raise NotImplementedError
 
 
@@ -61,7 +65,8 @@ class LeaksConfig(AnalysisConfig):
     """check_leaks' parameters: marks whose message is mstx_info, the
     start_index-th (from 0) being A; event_type narrows the blocks."""
 
-    def __init__(self, input_path, mstx_info, start_index, event_type=None):
+    def __init__(self, input_path: offline.PathLike, mstx_info: str, start_index: int,
+                 event_type: Optional[str] = None):
         super().__init__(input_path)
         if not isinstance(mstx_info, str):
             raise TypeError("mstx_info must be a str, got %s" % type(mstx_info).__name__)
@@ -81,7 +86,7 @@ class LeaksAnalyzer(BaseAnalyzer):
 
     name = "leaks"
 
-    def analyze(self, config):
+    def analyze(self, config: AnalysisConfig) -> List[Dict[str, Any]]:
         if not isinstance(config, LeaksConfig):
             raise TypeError("LeaksAnalyzer.analyze needs a LeaksConfig, got %s" % type(config).__name__)
         return offline.analyze(self.name, **config.kwargs())
@@ -90,21 +95,27 @@ class LeaksAnalyzer(BaseAnalyzer):
 class InefficientConfig(AnalysisConfig):
     """check_inefficient's parameters."""
 
-    def __init__(self, input_path, mem_size=0, inefficient_type=None, idle_threshold=3000):
+    def __init__(self, input_path: offline.PathLike, mem_size: Optional[int] = None,
+                 inefficient_type: Union[str, Sequence[str], None] = None, idle_threshold: Optional[int] = None):
         super().__init__(input_path)
+        if mem_size is None:
+            mem_size = offline.default(InefficientAnalyzer.name, "mem_size")
+        if idle_threshold is None:
+            idle_threshold = offline.default(InefficientAnalyzer.name, "idle_threshold")
         if _int("mem_size", mem_size) < 0:
             raise ValueError("mem_size must be a non-negative integer, got %d" % mem_size)
+        types: List[str]
         if inefficient_type is None:
             types = list(INEFFICIENT_TYPES)
         else:
-            types = [inefficient_type] if isinstance(inefficient_type, str) else inefficient_type
-            if not isinstance(types, (list, tuple)) or not types:
+            given = [inefficient_type] if isinstance(inefficient_type, str) else inefficient_type
+            if not isinstance(given, (list, tuple)) or not given:
                 raise ValueError("inefficient_type must be a non-empty list or a single type, among %s"
                                  % ", ".join(INEFFICIENT_TYPES))
-            for t in types:
+            for t in given:
                 if t not in INEFFICIENT_TYPES:
                     raise ValueError("invalid inefficient type %r: valid types are %s" % (t, ", ".join(INEFFICIENT_TYPES)))
-            types = list(types)
+            types = list(given)
         if _int("idle_threshold", idle_threshold) <= 0:
             raise ValueError("idle_threshold must be a positive integer, got %d" % idle_threshold)
         self.mem_size = mem_size
@@ -118,7 +129,7 @@ class InefficientAnalyzer(BaseAnalyzer):
 
     name = "inefficient"
 
-    def analyze(self, config):
+    def analyze(self, config: AnalysisConfig) -> Dict[str, Any]:
         if not isinstance(config, InefficientConfig):
             raise TypeError("InefficientAnalyzer.analyze needs an InefficientConfig, got %s" % type(config).__name__)
         return offline.analyze(self.name, **config.kwargs())

@@ -8,55 +8,31 @@ read a finished capture (a capture folder, or an output folder holding one),
 rotating logs included, which are parsed in parallel.
 """
 
-import ctypes
-import json
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Union
 
 from . import _lib
 
-_declared = False
+MemReport = Dict[str, Any]
 
 
-def _fns():
-    global _declared
-    lib = _lib.get()
-    if not _declared:
-        c_char_p, c_int = ctypes.c_char_p, ctypes.c_int
-        lib.msmemscope_get_mem_report.argtypes = [c_char_p, c_int]
-        lib.msmemscope_get_mem_report.restype = c_int
-        lib.msmemscope_get_all_time_size.argtypes = [c_char_p, c_int, c_char_p, c_int]
-        lib.msmemscope_get_all_time_size.restype = c_int
-        lib.msmemscope_get_mem_report_with_time.argtypes = [c_char_p, ctypes.c_longlong, c_int, c_char_p, c_int]
-        lib.msmemscope_get_mem_report_with_time.restype = c_int
-        _declared = True
-    return lib
-
-
-def _json(fn, *args):
-    n = 1 << 16
-    while True:
-        buf = ctypes.create_string_buffer(n)
-        k = fn(*args, buf, n)
-        if k < 0:
-            raise ValueError(buf.value.decode("utf-8", "replace"))
-        if k < n:
-            return json.loads(buf.value.decode())
-        n = k + 1  # the library keeps the same result for this retry
-
-
-def get_mem_report():
+def get_mem_report() -> MemReport:
     """{"total_size": N, "mem_report": [{"site", "function", "size", "count"}, ...]}
     for the live blocks of this process now."""
     if _lib.in_child():
         return {"total_size": 0, "mem_report": []}
-    return _json(_fns().msmemscope_get_mem_report)
+    return _lib.call("msmemscope_get_mem_report")["result"]
 
 
-def get_all_time_size(input_path, interval_ms=100):
+def get_all_time_size(input_path: Union[str, os.PathLike], interval_ms: int = 100) -> List[List[int]]:
     """[[t_ms, max_live_bytes], ...]: the local maximum of live bytes in each
     interval of the capture at input_path."""
-    return _json(_fns().msmemscope_get_all_time_size, str(input_path).encode(), int(interval_ms))
+    return _lib.call("msmemscope_get_all_time_size", str(input_path).encode(), int(interval_ms))["result"]
 
 
-def get_mem_report_with_time(input_path, t_ms, interval_ms=100):
+def get_mem_report_with_time(input_path: Union[str, os.PathLike], t_ms: int, interval_ms: int = 100) -> MemReport:
     """The per-site report at the maximum of the interval holding t_ms."""
-    return _json(_fns().msmemscope_get_mem_report_with_time, str(input_path).encode(), int(t_ms), int(interval_ms))
+    return _lib.call("msmemscope_get_mem_report_with_time", str(input_path).encode(), int(t_ms),
+                     int(interval_ms))["result"]

@@ -4,28 +4,32 @@ A range whose message is exactly ``"step start"`` delimits a step (SPEC §3)
 in a process that never calls ``msmemscope.step()``.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from . import _lib
 
 __all__ = ["mark", "range_start", "range_end"]
 
 
-def _msg(message):
+def _msg(message: str) -> bytes:
     if not isinstance(message, str):
         raise TypeError("message must be a str, not %s" % type(message).__name__)
     return message.encode("utf-8", "replace")
 
 
-def mark(message, stream=None):
+def mark(message: str, stream: Any = None) -> None:
     """Records an instantaneous mark (``stream`` is accepted for
     compatibility and ignored)."""
     _lib.get().mstxMarkA(_msg(message), None)
 
 
-def range_start(message, stream=None):
+def range_start(message: str, stream: Any = None) -> int:
     """Opens a range; returns its id for ``range_end`` (0 in a forked child)."""
     return int(_lib.get().mstxRangeStartA(_msg(message), None))
 
 
-def range_end(range_id):
+def range_end(range_id: int) -> None:
     """Closes the range ``range_start`` returned."""
     _lib.get().mstxRangeEnd(int(range_id))

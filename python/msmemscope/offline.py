@@ -18,64 +18,27 @@ transaction; results already there are kept and never repeated), prints a
 summary and returns it as a dict.
 """
 
-import ctypes
+from __future__ import annotations
+
 import json
 import os
 import sys
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _lib
 
 __all__ = ["list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "check_inefficient"]
 
-_declared = False
+PathLike = Union[str, os.PathLike]
 
 
-def _fns():
-    global _declared
-    lib = _lib.get()
-    if not _declared:
-        c_char_p, c_void_p = ctypes.c_char_p, ctypes.c_void_p
-        lib.msmemscope_list_analyzers.argtypes = []
-        lib.msmemscope_list_analyzers.restype = c_void_p
-        lib.msmemscope_analyzer_config.argtypes = [c_char_p]
-        lib.msmemscope_analyzer_config.restype = c_void_p
-        lib.msmemscope_analyze.argtypes = [c_char_p, c_char_p]
-        lib.msmemscope_analyze.restype = c_void_p
-        lib.msmemscope_free_string.argtypes = [c_void_p]
-        lib.msmemscope_free_string.restype = None
-        _declared = True
-    return lib
-
-
-_EXCEPTIONS = {
-    "TypeError": TypeError,
-    "ValueError": ValueError,
-    "FileNotFoundError": FileNotFoundError,
-    "IsADirectoryError": IsADirectoryError,
-    "PermissionError": PermissionError,
-}
-
-
-def _call(fn, *args):
-    """Calls a library function returning a JSON reply and decodes it; an
-    error reply becomes the exception it names."""
+def _call(fn: str, *args: Any) -> Dict[str, Any]:
     if _lib.in_child():
         raise RuntimeError("msmemscope: offline analysis is not available in a forked child process")
-    lib = _fns()
-    p = getattr(lib, fn)(*args)
-    if not p:
-        raise RuntimeError("msmemscope: %s returned nothing" % fn)
-    try:
-        reply = json.loads(ctypes.string_at(p).decode("utf-8", "replace"))
-    finally:
-        lib.msmemscope_free_string(p)
-    if not reply.get("ok"):
-        exc = _EXCEPTIONS.get(reply.get("type"), RuntimeError)
-        raise exc(reply.get("error", "msmemscope: unknown error"))
-    return reply
+    return _lib.call(fn, *args)
 
 
-def _jsonable(name, v):
+def _jsonable(name: str, v: Any) -> Any:
     if isinstance(v, os.PathLike):
         return os.fspath(v)
     if isinstance(v, (list, tuple)):
@@ -85,12 +48,12 @@ def _jsonable(name, v):
     raise TypeError("%s: unsupported value %r of type %s" % (name, v, type(v).__name__))
 
 
-def list_analyzers():
+def list_analyzers() -> List[str]:
     """The analyses available offline: ["leaks", "inefficient"]."""
     return _call("msmemscope_list_analyzers")["result"]
 
 
-def get_analyzer_config(analyzer_type):
+def get_analyzer_config(analyzer_type: str) -> Dict[str, Dict[str, Any]]:
     """The parameters of an analysis, in order: {name: {"type", "required",
     "default", "description"}}."""
     if not isinstance(analyzer_type, str):
@@ -99,7 +62,12 @@ def get_analyzer_config(analyzer_type):
     return {name: res["params"][name] for name in res["order"]}
 
 
-def _run(analyzer_type, kwargs, quiet=False):
+def default(analyzer_type: str, param: str) -> Any:
+    """The default of an analysis' parameter, as the library's registry has it."""
+    return get_analyzer_config(analyzer_type)[param]["default"]
+
+
+def _run(analyzer_type: str, kwargs: Dict[str, Any], quiet: bool = False) -> Any:
     if not isinstance(analyzer_type, str):
         raise TypeError("analyzer_type must be a str, got %s" % type(analyzer_type).__name__)
     args = {k: _jsonable(k, v) for k, v in kwargs.items()}
@@ -110,7 +78,7 @@ def _run(analyzer_type, kwargs, quiet=False):
     return reply["result"]
 
 
-def analyze(analyzer_type, **kwargs):
+def analyze(analyzer_type: str, **kwargs: Any) -> Any:
     """Runs an analysis by name with its parameters as keyword arguments
     (see get_analyzer_config): "leaks" returns check_leaks' list of blocks,
     "inefficient" check_inefficient's summary."""
@@ -120,7 +88,8 @@ def analyze(analyzer_type, **kwargs):
     return res
 
 
-def check_leaks(input_path, mstx_info, start_index, event_type=None):
+def check_leaks(input_path: PathLike, mstx_info: str, start_index: int,
+                event_type: Optional[str] = None) -> List[Dict[str, Any]]:
     """Leaks between mstx marks (SPEC §5.1): among the marks whose message
     is mstx_info, the start_index-th (from 0) is A and the next two are B and
     C; blocks allocated between A and B and not freed before C are leaks.
@@ -132,12 +101,20 @@ def check_leaks(input_path, mstx_info, start_index, event_type=None):
                    event_type=event_type)
 
 
-def check_inefficient(input_path, mem_size=0, inefficient_type=None, idle_threshold=3000):
+def check_inefficient(input_path: PathLike, mem_size: Optional[int] = None,
+                      inefficient_type: Union[str, Sequence[str], None] = None,
+                      idle_threshold: Optional[int] = None) -> Dict[str, Any]:
     """Inefficient memory (SPEC §5.3): early_allocation, late_deallocation,
     temporary_idleness of PTA and HAL blocks of at least mem_size bytes.
+    mem_size and idle_threshold left None take the library's defaults
+    (get_analyzer_config("inefficient")).
     The results are added to the file's MALLOC rows. Prints a summary and
     returns it: {"summary": {type: {"blocks", "bytes", "api_span"}},
     "results_added", "file_rewritten", "blocks" (the largest, at most
     1000), "blocks_total", ...}."""
-    return analyze("inefficient", input_path=input_path, mem_size=mem_size, inefficient_type=inefficient_type,
-                   idle_threshold=idle_threshold)
+    kwargs: Dict[str, Any] = {"input_path": input_path, "inefficient_type": inefficient_type}
+    if mem_size is not None:
+        kwargs["mem_size"] = mem_size
+    if idle_threshold is not None:
+        kwargs["idle_threshold"] = idle_threshold
+    return analyze("inefficient", **kwargs)

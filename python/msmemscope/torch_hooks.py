@@ -25,12 +25,15 @@ Everything is sent to the library as records (msmemscope_torch_event); the
 rows are made when the files are written (spool/torch.go).
 """
 
+from __future__ import annotations
+
 import ctypes
 import itertools
 import os
 import re
 import sys
 import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _lib
 
@@ -38,38 +41,30 @@ R_OP_START, R_OP_END, R_SNAPSHOT, R_WATCH, R_TAG = 40, 41, 42, 43, 44
 
 __all__ = ["enable", "disable", "enabled", "watch", "tag", "snapshot"]
 
-_state = None          # _State while enabled
+_state: Optional[_State] = None  # while enabled
 _launches = itertools.count(1)
 _glock = threading.Lock()
-_global_hooks = None   # handles of the global module/optimizer hooks
-_explicit_watch = []   # [(name, tensor)] from watch()
+_global_hooks: Optional[List[Any]] = None  # handles of the global module/optimizer hooks
+_explicit_watch: List[Tuple[str, Any]] = []  # [(name, tensor)] from watch()
 
 
-def _fn():
-    lib = _lib.get()
-    f = lib.msmemscope_torch_event
-    if f.argtypes is None:
-        f.argtypes = [ctypes.c_uint16, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint32]
-        f.restype = ctypes.c_int
-        h = lib.msmemscope_hash64
-        h.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        h.restype = ctypes.c_uint64
-    return f
+def _fn() -> Callable[[int, int, bytes, int], int]:
+    return _lib.get().msmemscope_torch_event
 
 
-def _emit(kind, a, text):
+def _emit(kind: int, a: int, text: str) -> None:
     b = text.encode("utf-8", "replace")
     _fn()(kind, a, b, len(b))
 
 
-def _storage_ptr(t):
+def _storage_ptr(t: Any) -> int:
     try:
         return t.untyped_storage().data_ptr()
     except Exception:  # sparse, meta, wrapper subclasses: no plain storage
         return 0
 
 
-def tag(tensor, category):
+def tag(tensor: Any, category: str) -> None:
     """Tags the block of a tensor with an owner category (weight, gradient,
     optimizer_state, activation); the highest-ranked category wins."""
     p = _storage_ptr(tensor)
@@ -78,7 +73,7 @@ def tag(tensor, category):
 
 
 # ---- host and device snapshots ----
-_mallinfo2 = None
+_mallinfo2: Any = None  # mallinfo2, or False where libc has none
 
 
 class _MallInfo2(ctypes.Structure):
@@ -86,7 +81,7 @@ class _MallInfo2(ctypes.Structure):
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
-def _heap_bytes():
+def _heap_bytes() -> Optional[int]:
     global _mallinfo2
     if _mallinfo2 is None:
         try:
@@ -101,7 +96,7 @@ def _heap_bytes():
     return mi.uordblks + mi.hblkhd  # in use from the arenas, plus mmapped chunks
 
 
-def snapshot():
+def snapshot() -> None:
     """Records a SNAPSHOT row: host rss and heap; torch.cuda stats when CUDA
     is present."""
     if _lib.in_child():
@@ -133,17 +128,17 @@ def snapshot():
 
 
 # ---- operator descriptions ----
-_DTYPES = {}
+_DTYPES: Dict[Any, str] = {}
 
 
-def _dtype(dt):
+def _dtype(dt: Any) -> str:
     s = _DTYPES.get(dt)
     if s is None:
         s = _DTYPES[dt] = str(dt).replace("torch.", "")
     return s
 
 
-def _format(t, torch):
+def _format(t: Any, torch: Any) -> str:
     if t.is_contiguous():
         return "ND"
     if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
@@ -157,13 +152,14 @@ class _Op:
     """What the recorder needs of an operator, computed once."""
     __slots__ = ("name", "written_pos", "written_kw", "out_tag")
 
-    def __init__(self, func):
+    def __init__(self, func: Any) -> None:
         s = func._schema
         self.name = s.name if "::" in s.name else "aten::" + s.name
         # Factories that leave memory unwritten: their output is a tensor
         # block (PTA) but not an ACCESS.
         self.out_tag = "N" if self.name.startswith(("aten::empty", "aten::new_empty")) else "W"
-        self.written_pos, self.written_kw = [], []
+        self.written_pos: List[int] = []
+        self.written_kw: List[str] = []
         for i, a in enumerate(s.arguments):
             if a.alias_info is not None and a.alias_info.is_write:
                 if a.kwarg_only:
@@ -173,7 +169,7 @@ class _Op:
                     self.written_kw.append(a.name)
 
 
-def _tensors(x, Tensor, out):
+def _tensors(x: Any, Tensor: type, out: List[Any]) -> List[Any]:
     if isinstance(x, Tensor):
         out.append(x)
     elif isinstance(x, (list, tuple)):
@@ -184,7 +180,7 @@ def _tensors(x, Tensor, out):
 
 
 class _State:
-    def __init__(self, cfg):
+    def __init__(self, cfg: Dict[str, Any]) -> None:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -192,15 +188,15 @@ class _State:
         self.tid = threading.get_ident()
         ev = cfg.get("events", {})
         self.access = bool(ev.get("access"))
-        self.ops = {}
-        self.watch = _Watch(cfg.get("watch")) if cfg.get("watch") else None
+        self.ops: Dict[Any, _Op] = {}
+        self.watch = _Watch(cfg["watch"]) if cfg.get("watch") else None
         state = self
         Tensor = torch.Tensor
         fmt = _format
         emit = _fn()
         ops = self.ops
 
-        def line(tag, t):
+        def line(tag: str, t: Any) -> Optional[str]:
             try:
                 sp = t.untyped_storage().data_ptr()
             except Exception:
@@ -208,7 +204,7 @@ class _State:
             return "%s %x %x %d %s [%s] %s" % (tag, sp, t.data_ptr(), t.numel() * t.element_size(), _dtype(t.dtype),
                                               "x".join(map(str, t.shape)), fmt(t, torch))
 
-        def lines(tag, ts):
+        def lines(tag: str, ts: List[Any]) -> List[str]:
             out = []
             for t in ts:
                 ln = line(tag, t)
@@ -217,13 +213,13 @@ class _State:
             return out
 
         class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
                 op = ops.get(func)
                 if op is None:
                     op = ops[func] = _Op(func)
                 n = next(_launches)
-                ins = []
+                ins: List[Any] = []
                 for a in args:
                     _tensors(a, Tensor, ins)
                 for a in kwargs.values():
@@ -233,7 +229,7 @@ class _State:
                 out = func(*args, **kwargs)
                 outs = _tensors(out, Tensor, [])
                 if op.written_kw:
-                    muts = []
+                    muts: List[Any] = []
                     for i in op.written_pos:
                         if i < len(args):
                             _tensors(args[i], Tensor, muts)
@@ -250,7 +246,7 @@ class _State:
 
         self.mode = Mode()
 
-        def pack(t):
+        def pack(t: Any) -> Any:
             try:
                 p = t.untyped_storage().data_ptr()
             except Exception:
@@ -261,11 +257,11 @@ class _State:
 
         self.saved = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
 
-    def enter(self):
+    def enter(self) -> None:
         self.saved.__enter__()
         self.mode.__enter__()
 
-    def exit(self):
+    def exit(self) -> None:
         try:
             self.mode.__exit__(None, None, None)
         finally:
@@ -278,19 +274,19 @@ class _State:
 _NTH = re.compile(r"^(.*)#(\d+)$")
 
 
-def _name_nth(s):
+def _name_nth(s: Optional[str]) -> Tuple[Optional[str], int]:
     m = _NTH.match(s or "")
     if m:
         return m.group(1), int(m.group(2))
     return s, 1
 
 
-def _base(name):
+def _base(name: str) -> str:
     return name.split(".", 1)[0] if name.count("::") == 1 else name
 
 
 class _Watch:
-    def __init__(self, w):
+    def __init__(self, w: Dict[str, Any]) -> None:
         self.start, self.start_nth = _name_nth(w.get("start"))
         self.end, self.end_nth = _name_nth(w.get("end"))
         self.out = w.get("start_out", -1)
@@ -298,14 +294,14 @@ class _Watch:
         self.seen_start = self.seen_end = 0
         self.on = False
         self.done = False
-        self.watched = []   # [name, tensor, hash, changed]
-        self.dir = None
+        self.watched: List[List[Any]] = []  # [name, tensor, hash, changed]
+        self.dir: Optional[str] = None
 
-    def _hash(self, t):
+    def _hash(self, t: Any) -> int:
         st = t.untyped_storage()
         return _lib.get().msmemscope_hash64(st.data_ptr(), st.nbytes())
 
-    def _dump(self, n, name, t):
+    def _dump(self, n: int, name: str, t: Any) -> None:
         if self.dir is None:
             d = _lib.capture_dir() or "."
             self.dir = os.path.join(d, "watch_dump")
@@ -317,7 +313,7 @@ class _Watch:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
 
-    def _begin(self, n, opname, outs):
+    def _begin(self, n: int, opname: str, outs: List[Any]) -> None:
         self.on = True
         if self.start:
             sel = outs if self.out < 0 else outs[self.out:self.out + 1]
@@ -331,7 +327,7 @@ class _Watch:
             if self.full:
                 self._dump(n, w[0], w[1])
 
-    def after(self, n, opname, outs):
+    def after(self, n: int, opname: str, outs: List[Any]) -> None:
         if self.done:
             return
         base = _base(opname)
@@ -356,7 +352,7 @@ class _Watch:
             if self.seen_end >= self.end_nth:
                 self.finish(n)
 
-    def finish(self, n=0):
+    def finish(self, n: int = 0) -> None:
         if self.done:
             return
         self.done = True
@@ -366,7 +362,7 @@ class _Watch:
         self.watched = []
 
 
-def watch(tensor, name=None):
+def watch(tensor: Any, name: Optional[str] = None) -> None:
     """Adds a tensor to the watched memory (SPEC §5.4) of the next watch
     window (config(watch=...)): its block is hashed after every launch."""
     name = name or "tensor%d" % len(_explicit_watch)
@@ -376,19 +372,19 @@ def watch(tensor, name=None):
 
 
 # ---- global hooks: parameters, gradients, optimizer state ----
-def _install_global_hooks():
+def _install_global_hooks() -> None:
     global _global_hooks
     if _global_hooks is not None:
         return
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    def on_module(module, inputs):
+    def on_module(module: Any, inputs: Any) -> None:
         if _state is not None and threading.get_ident() == _state.tid:
             for p in module.parameters(recurse=False):
                 tag(p, "weight")
 
-    def pre_step(opt, args, kwargs):
+    def pre_step(opt: Any, args: Any, kwargs: Any) -> None:
         if _state is None:
             return
         for g in opt.param_groups:
@@ -397,7 +393,7 @@ def _install_global_hooks():
                 if p.grad is not None:
                     tag(p.grad, "gradient")
 
-    def post_step(opt, args, kwargs):
+    def post_step(opt: Any, args: Any, kwargs: Any) -> None:
         if _state is None:
             return
         for st in opt.state.values():
@@ -409,11 +405,11 @@ def _install_global_hooks():
                      register_optimizer_step_pre_hook(pre_step), register_optimizer_step_post_hook(post_step)]
 
 
-def enabled():
+def enabled() -> bool:
     return _state is not None
 
 
-def enable(cfg=None):
+def enable(cfg: Optional[Dict[str, Any]] = None) -> None:
     """Starts the PyTorch collection on this thread (start() does this when
     torch is imported and level=op)."""
     global _state
@@ -429,7 +425,7 @@ def enable(cfg=None):
     snapshot()
 
 
-def disable():
+def disable() -> None:
     """Stops the PyTorch collection (stop() does this)."""
     global _state
     with _glock:
@@ -441,7 +437,7 @@ def disable():
         st.exit()
 
 
-def wanted(cfg):
+def wanted(cfg: Dict[str, Any]) -> bool:
     """Whether the configuration asks for the PyTorch collection."""
     if "torch" not in sys.modules or cfg.get("level", "op") != "op":
         return False

@@ -14,10 +14,14 @@ are traced (CPython 3.11 offers no way to hook threads already running).
 Calls still open when tracing stops end at the stop time.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import threading
 import time
+from types import CodeType, FrameType
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _lib
 
@@ -30,27 +34,30 @@ _FLUSH_ROWS = 1 << 19  # rows a thread buffers before they go to its file
 _lock = threading.RLock()
 _on = False
 _by_api = False  # tracer.start() was called (not just a collected range)
-_threads = []    # every _Thread of this trace session
+_threads: List[_Thread] = []  # every _Thread of this trace session
 _session = 0
+
+Row = Tuple[CodeType, int, int]  # (code, start ns, end ns) of one call
+Profiler = Callable[[FrameType, str, Any], None]
 
 
 class _Thread:
     __slots__ = ("tid", "rows", "stack", "path", "fd")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.tid = threading.get_native_id()
-        self.rows = []
-        self.stack = []
-        self.path = None
-        self.fd = None
+        self.rows: List[Row] = []
+        self.stack: List[Tuple[CodeType, int]] = []
+        self.path: Optional[str] = None
+        self.fd: Optional[int] = None
 
 
-def _make_profiler(th, session):
+def _make_profiler(th: _Thread, session: int) -> Profiler:
     rows, stack = th.rows, th.stack
     push, pop, add = stack.append, stack.pop, rows.append
     mono = _mono
 
-    def prof(frame, event, arg):
+    def prof(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             if not _on or _session != session:
                 sys.setprofile(None)
@@ -65,7 +72,7 @@ def _make_profiler(th, session):
     return prof
 
 
-def _thread_bootstrap(frame, event, arg):
+def _thread_bootstrap(frame: FrameType, event: str, arg: Any) -> None:
     # threading.setprofile hands this to each new thread: give it its own
     # buffers, then trace its first call.
     with _lock:
@@ -79,11 +86,11 @@ def _thread_bootstrap(frame, event, arg):
     prof(frame, event, arg)
 
 
-def is_tracing():
+def is_tracing() -> bool:
     return _on
 
 
-def _begin():
+def _begin() -> None:
     global _on, _session, _threads
     with _lock:
         if _on:
@@ -97,7 +104,7 @@ def _begin():
         sys.setprofile(_make_profiler(th, _session))
 
 
-def _end():
+def _end() -> List[str]:
     """Stops tracing and writes every thread's rows; returns the files."""
     global _on
     with _lock:
@@ -122,10 +129,10 @@ def _end():
         return files
 
 
-_info = {}
+_info: Dict[CodeType, str] = {}
 
 
-def _funcinfo(code):
+def _funcinfo(code: CodeType) -> str:
     s = _info.get(code)
     if s is None:
         s = "%s:%d(%s)" % (code.co_filename, code.co_firstlineno, code.co_name)
@@ -135,11 +142,11 @@ def _funcinfo(code):
     return s
 
 
-def _own(code):
+def _own(code: CodeType) -> bool:
     return code.co_filename.startswith(_PKG)
 
 
-def _trace_file(tid):
+def _trace_file(tid: int) -> Optional[Tuple[str, int]]:
     d = _lib.capture_dir()
     if not d:
         return None
@@ -159,7 +166,7 @@ def _trace_file(tid):
     return None
 
 
-def _flush(th):
+def _flush(th: _Thread) -> None:
     rows, th.rows[:] = list(th.rows), []
     if not rows:
         return
@@ -178,7 +185,7 @@ def _flush(th):
         os.write(th.fd, "".join(out).encode("utf-8", "replace"))
 
 
-def start():
+def start() -> None:
     """Starts the Python trace alone (no memory collection is switched on)."""
     global _by_api
     _lib.begin()
@@ -186,7 +193,7 @@ def start():
     _begin()
 
 
-def stop():
+def stop() -> List[str]:
     """Stops the Python trace and writes its files; returns their paths."""
     global _by_api
     _by_api = False
@@ -194,12 +201,12 @@ def stop():
 
 
 # Used by msmemscope.start()/stop() when events contain traceback.
-def _range_start():
+def _range_start() -> None:
     _lib.begin()
     _begin()
 
 
-def _range_stop():
+def _range_stop() -> List[str]:
     if _by_api:
         return []
     return _end()

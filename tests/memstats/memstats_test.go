@@ -70,12 +70,13 @@ const growProg = `#include <msmemscope.h>
 #include <string.h>
 #include <unistd.h>
 static void *keep[16];
-static char report[1 << 16];
+/* Each report is a reply: {"ok": true, "result": {"total_size": ...}}. */
 static __attribute__((noinline)) void grow(int i) { keep[i] = malloc(1 << 20); memset(keep[i], 1, 64); }
 static __attribute__((noinline)) void *scratch(void) { return malloc(3 << 20); }
 static void say(void) {
-	int n = msmemscope_get_mem_report(report, sizeof report);
-	if (n > 0) { write(1, report, n); write(1, "\n", 1); }
+	char *r = msmemscope_get_mem_report();
+	if (r) { write(1, r, strlen(r)); write(1, "\n", 1); }
+	msmemscope_free_string(r);
 }
 int main(void) {
 	usleep(150000);
@@ -100,13 +101,16 @@ func TestLiveReportAndTimeline(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("want 2 reports, got:\n%s", stdout)
 	}
-	var mid, end analyzer.MemReport
-	if err := json.Unmarshal([]byte(lines[0]), &mid); err != nil {
-		t.Fatal(err)
+	var replies [2]struct {
+		OK     bool
+		Result analyzer.MemReport
 	}
-	if err := json.Unmarshal([]byte(lines[1]), &end); err != nil {
-		t.Fatal(err)
+	for i := range replies {
+		if err := json.Unmarshal([]byte(lines[i]), &replies[i]); err != nil || !replies[i].OK {
+			t.Fatalf("reply %q: %v", lines[i], err)
+		}
 	}
+	mid, end := replies[0].Result, replies[1].Result
 	// Mid-run (after 2 steps): scratch 3 MiB and grow 2 MiB, exactly.
 	want := analyzer.MemReport{TotalSize: 5 * mib, Report: []analyzer.SiteSize{
 		{Site: "prog.c:8", Function: "scratch", Size: 3 * mib, Count: 1},
