@@ -12,6 +12,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"msmemscope/format"
 	"msmemscope/internal/safefs"
 	"msmemscope/trace"
 )
@@ -30,7 +31,7 @@ import (
 const maxCalibs = 256
 
 // FInherit marks a MALLOC a rotated log inherited from earlier ones.
-const FInherit = 0x0200
+const FInherit = format.FInherit
 
 // LogPrefix and LogSuffix name the rotated logs inside the spool folder.
 const (
@@ -159,7 +160,7 @@ func (r *Rotator) open() error {
 
 func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
 	var h [trace.ChunkHdrSize]byte
-	binary.LittleEndian.PutUint32(h[0:], 0x4b4e4843)
+	binary.LittleEndian.PutUint32(h[0:], format.ChunkMagic)
 	binary.LittleEndian.PutUint32(h[4:], nrec)
 	binary.LittleEndian.PutUint32(h[8:], uint32(tid))
 	binary.LittleEndian.PutUint32(h[12:], uint32(pid))
@@ -208,7 +209,7 @@ func (r *Rotator) LastBytes() int { return r.last }
 func (r *Rotator) observe(b []byte) ([]byte, error) {
 	out := r.out[:0]
 	for len(b) > 0 {
-		if len(b) < trace.ChunkHdrSize || binary.LittleEndian.Uint32(b) != 0x4b4e4843 {
+		if len(b) < trace.ChunkHdrSize || binary.LittleEndian.Uint32(b) != format.ChunkMagic {
 			return nil, fmt.Errorf("rotate: bad chunk")
 		}
 		nunit := int(binary.LittleEndian.Uint32(b[4:]))
