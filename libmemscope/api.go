@@ -6,7 +6,7 @@ package libmemscope
 //
 // Functions here enter Go: the Python side never calls them in a forked
 // child (it checks its pid first); what a child may call (mstx, describe,
-// msmemscope_start/stop/step) are C shims in hook.c and pystack.c.
+// msmemscope_start/stop/step) are C shims in capi_shims.c.
 
 /*
 #include <stdint.h>
