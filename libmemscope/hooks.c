@@ -97,11 +97,11 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p,
 	// knows the site from that MALLOC.
 	if (likely(ra == t->last_ra && (g & C_SHORT))) {
 		uint64_t d = (uint64_t)p - t->last_ptr;
-		if (likely(enc_half_malloc_fits(d, n))) {
+		if (likely(ENC_HALF_MALLOC_FITS(d, n))) {
 			put_half(t, w, (uint64_t)p, enc_half_malloc(d, n));
 			return 1;
 		}
-		if (enc_short_fits((uint64_t)p, n)) {
+		if (ENC_SHORT_FITS((uintptr_t)p, n)) {
 			if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
 			publish(t, w, (uint64_t)p, enc_short(w, (uint64_t)p, n, 0));
 			return 1;
@@ -125,7 +125,7 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t g, void *p) 
 	if (unlikely(!fast_slot(t, g, &w))) return 0;
 	// A pair half names p relative to the last address: p's width is no matter.
 	uint64_t d = (uint64_t)p - t->last_ptr;
-	if (likely((g & C_SHORT) && enc_half_free_fits(d))) {
+	if (likely((g & C_SHORT) && ENC_HALF_FREE_FITS(d))) {
 		put_half(t, w, (uint64_t)p, enc_half_free(d));
 		return 1;
 	}

@@ -39,11 +39,6 @@ ENC uint32_t enc_full(uint64_t *w, uint16_t kind, uint16_t flags, uint64_t ts, u
 // A compact record's first unit above its address: C_COMPACT and its flags.
 ENC uint64_t enc_tag(uint16_t flags) { return C_COMPACT | (uint64_t)flags << 48; }
 
-// Whether a MALLOC or FREE with these values has a compact form.
-ENC int enc_compact_fits(uint64_t a, uint64_t b, uint16_t flags) {
-	return a <= C_MAX && b <= C_MAX && !(flags & ~C_FLAGS);
-}
-
 // MALLOC in 2 units (tag: enc_tag(flags)); returns the units written.
 ENC uint32_t enc_malloc(uint64_t *w, uint64_t tag, uint64_t ptr, uint64_t size, uint32_t site) {
 	w[0] = ptr | tag;
@@ -65,9 +60,9 @@ ENC uint32_t enc_free(uint64_t *w, uint64_t tag, uint64_t ptr) {
 }
 
 // Whether a MALLOC has a short form (F_HOST, at its thread's last site).
-ENC int enc_short_fits(uint64_t ptr, uint64_t size) {
-	return size < C_SHORT_SIZE && !(ptr & ~((1ull << 47) - 16));
-}
+// The *_FITS tests are macros: likely() around an inline function's result
+// loses its hint, and the hot path's layout with it.
+#define ENC_SHORT_FITS(ptr, size) ((size) < C_SHORT_SIZE && !((ptr) & ~((1ull << 47) - 16)))
 
 // A short MALLOC in 1 unit; off: it has F_OFF.
 ENC uint32_t enc_short(uint64_t *w, uint64_t ptr, uint64_t size, int off) {
@@ -76,14 +71,12 @@ ENC uint32_t enc_short(uint64_t *w, uint64_t ptr, uint64_t size, int off) {
 }
 
 // ---- pair units: two halves, each relative to the last compact address ----
-// d is ptr minus that address.
-ENC int enc_half_malloc_fits(uint64_t d, uint64_t size) {
-	return size < P_MSIZE && !((d + P_MNEAR) & ~(2 * P_MNEAR - 16));
-}
+// d (uint64_t) is ptr minus that address.
+#define ENC_HALF_MALLOC_FITS(d, size) ((size) < P_MSIZE && !(((d) + P_MNEAR) & ~(2 * P_MNEAR - 16)))
 ENC uint32_t enc_half_malloc(uint64_t d, uint64_t size) {
 	return P_MALLOC | (uint32_t)size << P_MSHIFT | (uint32_t)(d >> 4 & (P_MNEAR / 8 - 1));
 }
-ENC int enc_half_free_fits(uint64_t d) { return !((d + P_FNEAR) & ~(2 * P_FNEAR - 16)); }
+#define ENC_HALF_FREE_FITS(d) (!(((d) + P_FNEAR) & ~(2 * P_FNEAR - 16)))
 ENC uint32_t enc_half_free(uint64_t d) { return (uint32_t)(d >> 4 & (P_FNEAR / 8 - 1)); }
 
 // The unit with its first half h (the second empty: the unit may go as it is).

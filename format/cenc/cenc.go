@@ -18,15 +18,14 @@ static uint32_t c_full(uint64_t *w, uint16_t kind, uint16_t flags, uint64_t ts, 
 }
 static uint32_t c_full_units(uint32_t plen) { return enc_full_units(plen); }
 static uint64_t c_tag(uint16_t flags) { return enc_tag(flags); }
-static int c_compact_fits(uint64_t a, uint64_t b, uint16_t flags) { return enc_compact_fits(a, b, flags); }
 static uint32_t c_malloc(uint64_t *w, uint64_t tag, uint64_t ptr, uint64_t size, uint32_t site) { return enc_malloc(w, tag, ptr, size, site); }
 static uint32_t c_malloc_id(uint64_t *w, uint64_t tag, uint64_t ptr, uint64_t size, uint32_t site, uint64_t id) { return enc_malloc_id(w, tag, ptr, size, site, id); }
 static uint32_t c_free(uint64_t *w, uint64_t tag, uint64_t ptr) { return enc_free(w, tag, ptr); }
-static int c_short_fits(uint64_t ptr, uint64_t size) { return enc_short_fits(ptr, size); }
+static int c_short_fits(uint64_t ptr, uint64_t size) { return ENC_SHORT_FITS(ptr, size); }
 static uint32_t c_short(uint64_t *w, uint64_t ptr, uint64_t size, int off) { return enc_short(w, ptr, size, off); }
-static int c_half_malloc_fits(uint64_t d, uint64_t size) { return enc_half_malloc_fits(d, size); }
+static int c_half_malloc_fits(uint64_t d, uint64_t size) { return ENC_HALF_MALLOC_FITS(d, size); }
 static uint32_t c_half_malloc(uint64_t d, uint64_t size) { return enc_half_malloc(d, size); }
-static int c_half_free_fits(uint64_t d) { return enc_half_free_fits(d); }
+static int c_half_free_fits(uint64_t d) { return ENC_HALF_FREE_FITS(d); }
 static uint32_t c_half_free(uint64_t d) { return enc_half_free(d); }
 static void c_pair_first(uint64_t *w, uint32_t h) { enc_pair_first(w, h); }
 static void c_pair_second(uint64_t *w, uint32_t h) { enc_pair_second(w, h); }
@@ -82,11 +81,6 @@ func Full(kind, flags uint16, ts, a, b uint64, site uint32, payload []byte) []by
 
 // Tag is a compact record's first unit above its address.
 func Tag(flags uint16) uint64 { return uint64(C.c_tag(C.uint16_t(flags))) }
-
-// CompactFits says whether a MALLOC or FREE has a compact form.
-func CompactFits(a, b uint64, flags uint16) bool {
-	return C.c_compact_fits(C.uint64_t(a), C.uint64_t(b), C.uint16_t(flags)) != 0
-}
 
 // Malloc encodes a compact MALLOC (2 units).
 func Malloc(flags uint16, p, size uint64, site uint32) []byte {
