@@ -66,6 +66,7 @@ enum {
 	R_SITE = 14, // a = allocation site (return address), b = its id
 	R_EPOCH = 15, // ts = TS_EPOCH | epoch: this thread's compact records that follow belong to it
 	R_STACK = 16, // a = stack id, b = frames; payload: a C stack's return addresses (see F_STACKID)
+
 	// Python (libmemscope/pystack.c, libmemscope/api.go)
 	R_PYCODE = 32, // a = code id; payload: ms_pycode, then file, name, qualname, line table
 	R_PYSKIP = 33, // payload: a folder whose Python frames are msmemscope's own
@@ -73,6 +74,7 @@ enum {
 	R_DESCRIBE = 35, // a = address; payload: owner tag (msmemscope.describe(obj, owner=))
 	R_OWNER_PUSH = 36, // payload: owner tag of a describe scope entered by this thread
 	R_OWNER_POP = 37, // the thread left its innermost describe scope
+
 	// PyTorch (python/msmemscope/torch_hooks.py, through msmemscope_torch_event)
 	R_OP_START = 40, // a = launch index; payload: operator name, then its READ accesses (text lines)
 	R_OP_END = 41, // a = launch index; payload: operator name, then its WRITE accesses
@@ -102,13 +104,7 @@ typedef struct {
 	uint64_t a; // address, mstx id, child pid, calib ns...
 	uint64_t b; // size, payload length in bytes...
 } ms_rec;
-_Static_assert(sizeof(ms_rec) == 32, "records.def: ms_rec's size");
-_Static_assert(offsetof(ms_rec, n) == 0, "records.def: ms_rec.n");
-_Static_assert(offsetof(ms_rec, flags) == 4, "records.def: ms_rec.flags");
-_Static_assert(offsetof(ms_rec, kind) == 6, "records.def: ms_rec.kind");
-_Static_assert(offsetof(ms_rec, ts) == 8, "records.def: ms_rec.ts");
-_Static_assert(offsetof(ms_rec, a) == 16, "records.def: ms_rec.a");
-_Static_assert(offsetof(ms_rec, b) == 24, "records.def: ms_rec.b");
+_Static_assert(sizeof(ms_rec) == 32 && offsetof(ms_rec, n) == 0 && offsetof(ms_rec, flags) == 4 && offsetof(ms_rec, kind) == 6 && offsetof(ms_rec, ts) == 8 && offsetof(ms_rec, a) == 16 && offsetof(ms_rec, b) == 24, "records.def: ms_rec's layout");
 
 typedef struct {
 	uint32_t magic; // MS_CHUNK_MAGIC or MS_PAD_MAGIC
@@ -116,11 +112,7 @@ typedef struct {
 	int32_t tid; // the thread that wrote them
 	int32_t pid; // its process
 } ms_chunk;
-_Static_assert(sizeof(ms_chunk) == 16, "records.def: ms_chunk's size");
-_Static_assert(offsetof(ms_chunk, magic) == 0, "records.def: ms_chunk.magic");
-_Static_assert(offsetof(ms_chunk, nunit) == 4, "records.def: ms_chunk.nunit");
-_Static_assert(offsetof(ms_chunk, tid) == 8, "records.def: ms_chunk.tid");
-_Static_assert(offsetof(ms_chunk, pid) == 12, "records.def: ms_chunk.pid");
+_Static_assert(sizeof(ms_chunk) == 16 && offsetof(ms_chunk, magic) == 0 && offsetof(ms_chunk, nunit) == 4 && offsetof(ms_chunk, tid) == 8 && offsetof(ms_chunk, pid) == 12, "records.def: ms_chunk's layout");
 
 // The R_PYCODE payload starts with this header; file name, name, qualified
 // name and the line table (co_linetable bytes) follow, unpadded.
@@ -134,14 +126,6 @@ typedef struct {
 	uint16_t pad; // zero
 	uint32_t linetable_len; // bytes of the line table
 } ms_pycode;
-_Static_assert(sizeof(ms_pycode) == 24, "records.def: ms_pycode's size");
-_Static_assert(offsetof(ms_pycode, id) == 0, "records.def: ms_pycode.id");
-_Static_assert(offsetof(ms_pycode, firstlineno) == 4, "records.def: ms_pycode.firstlineno");
-_Static_assert(offsetof(ms_pycode, firsttraceable) == 8, "records.def: ms_pycode.firsttraceable");
-_Static_assert(offsetof(ms_pycode, file_len) == 12, "records.def: ms_pycode.file_len");
-_Static_assert(offsetof(ms_pycode, name_len) == 14, "records.def: ms_pycode.name_len");
-_Static_assert(offsetof(ms_pycode, qualname_len) == 16, "records.def: ms_pycode.qualname_len");
-_Static_assert(offsetof(ms_pycode, pad) == 18, "records.def: ms_pycode.pad");
-_Static_assert(offsetof(ms_pycode, linetable_len) == 20, "records.def: ms_pycode.linetable_len");
+_Static_assert(sizeof(ms_pycode) == 24 && offsetof(ms_pycode, id) == 0 && offsetof(ms_pycode, firstlineno) == 4 && offsetof(ms_pycode, firsttraceable) == 8 && offsetof(ms_pycode, file_len) == 12 && offsetof(ms_pycode, name_len) == 14 && offsetof(ms_pycode, qualname_len) == 16 && offsetof(ms_pycode, pad) == 18 && offsetof(ms_pycode, linetable_len) == 20, "records.def: ms_pycode's layout");
 
 #endif

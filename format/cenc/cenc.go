@@ -45,14 +45,9 @@ import (
 	"unsafe"
 )
 
-// The C side's own view of a few constants (records_gen.h), for the test.
-const (
-	MaxPayload  = C.REC_MAX_PAYLOAD
-	ChunkMagic  = C.MS_CHUNK_MAGIC
-	PadMagic    = C.MS_PAD_MAGIC
-	RecUnits    = C.REC_UNITS
-	PyCodeBytes = C.sizeof_ms_pycode
-)
+// CSide is a few constants as records_gen.h has them, for the test.
+var CSide = struct{ ChunkMagic, PadMagic, RecUnits, PyCodeSize, MaxPayload int }{
+	C.MS_CHUNK_MAGIC, C.MS_PAD_MAGIC, C.REC_UNITS, C.sizeof_ms_pycode, C.REC_MAX_PAYLOAD}
 
 // units returns the first n units of w as little-endian bytes.
 func units(w []C.uint64_t, n C.uint32_t) []byte {

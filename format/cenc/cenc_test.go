@@ -74,7 +74,7 @@ func TestFullRecords(t *testing.T) {
 			w := want{kind: kind, flags: flags, ts: 0x0123456789abcdef, a: 0xfedcba9876543210, b: uint64(len(p)), site: site, payload: p}
 			what := fmt.Sprintf("kind %d payload %d", kind, i)
 			b := Full(w.kind, w.flags, w.ts, w.a, w.b, w.site, p)
-			if len(b) != 8*RecUnits+(len(p)+7)/8*8 {
+			if len(b) != 8*CSide.RecUnits+(len(p)+7)/8*8 {
 				t.Fatalf("%s: %d bytes", what, len(b))
 			}
 			r := decode(t, what, b, 0, 0)
@@ -88,7 +88,7 @@ func TestFullRecords(t *testing.T) {
 		}
 	}
 	// The stamp of an epoch-stamped record and the largest payload.
-	big := bytes.Repeat([]byte{1}, MaxPayload)
+	big := bytes.Repeat([]byte{1}, CSide.MaxPayload)
 	r := decode(t, "max payload", Full(format.RExec, format.FText, format.TSEpoch|42, 0, uint64(len(big)), 0, big), 0, 0)
 	check(t, "max payload", r, want{kind: format.RExec, flags: format.FText, ts: format.TSEpoch | 42, b: uint64(len(big)), payload: big})
 }
@@ -308,7 +308,7 @@ func TestSpoolFromCEncoders(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := bytes.Join(ev, nil)
-	sp.Write(Chunk(ChunkMagic, uint32(len(body)/8), tid, pid))
+	sp.Write(Chunk(uint32(CSide.ChunkMagic), uint32(len(body)/8), tid, pid))
 	sp.Write(body)
 	sp.Write(Pad(4096 - sp.Len()%4096))
 	spool, err := trace.NewSpool(bytes.NewReader(sp.Bytes()), int64(sp.Len()))
@@ -324,13 +324,9 @@ func TestSpoolFromCEncoders(t *testing.T) {
 	}
 	var got []ev2
 	r := spool.Reader()
-	for {
-		rec, _, err := r.Next()
+	for rec, _, err := r.Next(); rec != nil || err != nil; rec, _, err = r.Next() {
 		if err != nil {
 			t.Fatal(err)
-		}
-		if rec == nil {
-			break
 		}
 		if rec.Tid != tid {
 			t.Errorf("tid %d", rec.Tid)
@@ -354,7 +350,7 @@ func TestSpoolFromCEncoders(t *testing.T) {
 
 // The C header and the Go constants come from the same table.
 func TestConstants(t *testing.T) {
-	if ChunkMagic != format.ChunkMagic || PadMagic != format.PadMagic || RecUnits != format.RecUnits || PyCodeBytes != format.PyCodeSize || MaxPayload != format.RecNMask*8 {
+	if c := CSide; c.ChunkMagic != format.ChunkMagic || c.PadMagic != format.PadMagic || c.RecUnits != format.RecUnits || c.PyCodeSize != format.PyCodeSize || c.MaxPayload != format.RecNMask*8 {
 		t.Error("records_gen.h and format/records_gen.go disagree: run make generate")
 	}
 	if Tag(format.FHost|format.FOff) != format.CompactBit|uint64(format.FHost|format.FOff)<<48 {

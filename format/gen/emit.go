@@ -37,9 +37,49 @@ func (it *Item) comment() string {
 	return it.Expr + ": " + it.Comment
 }
 
+// value is the item's value as the language writes it: "c", "go" or "py".
+func (it *Item) value(lang string) string {
+	switch {
+	case it.IsStr && lang == "py":
+		return "b" + strconv.Quote(it.Str)
+	case it.IsStr:
+		return strconv.Quote(it.Str)
+	case it.Val > math.MaxInt32 && lang == "c":
+		return it.literal() + "ull"
+	case it.Val > math.MaxInt32 && lang == "go":
+		return "uint64(" + it.literal() + ")"
+	}
+	return it.literal()
+}
+
 func doc(b *bytes.Buffer, lead string, lines []string, indent string) {
 	for _, l := range lines {
 		fmt.Fprintf(b, "%s%s", indent, strings.TrimRight(lead+" "+l, " ")+"\n")
+	}
+}
+
+// writeItems writes items, each after its doc lines (with a blank line
+// before them); line gives an item's own line.
+func writeItems(b *bytes.Buffer, lead, indent string, items []*Item, line func(*Item) string) {
+	for _, it := range items {
+		if len(it.Doc) > 0 {
+			b.WriteString("\n")
+			doc(b, lead, it.Doc, indent)
+		}
+		b.WriteString(indent + line(it) + "\n")
+	}
+}
+
+// writeSections writes the [const], [kind] and [flag] rows, a titled
+// section each, wrapped in open and close; line gives an item's own line.
+func writeSections(b *bytes.Buffer, t *Table, lead, indent, open, close string, line func(*Item) string) {
+	for _, g := range []struct {
+		title string
+		items []*Item
+	}{{"Constants of the spool and its records.", t.Consts}, {"Record kinds.", t.Kinds}, {"Record flags.", t.Flags}} {
+		fmt.Fprintf(b, "\n%s %s\n%s", lead, g.title, open)
+		writeItems(b, lead, indent, g.items, line)
+		b.WriteString(close)
 	}
 }
 
@@ -47,30 +87,17 @@ func genC(t *Table) ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "// %s\n// The spool's record format; the encoders are in records.h.\n", banner)
 	b.WriteString("#ifndef MEMSCOPE_RECORDS_GEN_H\n#define MEMSCOPE_RECORDS_GEN_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n")
-	for _, it := range t.Consts {
-		if len(it.Doc) > 0 {
-			b.WriteString("\n")
-			doc(&b, "//", it.Doc, "")
-		}
-		v := it.literal()
-		switch {
-		case it.IsStr:
-			v = strconv.Quote(it.Str)
-		case it.Val > math.MaxInt32:
-			v += "ull"
-		}
-		fmt.Fprintf(&b, "#define %s %s // %s\n", it.C, v, it.comment())
-	}
+	writeItems(&b, "//", "", t.Consts, func(it *Item) string {
+		return fmt.Sprintf("#define %s %s // %s", it.C, it.value("c"), it.comment())
+	})
 	b.WriteString("\n// Record kinds.\nenum {\n")
-	for _, it := range t.Kinds {
-		doc(&b, "//", it.Doc, "\t")
-		fmt.Fprintf(&b, "\t%s = %s, // %s\n", it.C, it.literal(), it.comment())
-	}
+	writeItems(&b, "//", "\t", t.Kinds, func(it *Item) string {
+		return fmt.Sprintf("%s = %s, // %s", it.C, it.value("c"), it.comment())
+	})
 	b.WriteString("};\n\n// Record flags.\n")
-	for _, it := range t.Flags {
-		doc(&b, "//", it.Doc, "")
-		fmt.Fprintf(&b, "#define %s %s // %s\n", it.C, it.literal(), it.comment())
-	}
+	writeItems(&b, "//", "", t.Flags, func(it *Item) string {
+		return fmt.Sprintf("#define %s %s // %s", it.C, it.value("c"), it.comment())
+	})
 	for _, s := range t.Structs {
 		b.WriteString("\n")
 		doc(&b, "//", s.Doc, "")
@@ -84,10 +111,11 @@ func genC(t *Table) ([]byte, error) {
 			fmt.Fprintf(&b, "\t%s %s; // %s\n", typ, f.C, f.Comment)
 		}
 		fmt.Fprintf(&b, "} %s;\n", s.C)
-		fmt.Fprintf(&b, "_Static_assert(sizeof(%s) == %d, \"records.def: %s's size\");\n", s.C, s.Size, s.C)
+		fmt.Fprintf(&b, "_Static_assert(sizeof(%s) == %d", s.C, s.Size)
 		for _, f := range s.Fields {
-			fmt.Fprintf(&b, "_Static_assert(offsetof(%s, %s) == %d, \"records.def: %s.%s\");\n", s.C, f.C, f.Off, s.C, f.C)
+			fmt.Fprintf(&b, " && offsetof(%s, %s) == %d", s.C, f.C, f.Off)
 		}
+		fmt.Fprintf(&b, ", \"records.def: %s's layout\");\n", s.C)
 	}
 	b.WriteString("\n#endif\n")
 	return b.Bytes(), nil
@@ -96,27 +124,9 @@ func genC(t *Table) ([]byte, error) {
 func genGo(t *Table) ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "// %s\n\npackage format\n", banner)
-	group := func(title string, items []*Item) {
-		fmt.Fprintf(&b, "\n// %s\nconst (\n", title)
-		for _, it := range items {
-			if len(it.Doc) > 0 {
-				b.WriteString("\n")
-				doc(&b, "//", it.Doc, "\t")
-			}
-			v := it.literal()
-			switch {
-			case it.IsStr:
-				v = strconv.Quote(it.Str)
-			case it.Val > math.MaxInt32:
-				v = "uint64(" + v + ")"
-			}
-			fmt.Fprintf(&b, "\t%s = %s // %s: %s\n", it.Go, v, it.C, it.comment())
-		}
-		b.WriteString(")\n")
-	}
-	group("Constants of the spool and its records.", t.Consts)
-	group("Record kinds.", t.Kinds)
-	group("Record flags.", t.Flags)
+	writeSections(&b, t, "//", "\t", "const (\n", ")\n", func(it *Item) string {
+		return fmt.Sprintf("%s = %s // %s: %s", it.Go, it.value("go"), it.C, it.comment())
+	})
 	for _, s := range t.Structs {
 		fmt.Fprintf(&b, "\n// %s (C %s): its size and its fields' offsets.\n", s.Go, s.C)
 		doc(&b, "//", s.Doc, "")
@@ -133,22 +143,8 @@ func genGo(t *Table) ([]byte, error) {
 func genPython(t *Table) ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s\n\"\"\"The spool's record format: kinds, flags and constants shared with the C hook.\"\"\"\n", banner)
-	group := func(title string, items []*Item) {
-		fmt.Fprintf(&b, "\n# %s\n", title)
-		for _, it := range items {
-			if len(it.Doc) > 0 {
-				b.WriteString("\n")
-			}
-			doc(&b, "#", it.Doc, "")
-			v := it.literal()
-			if it.IsStr {
-				v = "b" + strconv.Quote(it.Str)
-			}
-			fmt.Fprintf(&b, "%s = %s  # %s\n", it.C, v, it.comment())
-		}
-	}
-	group("Constants of the spool and its records.", t.Consts)
-	group("Record kinds.", t.Kinds)
-	group("Record flags.", t.Flags)
+	writeSections(&b, t, "#", "", "", "", func(it *Item) string {
+		return fmt.Sprintf("%s = %s  # %s", it.C, it.value("py"), it.comment())
+	})
 	return b.Bytes(), nil
 }

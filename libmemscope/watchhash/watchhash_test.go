@@ -7,17 +7,14 @@ import (
 
 // XXH64 with seed 0: the reference implementation's values.
 func TestHash64(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want uint64
-	}{
-		{"", 0xef46db3751d8e999},
-		{"a", 0xd24ec4f1a98c6e5b},
-		{"abc", 0x44bc2cf5ad770999},
-		{"Nobody inspects the spammish repetition", 0xfbcea83c8a378bf1}, // 39 bytes: the 32-byte lanes
+	for in, want := range map[string]uint64{
+		"":    0xef46db3751d8e999,
+		"a":   0xd24ec4f1a98c6e5b,
+		"abc": 0x44bc2cf5ad770999,
+		"Nobody inspects the spammish repetition": 0xfbcea83c8a378bf1, // 39 bytes: the 32-byte lanes
 	} {
-		if got := Hash64([]byte(c.in)); got != c.want {
-			t.Errorf("hash64(%q) = %#x, want %#x", c.in, got, c.want)
+		if got := Hash64([]byte(in)); got != want {
+			t.Errorf("hash64(%q) = %#x, want %#x", in, got, want)
 		}
 	}
 	if Hash64(nil) != 0 {
