@@ -142,9 +142,13 @@ func genGo(t *Table) ([]byte, error) {
 
 func genPython(t *Table) ([]byte, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# %s\n\"\"\"The spool's record format: kinds, flags and constants shared with the C hook.\"\"\"\n", banner)
+	fmt.Fprintf(&b, "# %s\n\"\"\"The spool's record format: kinds, flags and constants shared with the C hook.\"\"\"\n\nfrom typing import Final\n", banner)
 	writeSections(&b, t, "#", "", "", "", func(it *Item) string {
-		return fmt.Sprintf("%s = %s  # %s", it.C, it.value("py"), it.comment())
+		typ := "int"
+		if it.IsStr {
+			typ = "bytes"
+		}
+		return fmt.Sprintf("%s: Final[%s] = %s  # %s", it.C, typ, it.value("py"), it.comment())
 	})
 	return b.Bytes(), nil
 }
