@@ -14,7 +14,7 @@ PYTHON := $(abspath $(VENV))/bin/python
 APT_PKGS := valgrind heaptrack libunwind8 gcc g++ sqlite3
 export PYTHON
 
-.PHONY: all build deps venv test unit e2e fuzz demo bench clean fmt vet pyinstall
+.PHONY: all build deps venv test unit e2e fuzz demo bench clean fmt vet pyinstall generate gencheck
 
 all: build
 
@@ -53,9 +53,20 @@ fmt:
 vet:
 	$(GO) vet ./...
 
+# The record format's C header, Go constants and Python constants, written
+# from format/records.def; fails when the committed ones were stale.
+GENERATED := libmemscope/records_gen.h format/records_gen.go python/msmemscope/_records.py
+generate:
+	$(GO) generate ./format/
+	@git diff --exit-code -- $(GENERATED) || { echo "generated files were stale: commit them"; exit 1; }
+
+# The same check without writing (and without git).
+gencheck:
+	$(GO) run ./format/gen -check
+
 # Unit tests beside the code, then end-to-end tests of the built library and
 # CLI on real programs (tests/), then a few seconds of each fuzz target.
-test: deps build venv fmt vet
+test: deps build venv fmt vet gencheck
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /tests)
 	MSMEMSCOPE_BUILD=$(abspath $(BUILD)) $(GO) test -count=1 -timeout 15m -v ./tests/... 2>&1 | tee $(BUILD)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
 	$(MAKE) --no-print-directory fuzz

@@ -10,6 +10,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"msmemscope/format"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
 )
@@ -145,7 +146,7 @@ func (r *Rotator) open() error {
 
 func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
 	var h [spool.ChunkHdrSize]byte
-	binary.LittleEndian.PutUint32(h[0:], 0x4b4e4843)
+	binary.LittleEndian.PutUint32(h[0:], format.ChunkMagic)
 	binary.LittleEndian.PutUint32(h[4:], nrec)
 	binary.LittleEndian.PutUint32(h[8:], uint32(tid))
 	binary.LittleEndian.PutUint32(h[12:], uint32(pid))
@@ -194,7 +195,7 @@ func (r *Rotator) LastBytes() int { return r.last }
 func (r *Rotator) observe(b []byte) ([]byte, error) {
 	out := r.out[:0]
 	for len(b) > 0 {
-		if len(b) < spool.ChunkHdrSize || binary.LittleEndian.Uint32(b) != 0x4b4e4843 {
+		if len(b) < spool.ChunkHdrSize || binary.LittleEndian.Uint32(b) != format.ChunkMagic {
 			return nil, fmt.Errorf("rotate: bad chunk")
 		}
 		nunit := int(binary.LittleEndian.Uint32(b[4:]))

@@ -146,7 +146,7 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compact := func(ptr uint64) []byte { // a compact FREE (hook.h)
+	compact := func(ptr uint64) []byte { // a compact FREE (format/records.def)
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], ptr|1<<63|1<<62|uint64(spool.FHost)<<48)
 		return b[:]

@@ -132,7 +132,7 @@ type Hook struct {
 	CStack   int  // C stack depth, 0 off
 	PyStack  int  // Python stack depth, 0 off
 	Deferred bool // collect only after start()
-	Rotate   bool // rotating logs: no record may need its thread's past (hook.h)
+	Rotate   bool // rotating logs: no record may need its thread's past (format/records.def)
 }
 
 // Hook derives the hot path's settings.

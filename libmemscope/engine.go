@@ -1,5 +1,5 @@
 // Package libmemscope is the collector inside the traced process: the C hot
-// path (hook.c) records into per-thread rings, and this Go engine owns the
+// path (hooks.c) records into per-thread rings, and this Go engine owns the
 // capture folder, drains the rings into the spool every millisecond, and
 // finishes the capture at exit.
 package libmemscope
@@ -35,7 +35,7 @@ var eng struct {
 	rotMu      sync.Mutex
 	buf        []byte
 	stop, done chan struct{}
-	cdrain     bool // the spool's drain is hook.c's thread
+	cdrain     bool // the spool's drain is drain.c's thread
 }
 
 func init() {
@@ -79,7 +79,7 @@ func begin(cfg config.Config) error {
 			return err
 		}
 		eng.rot, eng.buf = rot, make([]byte, 8<<20)
-		C.ms_set_rotating(1) // each log is read on its own (hook.h)
+		C.ms_set_rotating(1) // each log is read on its own (format/records.def)
 	}
 	eng.cfg, eng.proc, eng.started = cfg, p, true
 	C.ms_set_spool(C.int(p.SpoolFD()))
@@ -90,8 +90,8 @@ func begin(cfg config.Config) error {
 
 // startDrain starts moving ring contents out every millisecond, so a run
 // killed with SIGKILL loses at most the last few milliseconds. Each pass also
-// starts a new timestamp epoch with a clock calibration point (hook.c). The
-// spool is drained by a C thread (hook.c says why); rotating logs, which Go
+// starts a new timestamp epoch with a clock calibration point (drain.c). The
+// spool is drained by a C thread (drain.c says why); rotating logs, which Go
 // compresses, by a goroutine, as is the spool if the thread cannot start.
 func startDrain() {
 	eng.cdrain = eng.rot == nil && C.ms_drainer_start() == 0
@@ -175,7 +175,7 @@ func msGoAtExit() {
 	stopDrain()
 	if eng.rot != nil {
 		// The final drain goes to the logs too: only they know each
-		// thread's past, which a pending pair half needs (hook.h).
+		// thread's past, which a pending pair half needs (format/records.def).
 		C.ms_finish_begin()
 		for drainRotate() {
 		}

@@ -12,6 +12,7 @@
 
 #include "hook.h"
 #include "pystack.h"
+#include "records.h"
 
 // CPython 3.11 layouts (x86-64), checked against the 3.11 headers by
 // python/tests/test_layout.py.
@@ -144,21 +145,17 @@ static uint32_t emit_code(uintptr_t code) {
 			buf = m;
 		}
 	}
-	ms_pycode *h = (ms_pycode *)buf;
-	memset(h, 0, sizeof *h);
-	h->id = id;
-	h->firstlineno = *(const int32_t *)(code + CO_FIRSTLINENO);
-	h->firsttraceable = *(const int32_t *)(code + CO_FIRSTTRACEABLE);
-	char *p = buf + sizeof *h;
-	h->file_len = (uint16_t)str_utf8(ld(code + CO_FILENAME), p, MAX_FILE);
-	p += h->file_len;
-	h->name_len = (uint16_t)str_utf8(ld(code + CO_NAME), p, MAX_NAME);
-	p += h->name_len;
-	h->qualname_len = (uint16_t)str_utf8(ld(code + CO_QUALNAME), p, MAX_QUALNAME);
-	p += h->qualname_len;
+	char *p = buf + sizeof(ms_pycode);
+	uint16_t flen = (uint16_t)str_utf8(ld(code + CO_FILENAME), p, MAX_FILE);
+	p += flen;
+	uint16_t nlen = (uint16_t)str_utf8(ld(code + CO_NAME), p, MAX_NAME);
+	p += nlen;
+	uint16_t qlen = (uint16_t)str_utf8(ld(code + CO_QUALNAME), p, MAX_QUALNAME);
+	p += qlen;
 	if (ltlen) memcpy(p, (const char *)(lt + BYTES_DATA), ltlen);
-	h->linetable_len = ltlen;
 	p += ltlen;
+	enc_pycode_head(buf, id, *(const int32_t *)(code + CO_FIRSTLINENO), *(const int32_t *)(code + CO_FIRSTTRACEABLE),
+	                flen, nlen, qlen, ltlen);
 	uint32_t plen = (uint32_t)(p - buf);
 	ms_emit(R_PYCODE, F_TEXT, id, plen, buf, plen);
 	if (buf != local) syscall(SYS_munmap, buf, need);
@@ -214,7 +211,7 @@ int ms_py_capture(uint64_t *out, int max) {
 		// instruction: Python itself leaves such frames out of tracebacks.
 		if (*(const char *)(f + FR_OWNER) == OWNED_BY_GENERATOR || lasti >= first) {
 			uint32_t id = code_id(code);
-			out[n++] = (uint64_t)id | (uint64_t)(uint32_t)(int32_t)lasti << 32;
+			out[n++] = enc_pyframe(id, (int32_t)lasti);
 		}
 		f = ld(f + FR_PREVIOUS);
 	}
@@ -268,19 +265,6 @@ int ms_py_event(uint16_t kind, uint64_t a, const char *text, uint32_t len) {
 }
 
 int ms_py_present(void) { return dlsym(RTLD_DEFAULT, "Py_IsInitialized") != NULL; }
-
-// ---- public C API for msmemscope.describe: C shims, safe in a forked child ----
-int msmemscope_describe(uint64_t addr, const char *owner) {
-	return ms_py_event(R_DESCRIBE, addr, owner, owner ? (uint32_t)strnlen(owner, 1000) : 0);
-}
-int msmemscope_describe_push(const char *owner) {
-	return ms_py_event(R_OWNER_PUSH, 0, owner, owner ? (uint32_t)strnlen(owner, 1000) : 0);
-}
-int msmemscope_describe_pop(void) { return ms_py_event(R_OWNER_POP, 0, NULL, 0); }
-// Frames from files under this folder are msmemscope's own: left out of stacks.
-int msmemscope_python_package(const char *dir) {
-	return ms_py_event(R_PYSKIP, 0, dir, dir ? (uint32_t)strnlen(dir, 4000) : 0);
-}
 
 // Learn at load time, inside the loader, whether this copy interposes (see
 // ms_interposed): later, from a Go thread, dlopen could wait on the loader

@@ -2,7 +2,7 @@
 // thread's own CPython 3.11 frames, kept as (code id, instruction) pairs; each
 // code object's names and line table go to the spool once, as an R_PYCODE
 // record, and line numbers are computed when files are written (Go:
-// spool/pycode.go).
+// spool/pycode.go). Their encoders are in records.h.
 //
 // A MALLOC record with F_PYSTACK carries the payload
 //
@@ -16,20 +16,10 @@
 
 #include <stdint.h>
 
-// The R_PYCODE payload starts with this header; file name, name, qualified
-// name and the line table (co_linetable bytes) follow, unpadded.
-typedef struct {
-	uint32_t id;
-	int32_t firstlineno;
-	int32_t firsttraceable; // _co_firsttraceable, in code units
-	uint16_t file_len;
-	uint16_t name_len;
-	uint16_t qualname_len;
-	uint16_t pad;
-	uint32_t linetable_len;
-} ms_pycode;
+// The R_PYCODE payload is ms_pycode (format/records.def) then the file name,
+// name, qualified name and the line table (co_linetable bytes), unpadded.
 
-// Python stack depth; 0 when off. Read by the hook (hook.c, rec_alloc).
+// Python stack depth; 0 when off. Read by the hook (hooks.c, rec_alloc).
 extern int ms_py_depth;
 
 // Switches Python stacks on with the given depth (0: off). Returns 1 when on,
@@ -43,12 +33,12 @@ unsigned long ms_py_version(void);
 // take a lock. The caller holds the reentrancy guard.
 int ms_py_capture(uint64_t *out, int max);
 
-// In hook.c: appends an event stamped now to the calling thread's ring
+// In lifecycle.c: appends an event stamped now to the calling thread's ring
 // (caller holds the reentrancy guard).
 void ms_emit(uint16_t kind, uint16_t flags, uint64_t a, uint64_t b, const void *payload, uint32_t plen);
-// In hook.c: applies a configuration change (msmemscope.config()).
+// In lifecycle.c: applies a configuration change (msmemscope.config()).
 void ms_set_hook(int heap, int cstack);
-// In hook.c: whether this copy of the library interposes the allocator (it
+// In lifecycle.c: whether this copy of the library interposes the allocator (it
 // was preloaded or linked), as opposed to loaded later with dlopen.
 int ms_interposed(void);
 
@@ -58,7 +48,8 @@ int ms_py_event(uint16_t kind, uint64_t a, const char *text, uint32_t len);
 // Whether a CPython interpreter is linked into the process.
 int ms_py_present(void);
 
-// Public (include/msmemscope.h is not extended: these serve the Python package).
+// Public (include/msmemscope.h is not extended: these serve the Python
+// package); in capi_shims.c.
 int msmemscope_describe(uint64_t addr, const char *owner);
 int msmemscope_describe_push(const char *owner);
 int msmemscope_describe_pop(void);

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"strconv"
 	"strings"
+
+	"msmemscope/format"
 )
 
 // Python stacks in the spool (libmemscope/pystack.h): a MALLOC record with
@@ -13,16 +15,16 @@ import (
 // msmemscope's own (RPySkip) and the latest configuration (RConfig) are
 // collected while the spool is indexed, so frames can be named in any order.
 
-// Record kinds and flags of the Python side (hook.h).
+// Record kinds and flags of the Python side (format/records.def).
 const (
-	RPyCode     = 32
-	RPySkip     = 33
-	RConfig     = 34
-	RDescribe   = 35
-	ROwnerPush  = 36
-	ROwnerPop   = 37
-	FPyStack    = 0x0100
-	pyCodeHdrSz = 24
+	RPyCode     = format.RPyCode
+	RPySkip     = format.RPySkip
+	RConfig     = format.RConfig
+	RDescribe   = format.RDescribe
+	ROwnerPush  = format.ROwnerPush
+	ROwnerPop   = format.ROwnerPop
+	FPyStack    = format.FPyStack
+	pyCodeHdrSz = format.PyCodeSize
 )
 
 // PyCode is a Python code object as the hook copied it.
@@ -57,14 +59,14 @@ func ParsePyCode(p []byte) (*PyCode, bool) {
 		return nil, false
 	}
 	c := &PyCode{
-		ID:             binary.LittleEndian.Uint32(p[0:]),
-		FirstLine:      int(int32(binary.LittleEndian.Uint32(p[4:]))),
-		FirstTraceable: int(int32(binary.LittleEndian.Uint32(p[8:]))),
+		ID:             binary.LittleEndian.Uint32(p[format.PyCodeIDOff:]),
+		FirstLine:      int(int32(binary.LittleEndian.Uint32(p[format.PyCodeFirstLineOff:]))),
+		FirstTraceable: int(int32(binary.LittleEndian.Uint32(p[format.PyCodeFirstTraceableOff:]))),
 	}
-	fl := int(binary.LittleEndian.Uint16(p[12:]))
-	nl := int(binary.LittleEndian.Uint16(p[14:]))
-	ql := int(binary.LittleEndian.Uint16(p[16:]))
-	ll := int(binary.LittleEndian.Uint32(p[20:]))
+	fl := int(binary.LittleEndian.Uint16(p[format.PyCodeFileLenOff:]))
+	nl := int(binary.LittleEndian.Uint16(p[format.PyCodeNameLenOff:]))
+	ql := int(binary.LittleEndian.Uint16(p[format.PyCodeQualNameLenOff:]))
+	ll := int(binary.LittleEndian.Uint32(p[format.PyCodeLineTableLenOff:]))
 	rest := p[pyCodeHdrSz:]
 	take := func(n int) string {
 		if n > len(rest) {

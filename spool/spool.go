@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"msmemscope/format"
 )
 
 // The spool is what the traced process writes during a run (DESIGN.md,
@@ -20,68 +22,68 @@ import (
 // (see DecodeRec), or a pair unit holding two small hot events (see
 // RecDecoder). A chunk with magic "PADC" is padding (nunit units to
 // skip) that keeps directly written segments on 4 KiB boundaries. These
-// layouts mirror libmemscope/hook.h.
+// layouts are format/records.def's.
 const (
-	Magic        = "MSSPOOL1"
-	Version      = 4 // 4: pair units; 3 (short MALLOCs, padding chunks) and 2 are read too
-	HdrSize      = 32
-	UnitSize     = 8
-	RecSize      = 32 // a full record
-	ChunkHdrSize = 16
-	chunkMagic   = 0x4b4e4843 // "CHNK"
-	padMagic     = 0x43444150 // "PADC": nunit units of padding (direct I/O alignment) to skip
+	Magic        = format.SpoolMagic
+	Version      = format.SpoolVersion // 4: pair units; 3 (short MALLOCs, padding chunks) and 2 are read too
+	HdrSize      = format.SpoolHdrSize
+	UnitSize     = format.UnitSize
+	RecSize      = format.RecSize // a full record
+	ChunkHdrSize = format.ChunkSize
+	chunkMagic   = format.ChunkMagic // "CHNK"
+	padMagic     = format.PadMagic   // "PADC": nunit units of padding (direct I/O alignment) to skip
 	FileName     = "spool.bin"
 
-	compactBit   = uint64(1) << 63
-	compactFree  = uint64(1) << 62
-	compactShort = uint64(1) << 61 // a MALLOC in 1 unit: the site of the thread's previous MALLOC
-	compactOff   = uint64(1) << 60 // a short MALLOC's FOff
-	compactMask  = uint64(1)<<48 - 1
+	compactBit   = format.CompactBit
+	compactFree  = format.CompactFree
+	compactShort = format.CompactShort    // a MALLOC in 1 unit: the site of the thread's previous MALLOC
+	compactOff   = format.CompactShortOff // a short MALLOC's FOff
+	compactMask  = format.CompactMax
 
-	// A pair unit (C_PAIR in hook.h): two 29-bit halves, the older in bits
-	// 32-60, the newer in bits 0-28 when bit 31 is set.
-	pairBits   = compactBit | compactFree | compactShort
-	pairSecond = uint64(1) << 31
-	pairMalloc = 1 << 28
-	pairMShift = 17 // a MALLOC half: size from here, the address delta below
+	// A pair unit (C_PAIR in format/records.def): two 29-bit halves, the
+	// older in bits 32-60, the newer in bits 0-28 when bit 31 is set.
+	pairBits   = format.PairBits
+	pairSecond = format.PairSecond
+	pairMalloc = format.PairMalloc
+	pairMShift = format.PairMShift // a MALLOC half: size from here, the address delta below
 )
 
-// Record kinds (R_* in hook.h).
+// Record kinds (R_* in format/records.def).
 const (
-	RMalloc = 1 + iota
-	RFree
-	RMark
-	RRangeStart
-	RRangeEnd
-	RStart
-	RStop
-	RStep
-	RExit
-	RCalib
-	RExec
-	RFork
-	RLost
-	RSite  // a = allocation site address, b = its id
-	REpoch // ts = TSEpoch | epoch: the thread's compact records that follow belong to it
-	RStack // a = stack id; payload: a C stack's frames, which MALLOCs with FStackID name by id
+	RMalloc     = format.RMalloc
+	RFree       = format.RFree
+	RMark       = format.RMark
+	RRangeStart = format.RRangeStart
+	RRangeEnd   = format.RRangeEnd
+	RStart      = format.RStart
+	RStop       = format.RStop
+	RStep       = format.RStep
+	RExit       = format.RExit
+	RCalib      = format.RCalib
+	RExec       = format.RExec
+	RFork       = format.RFork
+	RLost       = format.RLost
+	RSite       = format.RSite  // a = allocation site address, b = its id
+	REpoch      = format.REpoch // ts = TSEpoch | epoch: the thread's compact records that follow belong to it
+	RStack      = format.RStack // a = stack id; payload: a C stack's frames, which MALLOCs with FStackID name by id
 )
 
-// Record flags (F_* in hook.h).
+// Record flags (F_* in format/records.def).
 const (
-	FSubMask = 0x000f
-	FHost    = 0x0001
-	FMmap    = 0x0002
-	FOff     = 0x0010
-	FCStack  = 0x0020
-	FText    = 0x0040
-	FUndo    = 0x0080
-	FEpoch   = 0x0001 // on RCalib: a drain epoch starts here
-	FInherit = 0x0200 // on RMalloc: a block a rotated log inherited (capture.Rotator)
-	FStackID = 0x0400 // on RMalloc with FCStack: the payload is an RStack's id (the reader expands it)
+	FSubMask = format.FSubMask
+	FHost    = format.FHost
+	FMmap    = format.FMmap
+	FOff     = format.FOff
+	FCStack  = format.FCStack
+	FText    = format.FText
+	FUndo    = format.FUndo
+	FEpoch   = format.FEpoch   // on RCalib: a drain epoch starts here
+	FInherit = format.FInherit // on RMalloc: a block a rotated log inherited (capture.Rotator)
+	FStackID = format.FStackID // on RMalloc with FCStack: the payload is an RStack's id (the reader expands it)
 
 	// TSEpoch marks a record stamped with its drain epoch only (low bits);
-	// the reader interpolates its time (see hook.c, ev_stamp).
-	TSEpoch = uint64(1) << 63
+	// the reader interpolates its time (see libmemscope/internal.h, ev_stamp).
+	TSEpoch = format.TSEpoch
 )
 
 // Rec is one spool record with its payload.
@@ -146,12 +148,12 @@ func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 		if len(b) < size {
 			return Rec{}, 0, false
 		}
-		r := Rec{TS: TSEpoch | epoch, A: w & compactMask, Flags: uint16(w>>48) & 0x1fff}
+		r := Rec{TS: TSEpoch | epoch, A: w & compactMask, Flags: uint16(w>>48) & format.CompactFlags}
 		switch {
 		case w&compactFree != 0:
 			r.Kind = RFree
 		case w&compactShort != 0:
-			r.Kind, r.A, r.B, r.Site, r.Flags = RMalloc, (w&(1<<43-1))<<4, (w>>43)&(1<<17-1), site, FHost
+			r.Kind, r.A, r.B, r.Site, r.Flags = RMalloc, (w&(1<<format.CompactShortShift-1))<<4, (w>>format.CompactShortShift)&(format.CompactShortSize-1), site, FHost
 			if w&compactOff != 0 {
 				r.Flags |= FOff
 			}
@@ -347,7 +349,7 @@ func (s *Spool) index() error {
 	if _, err := s.f.ReadAt(hdr[:], 0); err != nil || string(hdr[:8]) != Magic {
 		return errors.New("not an msmemscope spool (bad header)")
 	}
-	if v := binary.LittleEndian.Uint32(hdr[8:]); v < 2 || v > Version {
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v < format.SpoolMinVersion || v > Version {
 		return fmt.Errorf("spool format version %d, this msmemscope reads version %d", v, Version)
 	}
 	s.Pid = int(binary.LittleEndian.Uint64(hdr[16:]))

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// spoolBuilder writes synthetic spools in the layout of libmemscope/hook.h.
+// spoolBuilder writes synthetic spools in the layout of format/records.def.
 type spoolBuilder struct{ b bytes.Buffer }
 
 func newSpoolBuilder(pid int) *spoolBuilder {

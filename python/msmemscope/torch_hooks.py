@@ -36,8 +36,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _lib
-
-R_OP_START, R_OP_END, R_SNAPSHOT, R_WATCH, R_TAG = 40, 41, 42, 43, 44
+from ._records import R_OP_START, R_OP_END, R_SNAPSHOT, R_WATCH, R_TAG
 
 __all__ = ["enable", "disable", "enabled", "watch", "tag", "snapshot"]
 

@@ -1,0 +1,1 @@
+../../libmemscope/records.h

@@ -1,0 +1,257 @@
+// The interposed allocator symbols (SPEC §4.1) and their fast path: a
+// compact record straight into the calling thread's ring (ring.c) while the
+// gate allows it, else the general path (rec_alloc, rec_free) with stamps,
+// sites and stacks (stacks.c).
+#include "internal.h"
+
+#include <errno.h>
+
+HIDDEN _Atomic uint64_t ms_gate = 1;
+
+// The gate's parts change apart (a drain pass, a switch of the tag).
+HIDDEN uint64_t gate_set(uint64_t keep, uint64_t set) {
+	uint64_t g = atomic_load(&ms_gate), n;
+	do n = (g & keep) | set;
+	while (!atomic_compare_exchange_weak(&ms_gate, &g, n));
+	return n;
+}
+
+// ---- the general path ----
+static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
+	// Made from inside this library (cgo's own C, say, on a program thread
+	// entering Go before the guard is up): msmemscope's, not the program's.
+	// Its site never enters the table, so the fast path never takes it.
+	if (unlikely(in_self(ra))) return;
+	guard_up();
+	ms_thr *t = cur_thr();
+	if (likely(t != NULL)) t->last_ra = 0; // the next fast MALLOC names its site again
+	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
+	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
+	uint32_t site = site_id(ra);
+	if (unlikely(site == SITE_SELF)) {
+		guard_down();
+		return;
+	}
+	if (unlikely(ms_py_depth > 0))
+		emit_with_stacks(fl, ts, (uint64_t)p, size, site);
+	else if (cfg_cstack > 0)
+		emit_with_cstack(R_MALLOC, fl, ts, (uint64_t)p, size, site);
+	else if (likely(t != NULL))
+		emit1(t, R_MALLOC, fl, ts, (uint64_t)p, size, site, 0);
+	else
+		emit_n(R_MALLOC, fl, ts, (uint64_t)p, size, NULL, 0, site);
+	guard_down();
+}
+
+static void rec_free(void *p, size_t size, uint16_t sub) {
+	guard_up();
+	ms_thr *t = cur_thr();
+	uint64_t ts = t ? ev_stamp(t, 0) : stamp_before();
+	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
+	if (likely(t != NULL))
+		emit1(t, R_FREE, fl, ts, (uint64_t)p, size, 0, 0);
+	else
+		emit(R_FREE, fl, ts, (uint64_t)p, size, NULL, 0);
+	guard_down();
+}
+
+// ---- the fast path: a compact record straight into the ring ----
+// Runs only while the gate's tag is on; returns 0 whenever the general path must
+// run instead (a precise stamp is due, a new site, no ring yet, inside
+// msmemscope). Takes no guard: it calls nothing that allocates.
+void ms_fast_update(void) {
+	int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && cfg_cstack <= 0 &&
+	        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child && atomic_load(&site_tab);
+	uint16_t fl = F_HOST | (atomic_load(&ms_collecting) ? 0 : F_OFF);
+	// C_SHORT: the forms that need their reader to know the thread's past
+	// (short MALLOCs, pair halves: F_HOST alone) may be written.
+	gate_set(G_EPOCH, f ? enc_tag(fl) | (ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) : 0);
+}
+
+// Short MALLOCs and stack ids need their reader to know what came before
+// (the thread's last site, every R_STACK); rotating logs are read one by
+// one, so they get the 2-unit form and whole stacks only.
+void ms_set_rotating(int on) {
+	ms_rotating = on;
+	ms_fast_update();
+}
+
+static inline uint64_t gate_now(void) { return atomic_load_explicit(&ms_gate, memory_order_relaxed); }
+
+// Whether the next event may go at *w, the thread's write position: not when
+// a precise stamp is due or the segment is full (or there is none yet: wp and
+// wend are both NULL then).
+static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint64_t g, uint64_t **w) {
+	if (unlikely(g != t->gate)) return 0;
+	*w = atomic_load_explicit(&t->wp, memory_order_relaxed);
+	return likely((uintptr_t)*w < (uintptr_t)t->flim); // room for 2 units, the most a fast record takes
+}
+
+static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p, size_t n, uintptr_t ra) {
+	ms_thr *t = ms_tls.fast;
+	if (unlikely(t == NULL)) return 0;
+	uint64_t *w;
+	if (unlikely(!fast_slot(t, g, &w))) return 0;
+	// The same call site as the thread's last MALLOC (a loop, mostly): half
+	// a unit when small and near the last address, else one; the reader
+	// knows the site from that MALLOC.
+	if (likely(ra == t->last_ra && (g & C_SHORT))) {
+		uint64_t d = (uint64_t)p - t->last_ptr;
+		if (likely(ENC_HALF_MALLOC_FITS(d, n))) {
+			put_half(t, w, (uint64_t)p, enc_half_malloc(d, n));
+			return 1;
+		}
+		if (ENC_SHORT_FITS((uintptr_t)p, n)) {
+			if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
+			publish(t, w, (uint64_t)p, enc_short(w, (uint64_t)p, n, 0));
+			return 1;
+		}
+	}
+	if (unlikely(((uintptr_t)p | n) > C_MAX)) return 0;
+	// The tag is on only once the site table exists; slot 0 stays empty.
+	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
+	uint32_t site = site_hash(ra);
+	if (unlikely(tab[site] != ra)) return 0;
+	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
+	t->last_ra = ra;
+	publish(t, w, (uint64_t)p, enc_malloc(w, g & ~(C_SHORT | G_EPOCH), (uint64_t)p, n, site));
+	return 1;
+}
+
+static inline __attribute__((always_inline)) int fast_free(uint64_t g, void *p) {
+	ms_thr *t = ms_tls.fast;
+	if (unlikely(t == NULL)) return 0;
+	uint64_t *w;
+	if (unlikely(!fast_slot(t, g, &w))) return 0;
+	// A pair half names p relative to the last address: p's width is no matter.
+	uint64_t d = (uint64_t)p - t->last_ptr;
+	if (likely((g & C_SHORT) && ENC_HALF_FREE_FITS(d))) {
+		put_half(t, w, (uint64_t)p, enc_half_free(d));
+		return 1;
+	}
+	if (unlikely((uintptr_t)p > C_MAX)) return 0;
+	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
+	publish(t, w, (uint64_t)p, enc_free(w, g & ~(C_SHORT | G_EPOCH), (uint64_t)p));
+	return 1;
+}
+
+// ---- the host allocator family (SPEC §4.1) ----
+// The public entry points pass their caller's return address down: it is the
+// allocation site (an inlined helper would otherwise name msmemscope itself).
+// The general paths stand apart, tail-called, so that an entry point's fast
+// path saves few registers and sets up no frame.
+static __attribute__((noinline)) void *alloc_slow(void *p, size_t n, uintptr_t ra) {
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, ra);
+	return p;
+}
+
+static __attribute__((noinline)) void free_slow(void *p) {
+	if (ready() && should_record()) rec_free(p, 0, F_HOST);
+	__libc_free(p);
+}
+
+static inline __attribute__((always_inline)) void *malloc_at(size_t n, uintptr_t ra) {
+	void *p = __libc_malloc(n);
+	if (likely(p != NULL) && fast_alloc(gate_now(), p, n, ra)) return p;
+	return alloc_slow(p, n, ra);
+}
+
+void *malloc(size_t n) { return malloc_at(n, (uintptr_t)__builtin_return_address(0)); }
+
+void free(void *p) {
+	if (!p) return;
+	if (fast_free(gate_now(), p)) {
+		__libc_free(p);
+		return;
+	}
+	free_slow(p);
+}
+
+void *calloc(size_t n, size_t m) {
+	void *p = __libc_calloc(n, m);
+	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+	if (likely(p != NULL) && fast_alloc(gate_now(), p, n * m, ra)) return p;
+	return alloc_slow(p, n * m, ra);
+}
+
+static inline __attribute__((always_inline)) void *realloc_at(void *old, size_t n, uintptr_t ra) {
+	if (!old) return malloc_at(n, ra);
+	int rec = ready() && should_record();
+	if (rec && !fast_free(gate_now(), old)) rec_free(old, 0, F_HOST);
+	void *p = __libc_realloc(old, n);
+	if (rec) {
+		if (p) {
+			if (!fast_alloc(gate_now(), p, n, ra)) rec_alloc(p, n, F_HOST, ra);
+		} else if (n != 0) {
+			rec_alloc(old, 0, F_HOST | F_UNDO, ra); // failed: the old block lives on
+		}
+	}
+	return p;
+}
+
+void *reallocarray(void *old, size_t n, size_t m) {
+	size_t bytes;
+	if (__builtin_mul_overflow(n, m, &bytes)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return realloc_at(old, bytes, (uintptr_t)__builtin_return_address(0));
+}
+
+void *realloc(void *old, size_t n) { return realloc_at(old, n, (uintptr_t)__builtin_return_address(0)); }
+
+static inline __attribute__((always_inline)) void *aligned(size_t align, size_t n, uintptr_t ra) {
+	void *p = __libc_memalign(align, n);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, ra);
+	return p;
+}
+
+int posix_memalign(void **out, size_t align, size_t n) {
+	if (align % sizeof(void *) || (align & (align - 1)) || align == 0) return EINVAL;
+	int saved = errno;
+	void *p = aligned(align, n, (uintptr_t)__builtin_return_address(0));
+	if (!p) return ENOMEM;
+	errno = saved;
+	*out = p;
+	return 0;
+}
+
+void *aligned_alloc(size_t align, size_t n) { return aligned(align, n, (uintptr_t)__builtin_return_address(0)); }
+void *memalign(size_t align, size_t n) { return aligned(align, n, (uintptr_t)__builtin_return_address(0)); }
+
+void *valloc(size_t n) {
+	void *p = __libc_valloc(n);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, (uintptr_t)__builtin_return_address(0));
+	return p;
+}
+
+void *pvalloc(size_t n) {
+	void *p = __libc_pvalloc(n);
+	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, (uintptr_t)__builtin_return_address(0));
+	return p;
+}
+
+// Anonymous mappings (MMAP). glibc's own mmap is a thin syscall wrapper; ours
+// is the same, so nothing is looked up before the first call.
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+	if (off & 4095) {
+		errno = EINVAL;
+		return MAP_FAILED;
+	}
+	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+	void *p = (void *)r;
+	// A mapping made from inside this library (the Go runtime maps through
+	// cgo's _cgo_mmap) is dropped by rec_alloc, its unmapping here.
+	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && ready() && should_record()) rec_alloc(p, len, F_MMAP, (uintptr_t)__builtin_return_address(0));
+	return p;
+}
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
+
+int munmap(void *addr, size_t len) {
+	if (!in_self((uintptr_t)__builtin_return_address(0)) && ready() && should_record()) rec_free(addr, len, F_MMAP);
+	return (int)syscall(SYS_munmap, addr, len);
+}
+
+// This copy's malloc, for ms_interposed (lifecycle.c): an alias must be
+// defined beside its target.
+extern void *ms_own_malloc(size_t) __attribute__((alias("malloc"), copy(malloc), visibility("hidden")));

@@ -1,0 +1,359 @@
+// The run's life: init on the first hook call, the threads this library
+// starts (internal for life), fork and exec, the end of the run, and the
+// functions the Go side and pystack.c call.
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <cpuid.h>
+
+// ---- configuration (MSMEMSCOPE_HOOK) and global state: see internal.h ----
+HIDDEN int cfg_heap = 1;
+HIDDEN int cfg_cstack = 0;
+HIDDEN int cfg_deferred = 0;
+HIDDEN _Atomic int ms_state;
+HIDDEN _Atomic int ms_active;
+HIDDEN _Atomic int ms_collecting;
+HIDDEN _Atomic int ms_direct;
+HIDDEN int ms_rotating;
+HIDDEN _Atomic uint64_t ms_fork_count;
+HIDDEN _Atomic uint64_t ms_mstx_next = 1;
+HIDDEN int ms_use_tsc;
+HIDDEN int ms_child;
+HIDDEN pid_t ms_mypid;
+HIDDEN pthread_key_t ms_key;
+
+static int tsc_invariant(void) {
+	unsigned a, b, c, d;
+	if (!__get_cpuid(0x80000007, &a, &b, &c, &d)) return 0;
+	return (d >> 8) & 1;
+}
+
+// ---- init ----
+static void atfork_prepare(void) {}
+static void atfork_parent(void) { atomic_fetch_add(&ms_fork_count, 1); }
+static void atfork_child(void) {
+	ms_child = 1;
+	atomic_store(&ms_active, 0);
+	gate_set(G_EPOCH, 0);
+}
+
+static long env_int(const char *s, const char *key, long def) {
+	size_t k = strlen(key);
+	for (const char *p = s; p && *p;) {
+		if (!strncmp(p, key, k) && p[k] == '=') return strtol(p + k + 1, NULL, 10);
+		p = strchr(p, ',');
+		if (p) p++;
+	}
+	return def;
+}
+
+HIDDEN void ms_init(void) {
+	int want = 0;
+	if (!atomic_compare_exchange_strong(&ms_state, &want, 1)) {
+		while (atomic_load(&ms_state) != 2) {
+		}
+		return;
+	}
+	guard_up();
+	ms_mypid = (pid_t)syscall(SYS_getpid);
+	ms_use_tsc = tsc_invariant();
+	const char *h = getenv("MSMEMSCOPE_HOOK");
+	if (h) {
+		cfg_heap = (int)env_int(h, "heap", 1);
+		cfg_cstack = (int)env_int(h, "cstack", 0);
+		cfg_deferred = (int)env_int(h, "deferred", 0);
+		// Known from the first event: rotating logs are read one by one.
+		ms_rotating = (int)env_int(h, "rotate", 0) != 0;
+		if (cfg_cstack > MAX_FRAMES) cfg_cstack = MAX_FRAMES;
+	}
+	pthread_key_create(&ms_key, thr_key_dtor);
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	atomic_store(&ms_collecting, !cfg_deferred);
+	emit(R_CALIB, F_EPOCH, stamp_after(), mono_ns(), 1, NULL, 0);
+	if (!cfg_deferred) emit(R_START, 0, stamp_after(), 0, 0, NULL, 0);
+	atomic_store(&ms_active, cfg_heap);
+	guard_down();
+	atomic_store(&ms_state, 2);
+	ms_fast_update();
+}
+
+// Constructor: set up stack unwinding helpers (they need the loader).
+__attribute__((constructor(101))) static void ms_ctor(void) {
+	ready();
+	guard_up();
+	stacks_modules();
+	if (cfg_heap) stacks_load();
+	guard_down();
+}
+
+// ---- threads: those started from this library are internal for life ----
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+static pthread_create_fn real_pthread_create;
+
+struct tramp {
+	void *(*fn)(void *);
+	void *arg;
+};
+
+static void *internal_start(void *v) {
+	struct tramp tr = *(struct tramp *)v;
+	tls_guard = 1 << 20; // never recorded, whatever it calls
+	ms_tls.fast = NULL;
+
+	__libc_free(v);
+	return tr.fn(tr.arg);
+}
+
+// The program's asynchronous signals are its own: a signal it blocks (to
+// sigwait for it, say) must never be delivered to msmemscope's threads. They
+// start with these blocked (set in the creator around pthread_create, so there
+// is no window before the thread runs), and Go's threads inherit the mask; the
+// faults and SIGURG (Go's preemption) stay deliverable.
+static void internal_sigmask(sigset_t *set) {
+	sigfillset(set);
+	int keep[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT, SIGURG};
+	for (unsigned i = 0; i < sizeof keep / sizeof keep[0]; i++) sigdelset(set, keep[i]);
+}
+
+// Threads started from this library run on stacks it maps, never on ones
+// from glibc's stack cache: glibc would hand a new thread the cached stack of
+// a program thread that was joined, and with it that thread's DTV (a calloc
+// the program's heap totals count, then never freed). Go's runtime starts
+// its threads while the program runs, as its own start-up is asynchronous.
+// The stack of such a thread is not unmapped if it exits (Go's never do;
+// the drain thread brings and unmaps its own).
+// Maps a stack of size bytes (rounded up to pages) with a guard page below
+// it and initializes at to run a thread on it; returns the mapping (size +
+// one page), or NULL.
+HIDDEN void *map_stack(pthread_attr_t *at, size_t size) {
+	size = (size + 4095) & ~(size_t)4095;
+	char *m = raw_mmap(size + 4096);
+	if (!m) return NULL;
+	mprotect(m, 4096, PROT_NONE);
+	pthread_attr_init(at);
+	pthread_attr_setstack(at, m + 4096, size);
+	return m;
+}
+
+static int own_stack(const pthread_attr_t *attr, pthread_attr_t *own) {
+	size_t size = 0;
+	if (attr) {
+		// With no stack set, glibc reports its address as 0 - stacksize.
+		void *addr = NULL;
+		size_t ssz = 0;
+		if (pthread_attr_getstack(attr, &addr, &ssz) == 0 && addr && (uintptr_t)addr + ssz != 0) return 0; // brings its own
+		pthread_attr_getstacksize(attr, &size);
+	}
+	if (!size) {
+		pthread_attr_t d;
+		if (pthread_getattr_default_np(&d) == 0) {
+			pthread_attr_getstacksize(&d, &size);
+			pthread_attr_destroy(&d);
+		}
+	}
+	if (size < (64u << 10)) size = 8u << 20;
+	if (!map_stack(own, size)) return 0;
+	int ds;
+	if (attr && pthread_attr_getdetachstate(attr, &ds) == 0) pthread_attr_setdetachstate(own, ds);
+	return 1;
+}
+
+int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+	if (!real_pthread_create) {
+		guard_up();
+		real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+		guard_down();
+	}
+	if (in_self((uintptr_t)__builtin_return_address(0))) {
+		guard_up();
+		struct tramp *tr = __libc_malloc(sizeof *tr);
+		int rc;
+		if (!tr) {
+			rc = EAGAIN;
+		} else {
+			tr->fn = fn;
+			tr->arg = arg;
+			sigset_t set, old;
+			internal_sigmask(&set);
+			pthread_attr_t own;
+			int mine = own_stack(attr, &own);
+			pthread_sigmask(SIG_BLOCK, &set, &old);
+			rc = real_pthread_create(th, mine ? &own : attr, internal_start, tr);
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			if (mine) pthread_attr_destroy(&own);
+			if (rc) __libc_free(tr);
+		}
+		guard_down();
+		return rc;
+	}
+	return real_pthread_create(th, attr, fn, arg);
+}
+
+// ---- fork and exec ----
+typedef pid_t (*fork_fn)(void);
+static fork_fn real_fork;
+
+pid_t fork(void) {
+	if (!real_fork) {
+		guard_up();
+		real_fork = (fork_fn)dlsym(RTLD_NEXT, "fork");
+		guard_down();
+	}
+	pid_t pid = real_fork();
+	if (pid > 0 && !ms_child && ready()) {
+		guard_up();
+		emit(R_FORK, 0, stamp_after(), (uint64_t)pid, 0, NULL, 0);
+		guard_down();
+	}
+	return pid;
+}
+
+// Before an exec replaces this image, everything recorded so far goes to the
+// spool: the new image starts a capture of its own.
+static void before_exec(const char *path) {
+	if (in_child() || atomic_load(&ms_state) != 2) return;
+	guard_up();
+	emit(R_EXEC, F_TEXT, stamp_after(), 0, path ? strlen(path) : 0, path, path ? (uint32_t)strnlen(path, 4000) : 0);
+	if (atomic_load(&ms_spool_fd) >= 0) ms_drain();
+	guard_down();
+}
+
+#define REAL(name, type) \
+	static type real_##name; \
+	if (!real_##name) { \
+		guard_up(); \
+		real_##name = (type)dlsym(RTLD_NEXT, #name); \
+		guard_down(); \
+	}
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execv_fn)(const char *, char *const[]);
+
+int execve(const char *path, char *const argv[], char *const envp[]) {
+	REAL(execve, execve_fn);
+	before_exec(path);
+	return real_execve(path, argv, envp);
+}
+int execv(const char *path, char *const argv[]) {
+	REAL(execv, execv_fn);
+	before_exec(path);
+	return real_execv(path, argv);
+}
+int execvp(const char *file, char *const argv[]) {
+	REAL(execvp, execv_fn);
+	before_exec(file);
+	return real_execvp(file, argv);
+}
+int execvpe(const char *file, char *const argv[], char *const envp[]) {
+	REAL(execvpe, execve_fn);
+	before_exec(file);
+	return real_execvpe(file, argv, envp);
+}
+
+#define COLLECT_ARGS(first, argv, withenv, envp) \
+	int argc = 1; \
+	va_list ap; \
+	va_start(ap, first); \
+	while (va_arg(ap, char *)) argc++; \
+	va_end(ap); \
+	char **argv = __builtin_alloca((argc + 1) * sizeof(char *)); \
+	va_start(ap, first); \
+	argv[0] = (char *)first; \
+	for (int i = 1; i <= argc; i++) argv[i] = va_arg(ap, char *); \
+	if (withenv) envp = va_arg(ap, char **); \
+	va_end(ap);
+
+int execl(const char *path, const char *arg, ...) {
+	char **envp = NULL;
+	COLLECT_ARGS(arg, argv, 0, envp);
+	(void)envp;
+	return execv(path, argv);
+}
+int execlp(const char *file, const char *arg, ...) {
+	char **envp = NULL;
+	COLLECT_ARGS(arg, argv, 0, envp);
+	(void)envp;
+	return execvp(file, argv);
+}
+int execle(const char *path, const char *arg, ...) {
+	char **envp = NULL;
+	COLLECT_ARGS(arg, argv, 1, envp);
+	return execve(path, argv, envp);
+}
+
+// The end of the run: PROCESS_EXIT, and from now on direct writes; what is
+// in the rings (pending pair halves too) goes out with the next drain, into
+// the spool (ms_finish) or the rotating logs (ms_drain_into: each thread's
+// past is known there, not in the raw spool read after the logs).
+int ms_finish_begin(void) {
+	if (in_child()) return 0;
+	guard_up();
+	uint64_t lost = atomic_load(&ms_lost_count);
+	emit(R_EXIT, 0, stamp_after(), 0, 0, NULL, 0);
+	if (lost) emit(R_LOST, 0, stamp_after(), lost, 0, NULL, 0);
+	ms_calibrate();
+	atomic_store(&ms_direct, 1);
+	ms_fast_update();
+	guard_down();
+	return 1;
+}
+
+void ms_finish(void) {
+	if (ms_finish_begin()) ms_drain();
+}
+
+int ms_pid(void) { return ms_mypid; }
+uint64_t ms_lost(void) { return atomic_load(&ms_lost_count); }
+uint64_t ms_forks(void) { return atomic_load(&ms_fork_count); }
+int ms_is_child(void) { return in_child(); }
+void ms_guard_enter(void) { guard_up(); }
+void ms_guard_leave(void) { guard_down(); }
+
+// ---- for the Python side (pystack.c, api.go) ----
+void ms_emit(uint16_t kind, uint16_t flags, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
+	emit(kind, flags, stamp_after(), a, b, payload, plen);
+}
+
+void ms_set_hook(int heap, int cstack) {
+	if (cstack > MAX_FRAMES) cstack = MAX_FRAMES;
+	if (cstack > 0) {
+		guard_up();
+		stacks_load();
+		guard_down();
+	}
+	cfg_cstack = cstack;
+	cfg_heap = heap;
+	if (!ms_child) atomic_store(&ms_active, heap);
+	ms_fast_update();
+}
+
+extern void *ms_own_malloc(size_t) HIDDEN; // hooks.c: this copy's malloc
+// The main program's handle searches the global scope in order: our malloc
+// comes first only if this copy was preloaded or linked (RTLD_DEFAULT would
+// search this object's own scope first when it was dlopen'ed).
+// Computed once, at load (pystack.c's constructor), while the loader runs.
+int ms_interposed(void) {
+	static int known = -1;
+	if (known < 0) {
+		void *self = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
+		known = self && dlsym(self, "malloc") == (void *)ms_own_malloc;
+		if (self) dlclose(self);
+	}
+	return known;
+}
+
+// ---- exit ----
+extern void msGoAtExit(void);
+
+// Runs after main returns or exit() is called. Events after the final drain
+// (frees in other libraries' destructors) go straight to the spool.
+__attribute__((destructor)) static void ms_dtor(void) {
+	if (in_child() || atomic_load(&ms_state) != 2) return;
+	guard_up();
+	msGoAtExit(); // waits for the Go runtime's start, then calls ms_finish
+	guard_down();
+}

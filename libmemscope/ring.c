@@ -1,0 +1,184 @@
+// Per-thread rings: each thread writes its events into segments of its own
+// (ms_seg, ms_thr in internal.h) that the drain (drain.c) takes out; the
+// general event writer (emit_n) for every record the fast path does not write.
+#include "internal.h"
+
+__thread ms_tls_t ms_tls TLS_ATTR;
+HIDDEN ms_thr *_Atomic ms_threads;
+HIDDEN _Atomic int spare_total;
+HIDDEN _Atomic uint64_t ms_lost_count;
+
+// A thread's end: its ring is left for the drain to release. What the
+// thread does after this (other keys' destructors, glibc's own clean-up)
+// takes the ring back while the drain has not released it (thr_acquire),
+// else a fresh one: the drain wrote the old one out in full first, so a
+// tid's records stay in order (readers take its chunks in file order).
+HIDDEN void thr_key_dtor(void *v) {
+	ms_thr *t = v;
+	if (t && tls_thr == t) {
+		half_close(t);
+		ms_tls.prev = t;
+		set_thr(NULL);
+		atomic_store_explicit(&t->state, 1, memory_order_release);
+	}
+}
+
+static void thr_stack_bounds(ms_thr *t) {
+	uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+	t->stack_hi = 0;
+	if (t->tid == ms_mypid) {
+		t->stack_hi = (uintptr_t)__libc_stack_end;
+	} else {
+		pthread_attr_t at;
+		if (pthread_getattr_np(pthread_self(), &at) == 0) {
+			void *addr;
+			size_t sz;
+			if (pthread_attr_getstack(&at, &addr, &sz) == 0) t->stack_hi = (uintptr_t)addr + sz;
+			pthread_attr_destroy(&at);
+		}
+	}
+	if (t->stack_hi < sp) t->stack_hi = sp + 64 * 1024; // unknown: stay near the current frame
+}
+
+HIDDEN ms_thr *thr_acquire(void) {
+	ms_thr *t = ms_tls.prev;
+	if (t) {
+		ms_tls.prev = NULL;
+		int dead = 1;
+		if (atomic_compare_exchange_strong(&t->state, &dead, 0)) {
+			set_thr(t); // as it was: write on where it stopped
+			pthread_setspecific(ms_key, t);
+			return t;
+		}
+	}
+	for (t = atomic_load_explicit(&ms_threads, memory_order_acquire); t; t = t->next_all) {
+		int want = 2;
+		if (atomic_compare_exchange_strong(&t->state, &want, 0)) break;
+	}
+	if (!t) {
+		t = raw_mmap(4096);
+		if (!t) return NULL;
+		t->next_all = atomic_load(&ms_threads);
+		while (!atomic_compare_exchange_weak(&ms_threads, &t->next_all, t)) {
+		}
+	}
+	t->tid = (int32_t)syscall(SYS_gettid);
+	atomic_store(&t->wp, NULL);
+	t->wend = t->flim = NULL;
+	t->wseg = NULL;
+	t->gate = 0;
+	t->last_epoch = 0;
+	t->last_ra = 0;
+	t->half = 0;
+	t->last_ptr = 1; // no pair half before a compact record names an address
+	thr_stack_bounds(t);
+	set_thr(t);
+	pthread_setspecific(ms_key, t);
+	return t;
+}
+
+// A thread's first segment is half the size and faulted in as it fills (a
+// thread may record a few events only). Later ones, of a thread that filled one, come populated,
+// on a huge page where the kernel has one: one fault instead of 512 in the
+// program's thread, and one page to pin and unpin per direct write instead
+// of 512 (that work lands on whichever core takes the disk's interrupts).
+static ms_seg *seg_new(uint32_t need, int populate) {
+	size_t data = populate ? SEG_BYTES : SEG_FIRST;
+	if (need > SEG_UNITS(data)) data = ((sizeof(ms_chunk) + (size_t)need * 8 + DIO_ALIGN + 8) + 4095) & ~(size_t)4095;
+	size_t bytes = SEG_META + data;
+	char *p = NULL;
+	if (populate && bytes == SEG_MAP) {
+		// Over-map, keep the aligned middle.
+		char *q = (void *)syscall(SYS_mmap, 0, 2 * SEG_MAP, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (q == MAP_FAILED) return NULL;
+		p = (char *)(((uintptr_t)q + SEG_MAP - 1) & ~(uintptr_t)(SEG_MAP - 1));
+		if (p > q) raw_munmap(q, (size_t)(p - q));
+		if (q + SEG_MAP > p) raw_munmap(p + SEG_MAP, (size_t)(q + SEG_MAP - p));
+		madvise(p, SEG_MAP, MADV_HUGEPAGE);
+		if (madvise(p, SEG_MAP, 23 /* MADV_POPULATE_WRITE, Linux 5.14 */))
+			for (size_t i = 0; i < SEG_MAP; i += 4096) ((volatile char *)p)[i] = 0;
+	} else {
+		p = (void *)syscall(SYS_mmap, 0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == (char *)MAP_FAILED) return NULL;
+	}
+	ms_seg *s = (ms_seg *)p;
+	s->cap = (uint32_t)SEG_UNITS(data);
+	s->bytes = bytes;
+	return s;
+}
+
+// Reserves n contiguous units in the calling thread's ring, or NULL.
+HIDDEN uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
+	ms_seg *s = t->wseg;
+	uint64_t *wp = half_close(t);
+	if (s && ring_room(t, wp, n)) return wp;
+	// Past the cap, wait for the drain while it is alive; never inside a child.
+	while (atomic_load_explicit(&t->segs, memory_order_acquire) >= SEG_WAIT_CAP) {
+		if (ms_child || atomic_load(&ms_spool_fd) < 0) break;
+		struct timespec ts = {0, 200000};
+		nanosleep(&ts, NULL);
+	}
+	ms_seg *ns = NULL;
+	for (int i = 0; n <= SEG_CAP && !ns && i < NSPARE; i++)
+		if (atomic_load_explicit(&t->spare[i], memory_order_relaxed) &&
+		    (ns = atomic_exchange_explicit(&t->spare[i], NULL, memory_order_acquire)))
+			atomic_fetch_sub_explicit(&spare_total, 1, memory_order_relaxed);
+	if (!ns) ns = seg_new(n, s != NULL);
+	if (!ns) return NULL;
+	atomic_fetch_add(&t->segs, 1);
+	// Moving on: s's head is final before the drain can see s->next, and
+	// s->next is set before wp leaves s (see drain_thread).
+	if (s) {
+		atomic_store_explicit(&s->head, (uint32_t)(wp - s->u), memory_order_release);
+		atomic_store_explicit(&s->next, ns, memory_order_release);
+	} else {
+		t->rseg = ns; // first segment: publish before the registry sees records
+	}
+	t->wseg = ns;
+	t->wend = ns->u + ns->cap;
+	atomic_store_explicit(&t->wp, ns->u, memory_order_release);
+	stamp_rearm(t);
+	return ns->u;
+}
+
+// After the final drain: one event straight to the spool.
+static __attribute__((noinline)) void emit_direct(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t site) {
+	uint64_t buf[REC_UNITS + DIRECT_UNITS];
+	if (plen > DIRECT_UNITS * 8) plen = DIRECT_UNITS * 8;
+	uint32_t n = enc_full(buf, kind, flags, ts, a, b, site, payload, plen);
+	ms_thr *t = tls_thr;
+	write_direct(buf, n, t ? t->tid : (int32_t)syscall(SYS_gettid));
+}
+
+HIDDEN void emit_n(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t site) {
+	if (plen > REC_MAX_PAYLOAD) plen = REC_MAX_PAYLOAD;
+	ms_thr *t = tls_thr;
+	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) {
+		if (t && t->half) { // after the final drain: its pending half goes first
+			half_close(t);
+			ms_drain();
+		}
+		emit_direct(kind, flags, ts, a, b, payload, plen, site);
+		return;
+	}
+	if (unlikely(!t)) {
+		t = thr_acquire();
+		if (!t) {
+			atomic_fetch_add(&ms_lost_count, 1);
+			return;
+		}
+	}
+	uint64_t *r = ring_reserve(t, enc_full_units(plen));
+	if (unlikely(!r)) {
+		atomic_fetch_add(&ms_lost_count, 1);
+		return;
+	}
+	ring_commit(t, enc_full(r, kind, flags, ts, a, b, site, payload, plen));
+	// The final drain may have run between our check of ms_direct and the
+	// commit: then nobody will drain this ring again, so drain it now.
+	if (unlikely(atomic_load_explicit(&ms_direct, memory_order_acquire))) ms_drain();
+}
+
+HIDDEN void emit(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen) {
+	emit_n(kind, flags, ts, a, b, payload, plen, 0);
+}

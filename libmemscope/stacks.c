@@ -1,0 +1,231 @@
+// C stacks and allocation sites: frame-pointer walks (libunwind where the
+// caller is libc or libstdc++, built without frame pointers), and the
+// lock-free tables that give each distinct stack and each allocation site an
+// id written once (R_STACK, R_SITE) and named by MALLOCs from then on.
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+static void *unw_lib;
+static int (*unw_backtrace_fn)(void **, int);
+static uintptr_t nofp_lo[4], nofp_hi[4]; // modules built without frame pointers
+static int nofp_n;
+
+static int nofp(uintptr_t pc) {
+	for (int i = 0; i < nofp_n; i++)
+		if (pc >= nofp_lo[i] && pc < nofp_hi[i]) return 1;
+	return 0;
+}
+static int is_leading_skip(uintptr_t pc) { return in_self(pc) || nofp(pc); }
+
+// C stacks, and sites of allocations made through libc/libstdc++ wrappers.
+HIDDEN void stacks_load(void) {
+	if (unw_lib) return;
+	unw_lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+	if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
+}
+
+// Raw return addresses of the caller, innermost first, msmemscope's and the
+// allocator's own frames removed.
+HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
+	ms_thr *t = tls_thr;
+	if (!t) t = thr_acquire();
+	int n = 0;
+	uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+	uintptr_t lo = fp, first = 0;
+	// Find the first frame outside this library.
+	while (t && fp >= lo && fp <= t->stack_hi - 16 && !(fp & 7)) {
+		uintptr_t ra = ((uintptr_t *)fp)[1];
+		uintptr_t next = ((uintptr_t *)fp)[0];
+		if (!in_self(ra)) {
+			first = ra;
+			break;
+		}
+		if (next <= fp) break;
+		fp = next;
+	}
+	if (first && nofp(first) && unw_backtrace_fn) {
+		// Called from libc or libstdc++ (strdup, operator new): their frames
+		// carry no frame pointer, so unwind with DWARF CFI instead.
+		void *buf[MAX_FRAMES + 32];
+		int want = max + 32 > MAX_FRAMES + 32 ? MAX_FRAMES + 32 : max + 32;
+		int got = unw_backtrace_fn(buf, want);
+		int i = 0;
+		while (i < got && is_leading_skip((uintptr_t)buf[i])) i++;
+		for (; i < got && n < max; i++) out[n++] = (uintptr_t)buf[i];
+		return n;
+	}
+	while (t && n < max && fp >= lo && fp <= t->stack_hi - 16 && !(fp & 7)) {
+		uintptr_t ra = ((uintptr_t *)fp)[1];
+		uintptr_t next = ((uintptr_t *)fp)[0];
+		if (ra < 4096) break;
+		if (n > 0 || !is_leading_skip(ra)) out[n++] = ra;
+		if (next <= fp) break;
+		fp = next;
+	}
+	return n;
+}
+
+static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+	(void)sz;
+	(void)data;
+	const char *name = info->dlpi_name;
+	if (!name || nofp_n >= 4) return 0;
+	const char *base = strrchr(name, '/');
+	base = base ? base + 1 : name;
+	if (strncmp(base, "libc.so", 7) && strncmp(base, "libstdc++.so", 12) && strncmp(base, "libgcc_s.so", 11)) return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+			nofp_lo[nofp_n] = info->dlpi_addr + ph->p_vaddr;
+			nofp_hi[nofp_n] = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+			nofp_n++;
+			break;
+		}
+	}
+	return 0;
+}
+
+HIDDEN void stacks_modules(void) { dl_iterate_phdr(phdr_cb, NULL); }
+
+// The lock-free table at *slot, mapped (bytes long) by whichever thread gets
+// there first; *made says whether this call did. NULL if it cannot be mapped.
+static void *lazy_table(void *_Atomic *slot, size_t bytes, int *made) {
+	void *tab = atomic_load_explicit(slot, memory_order_acquire);
+	if (likely(tab != NULL)) return tab;
+	tab = raw_mmap(bytes);
+	void *none = NULL;
+	if (tab && atomic_compare_exchange_strong(slot, &none, tab)) {
+		if (made) *made = 1;
+		return tab;
+	}
+	if (tab) raw_munmap(tab, bytes);
+	return atomic_load(slot);
+}
+
+// The slot of key (nonzero) in the open-addressed table tab (mask + 1
+// slots), looked for from slot home on, or a free slot it is put in (*fresh
+// set: the caller announces it). Slot 0 stays empty (id 0 means none); 0
+// when probes slots are all taken by others.
+static uint32_t intern(uint64_t *tab, uint32_t mask, uint64_t key, uint32_t home, int probes, int *fresh) {
+	for (uint32_t i = 0; i < (uint32_t)probes; i++) {
+		uint32_t idx = (home + i) & mask;
+		if (idx == 0) continue;
+		uint64_t cur = atomic_load_explicit((_Atomic uint64_t *)&tab[idx], memory_order_acquire);
+		if (cur == key) return idx;
+		if (cur == 0) {
+			uint64_t zero = 0;
+			if (atomic_compare_exchange_strong((_Atomic uint64_t *)&tab[idx], &zero, key)) {
+				*fresh = 1;
+				return idx;
+			}
+			if (zero == key) return idx;
+		}
+	}
+	return 0;
+}
+
+// ---- C stacks: each distinct one is written once ----
+// A stack is known by a 64-bit hash of its frames (two stacks colliding,
+// about 2^-64 a pair, would be reported as one), interned in a lock-free
+// table whose slot is its id. The first time, the thread that interns it
+// writes an R_STACK record (the frames); MALLOCs then carry the id alone
+// (F_STACKID, one payload unit), so a 16-frame MALLOC takes 5 units, not 20.
+// Readers collect every R_STACK before handing out records (as R_SITE).
+#define STACK_SLOTS (1u << 18)
+static uint64_t *_Atomic stack_tab;
+
+static inline uint64_t stack_hash(const uintptr_t *f, int n) {
+	uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(n + 1);
+	for (int i = 0; i < n; i++) {
+		h = (h ^ f[i]) * 0xff51afd7ed558ccdull;
+		h ^= h >> 32;
+	}
+	return h | 1; // 0 marks an empty slot
+}
+
+// The id of the stack f[0..n), announced the first time; 0 when the table
+// cannot take it (the stack then goes whole).
+static uint32_t stack_id(const uintptr_t *f, int n) {
+	uint64_t *tab = lazy_table((void *_Atomic *)&stack_tab, STACK_SLOTS * sizeof(uint64_t), NULL);
+	if (unlikely(!tab)) return 0;
+	uint64_t h = stack_hash(f, n);
+	int fresh = 0;
+	uint32_t idx = intern(tab, STACK_SLOTS - 1, h, (uint32_t)(h >> 40), 32, &fresh);
+	if (fresh) emit(R_STACK, F_CSTACK, stamp_after(), idx, (uint64_t)n, f, (uint32_t)n * sizeof(uintptr_t));
+	return idx;
+}
+
+HIDDEN __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
+	int depth = *(volatile int *)&cfg_cstack; // read once: the Python API may change it meanwhile
+	if (depth < 1) depth = 1;
+	uintptr_t frames[depth]; // as deep as asked: a small frame stays in cache
+	int n = capture_c(frames, depth);
+	uint64_t id = n && !ms_rotating ? stack_id(frames, n) : 0;
+	ms_thr *t = tls_thr;
+	if (id && t)
+		emit1(t, kind, flags | F_CSTACK | F_STACKID, ts, a, b, site, id);
+	else
+		emit_n(kind, flags | (n ? F_CSTACK : 0), ts, a, b, frames, n * sizeof(uintptr_t), site);
+}
+
+// A MALLOC with a Python stack (and a C stack when asked for): see pystack.h.
+HIDDEN __attribute__((noinline)) void emit_with_stacks(uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site) {
+	int maxc = *(volatile int *)&cfg_cstack, maxp = *(volatile int *)&ms_py_depth; // read once (ms_set_hook)
+	if (maxc < 0) maxc = 0;
+	if (maxp < 0) maxp = 0;
+	uint64_t buf[1 + maxc + maxp];
+	int nc = maxc ? capture_c((uintptr_t *)&buf[1], maxc) : 0;
+	int np = ms_py_capture(&buf[1 + nc], maxp);
+	if (!np) {
+		emit_n(R_MALLOC, flags | (nc ? F_CSTACK : 0), ts, a, b, &buf[1], nc * sizeof(uint64_t), site);
+		return;
+	}
+	buf[0] = enc_pystack_head((uint32_t)nc, (uint32_t)np);
+	emit_n(R_MALLOC, flags | F_PYSTACK | (nc ? F_CSTACK : 0), ts, a, b, buf, (1 + nc + np) * sizeof(uint64_t), site);
+}
+
+// ---- allocation sites: every MALLOC names its caller, stacks or not ----
+// A site is the allocator's caller (the first frame outside libc, libstdc++
+// and msmemscope when the caller is a wrapper such as operator new or strdup),
+// interned in a lock-free table; its 16-bit id rides in the record's n and
+// the address is written once, as an R_SITE record (SPEC §7 live report).
+HIDDEN uintptr_t *_Atomic site_tab;
+
+// The caller of the wrapper (strdup, fopen...) that called the allocator, or
+// 0 when that is this library: cgo's C calls pthread_getattr_np, which reads
+// /proc/self/maps, when a program thread first enters msmemscope's Go code.
+static __attribute__((noinline)) uintptr_t site_through_wrapper(uintptr_t ra) {
+	void *buf[24]; // stdio's buffer allocation sits ~7 libc frames deep
+	int got = unw_backtrace_fn(buf, 24), i = 0;
+	while (i < got && in_self((uintptr_t)buf[i])) i++; // the hook
+	while (i < got && nofp((uintptr_t)buf[i])) i++;    // the wrappers
+	if (i < got && in_self((uintptr_t)buf[i])) return 0;
+	for (; i < got; i++)
+		if (!is_leading_skip((uintptr_t)buf[i])) return (uintptr_t)buf[i];
+	return ra;
+}
+
+static __attribute__((noinline)) uint32_t site_insert(uintptr_t *tab, uintptr_t ra, uint32_t h) {
+	int fresh = 0;
+	uint32_t idx = intern((uint64_t *)tab, SITE_SLOTS - 1, ra, h, 16, &fresh);
+	if (fresh) emit(R_SITE, 0, stamp_after(), ra, idx, NULL, 0);
+	return idx; // 0: crowded, the site stays unknown
+}
+
+HIDDEN uint32_t site_miss(uintptr_t ra, uint32_t h) {
+	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_acquire);
+	if (unlikely(!tab)) {
+		int made = 0;
+		tab = lazy_table((void *_Atomic *)&site_tab, SITE_SLOTS * sizeof(uintptr_t), &made);
+		if (!tab) return 0;
+		if (made) ms_fast_update(); // the fast path needs the table
+		if (h != 0 && atomic_load_explicit((_Atomic uintptr_t *)&tab[h], memory_order_relaxed) == ra) return h;
+	}
+	if (unlikely(nofp(ra)) && unw_backtrace_fn) {
+		if (!(ra = site_through_wrapper(ra))) return SITE_SELF;
+		h = site_hash(ra);
+	}
+	return site_insert(tab, ra, h);
+}

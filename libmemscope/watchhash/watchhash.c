@@ -1,0 +1,1 @@
+../watchhash.c
