@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"msmemscope/analyzer"
+	"msmemscope/analyzer/spec"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 	"msmemscope/internal/version"
@@ -197,7 +198,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 
 	if cfg.HasAnalysis("inefficient") {
 		// Results go into the dump's MALLOC rows (SPEC §5.3).
-		r, err := analyzer.CheckInefficient(res.DumpPath, analyzer.IneffOptions{IdleThreshold: analyzer.DefaultIdleThreshold}, nil)
+		r, err := analyzer.CheckInefficient(res.DumpPath, analyzer.IneffOptions{IdleThreshold: spec.DefaultIdleThreshold}, nil)
 		if err != nil {
 			return nil, err
 		}

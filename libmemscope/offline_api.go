@@ -96,14 +96,7 @@ func msmemscope_analyze(name *C.char, kwargs *C.char) *C.char {
 			return replyErr(&analyzer.ArgError{Kind: "TypeError", Msg: "keyword arguments must be a JSON object: " + err.Error()})
 		}
 		n := C.GoString(name)
-		label := n
-		switch n {
-		case "leaks":
-			label = "check_leaks"
-		case "inefficient":
-			label = "check_inefficient"
-		}
-		res, err := analyzer.RunAnalyzer(n, args, analyzer.NewProgress(label))
+		res, err := analyzer.RunAnalyzer(n, args, analyzer.NewProgress(analyzer.Label(n)))
 		if err != nil {
 			return replyErr(err)
 		}

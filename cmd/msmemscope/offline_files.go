@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"msmemscope/analyzer"
+	"msmemscope/analyzer/spec"
 	"msmemscope/capture"
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/config"
@@ -235,7 +236,7 @@ func offlineFile(inv *cli.Invocation, path string) int {
 			err = fileLeaks(path, outDir)
 		case "inefficient":
 			var r *analyzer.IneffReport
-			r, err = analyzer.CheckInefficient(path, analyzer.IneffOptions{IdleThreshold: analyzer.DefaultIdleThreshold}, analyzer.NewProgress("check_inefficient"))
+			r, err = analyzer.CheckInefficient(path, analyzer.IneffOptions{IdleThreshold: spec.DefaultIdleThreshold}, analyzer.NewProgress("check_inefficient"))
 			if err == nil {
 				fmt.Fprint(os.Stderr, "msmemscope: ", r.Summary(5))
 			}
