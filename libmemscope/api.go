@@ -31,6 +31,7 @@ import (
 	"unsafe"
 
 	"msmemscope/capture"
+	"msmemscope/collect"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 )
@@ -253,8 +254,8 @@ func msmemscope_py_stop(path *C.char, pathlen C.int) C.int {
 	}
 	drainNow()
 	api.stops++
-	opt := capture.Options{Console: os.Stderr, MapsFile: snapshotMaps(eng.proc.Dir, api.stops)}
-	res, e := capture.Convert(eng.proc.Dir, opt)
+	opt := collect.Options{Console: os.Stderr, MapsFile: snapshotMaps(eng.proc.Dir, api.stops)}
+	res, e := collect.Convert(eng.proc.Dir, opt)
 	if e != nil {
 		putString(path, pathlen, e.Error())
 		return -1

@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"msmemscope/capture"
+	"msmemscope/collect"
 	"msmemscope/config"
 )
 
@@ -187,7 +188,7 @@ func msGoAtExit() {
 	if eng.proc.Standalone() && exitConvertWanted() {
 		// No CLI will convert this capture: write the files now. Frees in
 		// destructors that run after this one reach the spool only.
-		if _, err := capture.Convert(eng.proc.Dir, capture.Options{Console: os.Stderr}); err != nil {
+		if _, err := collect.Convert(eng.proc.Dir, collect.Options{Console: os.Stderr}); err != nil {
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 		}
 	}

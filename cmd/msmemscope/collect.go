@@ -13,6 +13,7 @@ import (
 
 	"msmemscope/capture"
 	"msmemscope/cmd/msmemscope/cli"
+	"msmemscope/collect"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 )
@@ -135,7 +136,7 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 		if i == lastMain {
 			console = os.Stderr
 		}
-		res, err := capture.Convert(d, capture.Options{Console: console, TracedChildren: traced})
+		res, err := collect.Convert(d, collect.Options{Console: console, TracedChildren: traced})
 		if err != nil {
 			mp.Error = err.Error()
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
@@ -207,7 +208,7 @@ func offline(inv *cli.Invocation) int {
 	}
 	rc := 0
 	for _, d := range dirs {
-		opt := capture.Options{Console: os.Stderr}
+		opt := collect.Options{Console: os.Stderr}
 		if inv.Set["analysis"] || inv.Set["steps"] || inv.Set["data-format"] {
 			m, err := capture.ReadMeta(d)
 			if err != nil {
@@ -225,7 +226,7 @@ func offline(inv *cli.Invocation) int {
 			}
 			opt.Config = &c
 		}
-		res, err := capture.Convert(d, opt)
+		res, err := collect.Convert(d, opt)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 			rc = 1

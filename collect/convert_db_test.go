@@ -1,13 +1,17 @@
-package capture
+package collect
 
 import (
+	"bytes"
 	"database/sql"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
+	"msmemscope/capture"
 	"msmemscope/config"
 	"msmemscope/trace"
 
@@ -21,7 +25,7 @@ func TestConvertDataFormatDB(t *testing.T) {
 	cfg := config.Default()
 	cfg.Output = dir
 	cfg.Analysis = []string{"leaks"}
-	p, err := Begin(cfg, 4242, "")
+	p, err := capture.Begin(cfg, 4242, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,15 +39,15 @@ func TestConvertDataFormatDB(t *testing.T) {
 			recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 0, trace.RFree})
 		}
 	}
-	if _, err := p.spool.Write(append(calibRec(1_000_000, 1), chunkOf(7, recs)...)); err != nil {
+	if _, err := syscall.Write(p.SpoolFD(), append(calibRec(1_000_000, 1), chunkOf(7, recs)...)); err != nil {
 		t.Fatal(err)
 	}
 	p.End(0, 0)
 	tr := "FuncInfo,StartTime(ns),EndTime(ns),Thread Id,Process Id\na.py:1(f),10,20,7,4242\n"
-	if err := os.MkdirAll(filepath.Join(p.Dir, DumpDir), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Join(p.Dir, capture.DumpDir), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(p.Dir, DumpDir, "python_trace_7_20260101000000.csv"), []byte(tr), 0o640)
+	os.WriteFile(filepath.Join(p.Dir, capture.DumpDir, "python_trace_7_20260101000000.csv"), []byte(tr), 0o640)
 
 	csvRes, err := Convert(p.Dir, Options{})
 	if err != nil {
@@ -105,4 +109,27 @@ func readDump(t *testing.T, p string) []trace.Event {
 		}
 		evs = append(evs, *e)
 	}
+}
+
+// chunkOf builds one drained chunk (spool chunk format) of full records.
+func chunkOf(tid int32, recs [][4]uint64) []byte {
+	var body []byte
+	for _, r := range recs {
+		body = trace.AppendRec(body, &trace.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: trace.FHost})
+	}
+	return chunk(tid, body)
+}
+
+func calibRec(tick, epoch uint64) []byte {
+	return chunk(0, trace.AppendRec(nil, &trace.Rec{TS: tick, A: tick, B: epoch, Kind: trace.RCalib, Flags: trace.FEpoch}))
+}
+
+// chunk frames records as the drain does: magic, record units, tid, pid.
+func chunk(tid int32, body []byte) []byte {
+	var b bytes.Buffer
+	for _, v := range []uint32{0x4b4e4843, uint32(len(body) / trace.UnitSize), uint32(tid), 42} {
+		binary.Write(&b, binary.LittleEndian, v)
+	}
+	b.Write(body)
+	return b.Bytes()
 }

@@ -1,0 +1,221 @@
+// Package collect is the conversion of a capture: its spool decoded into
+// events, the analyses fed, and the dump, config.json and the analyses'
+// reports written. Each row is written once: an analysis that annotates
+// rows has decided about them before they are written.
+package collect
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"msmemscope/analyzer"
+	"msmemscope/capture"
+	"msmemscope/config"
+	"msmemscope/internal/safefs"
+	"msmemscope/internal/version"
+	"msmemscope/trace"
+)
+
+// Options tune a conversion.
+type Options struct {
+	Console io.Writer      // where the short summaries go; nil: nowhere
+	Config  *config.Config // overrides the recorded configuration (offline --analysis)
+	// TracedChildren are pids of processes of the same run that have a folder
+	// of their own: forks of this image that exec'd and so were traced.
+	TracedChildren map[int]bool
+	// MapsFile symbolizes C stacks with these mappings (a capture still
+	// running, converted by stop()); default spool/maps.end.txt, else
+	// spool/maps.start.txt.
+	MapsFile string
+}
+
+// Result says what a conversion wrote and found.
+type Result struct {
+	Dir       string
+	Meta      *capture.ProcessMeta
+	DumpPath  string
+	Events    uint64 // events decoded from the spool
+	Rows      uint64 // rows written to the dump
+	Lost      uint64
+	Complete  bool   // the image ended normally (not killed)
+	Exec      string // the program this image exec'd into, if any
+	Forks     []int  // children forked by this image
+	Untraced  int    // forked children that were not traced
+	Truncated bool
+	Leaks     *analyzer.LeakReport
+	LeaksPath string
+
+	Decompose     *analyzer.DecomposeReport
+	DecomposePath string
+	Inefficient   *analyzer.IneffReport
+	WatchPath     string
+}
+
+// ConfigJSON is the config.json of SPEC §2.
+type ConfigJSON struct {
+	Version                string        `json:"version"`
+	Config                 config.Config `json:"config"`
+	Pid                    int           `json:"pid"`
+	Ppid                   int           `json:"ppid"`
+	Cmdline                []string      `json:"cmdline"`
+	Clock                  string        `json:"clock"`
+	UnixOffsetNs           int64         `json:"clock_unix_offset_ns"` // add to Timestamp(ns) for Unix time
+	EventsRecorded         uint64        `json:"events_recorded"`
+	EventsWritten          uint64        `json:"events_written"`
+	EventsLost             uint64        `json:"events_lost"`
+	ForkedChildrenUntraced int           `json:"forked_children_untraced"`
+	Complete               bool          `json:"complete"`
+	Exec                   string        `json:"exec,omitempty"`
+	SpoolBytes             int64         `json:"spool_bytes"`
+}
+
+// Convert turns the spool of a process folder into the dump, config.json and
+// the analyses' reports.
+//
+// The analyses that only read rows are fed every decoded row while the dump
+// is written (--steps filters the dump, not what they see). One that
+// annotates rows (inefficient: its results go into the MALLOC rows, SPEC
+// §5.3) must have judged a block before its MALLOC row is written, and a
+// block may be judged only at its FREE or at the end: it gets a pass of its
+// own over the spool first (re-readable; without stacks, so cheap), fed
+// the rows that will be written, and its results are added to the rows in
+// the writing pass. What it keeps between the passes is 16 bytes per block
+// found inefficient.
+func Convert(dir string, opt Options) (*Result, error) {
+	meta, err := capture.ReadMeta(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a capture folder: %v", dir, err)
+	}
+	cfg := meta.Config
+	if opt.Config != nil {
+		cfg = *opt.Config
+	}
+	sp, err := capture.OpenCaptureSpool(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer sp.Close()
+	if opt.Config == nil && sp.Py.Config != "" {
+		// msmemscope.config() changed the configuration while running.
+		if c, err := config.Decode(sp.Py.Config); err == nil {
+			c.Output = cfg.Output
+			cfg = c
+		}
+	}
+	res := &Result{Dir: dir, Meta: meta, Truncated: sp.Truncated}
+	end := capture.ReadEnd(dir)
+	res.Complete = end != nil
+	if res.Complete && sp.Truncated && len(capture.LogFiles(dir)) == 0 {
+		// A process that ended normally flushed whole chunks: a cut-off
+		// chunk means the file was damaged, not that the run was killed.
+		return nil, fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, capture.SpoolDir, trace.SpoolFileName))
+	}
+
+	dumpDir := filepath.Join(dir, capture.DumpDir)
+	if err := safefs.EnsureDir(dumpDir); err != nil {
+		return nil, err
+	}
+	stamp := capture.Stamp(time.Now())
+	ext := ".csv"
+	if cfg.DataFormat == trace.FormatDB {
+		ext = ".db"
+	}
+	res.DumpPath = uniquePath(filepath.Join(dumpDir, "memscope_dump_"+stamp), ext)
+
+	var torch *capture.TorchInfo
+	if sp.HasTorch {
+		if torch, err = capture.TorchPrepass(sp, dir, meta, cfg); err != nil {
+			return nil, err
+		}
+	}
+	runs, err := newRuns(cfg.Analysis, res.DumpPath)
+	if err != nil {
+		return nil, err
+	}
+	written := func(e *trace.Event) bool { return e.Kind == trace.KindSystem || cfg.WantStep(e.Step) }
+	if anyAnnotates(runs) {
+		first := capture.NewDecoder(sp, dir, meta, cfg, opt.MapsFile, true, torch)
+		err := eachEvent(first.Next, func(e *trace.Event) error {
+			if written(e) {
+				observe(runs, true, e)
+			}
+			return nil
+		})
+		if err == nil {
+			err = finish(runs, true)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	dec := capture.NewDecoder(sp, dir, meta, cfg, opt.MapsFile, false, torch)
+	res.Rows, err = WriteDump(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
+		func(w RowWriter) error {
+			return eachEvent(dec.Next, func(e *trace.Event) error {
+				observe(runs, false, e)
+				if !written(e) {
+					return nil
+				}
+				annotate(runs, e)
+				return w.Write(e)
+			})
+		})
+	if err != nil {
+		return nil, err
+	}
+	if err := finish(runs, false); err != nil {
+		return nil, err
+	}
+	res.Events = dec.Records()
+	res.Lost = dec.Lost()
+	if end != nil && end.Lost > res.Lost {
+		res.Lost = end.Lost
+	}
+	res.Exec = dec.Exec()
+	res.Forks = dec.Forks()
+	for _, c := range res.Forks {
+		if !opt.TracedChildren[c] {
+			res.Untraced++
+		}
+	}
+
+	cj := ConfigJSON{
+		Version: version.Version, Config: cfg, Pid: meta.Pid, Ppid: meta.Ppid, Cmdline: meta.Cmdline,
+		Clock: "CLOCK_MONOTONIC", UnixOffsetNs: meta.StartUnixNs - meta.StartMonoNs,
+		EventsRecorded: res.Events, EventsWritten: res.Rows, EventsLost: res.Lost,
+		ForkedChildrenUntraced: res.Untraced, Complete: res.Complete, Exec: res.Exec, SpoolBytes: sp.Bytes,
+	}
+	cpath := filepath.Join(dir, capture.ConfigFile)
+	if _, err := os.Stat(cpath); err == nil {
+		cpath = uniquePath(filepath.Join(dir, "config_"+stamp), ".json")
+	}
+	if err := capture.WriteJSON(cpath, cj); err != nil {
+		return nil, err
+	}
+	if err := writeReports(res, runs, stamp, cfg, dec.Watch(), opt.Console); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func progName(m *capture.ProcessMeta) string {
+	if len(m.Cmdline) > 0 {
+		return filepath.Base(m.Cmdline[0])
+	}
+	return filepath.Base(m.Exe)
+}
+
+// uniquePath returns base+ext, or base_N+ext when that exists already.
+func uniquePath(base, ext string) string {
+	p := base + ext
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(p); os.IsNotExist(err) {
+			return p
+		}
+		p = fmt.Sprintf("%s_%d%s", base, i, ext)
+	}
+}
