@@ -49,3 +49,41 @@ func TestRegistryTable(t *testing.T) {
 		t.Fatal("input_path accepted by a stream analysis")
 	}
 }
+
+// The inefficient analysis annotating rows on their way to being written
+// (the conversion) gives the rows that rewriting the file gives
+// (check_inefficient on a dump file), and counts the same results.
+func TestInefficientAnnotateMatchesRewrite(t *testing.T) {
+	dir := t.TempDir()
+	src, _ := ineffStream(3000).write(t, dir, "src")
+	rows := readEvents(t, src)
+	r, err := CheckInefficient(src, IneffOptions{IdleThreshold: 30}, nil)
+	if err != nil || r.Added == 0 {
+		t.Fatalf("CheckInefficient: %+v, %v", r, err)
+	}
+	want := readEvents(t, src)
+
+	s := spec.ByName(spec.Inefficient)
+	a, err := New(s.Name, map[string]any{"idle_threshold": 30}, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		if s.Reads(rows[i].Kind) {
+			a.Observe(&rows[i])
+		}
+	}
+	res, err := a.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		a.(Annotator).Annotate(&rows[i])
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Fatal("annotated rows differ from the rewritten file's")
+	}
+	if got := res.Value.(*IneffReport); got.Added != r.Added || !got.Written {
+		t.Fatalf("annotation added %d, the rewrite %d", got.Added, r.Added)
+	}
+}
