@@ -45,12 +45,9 @@ var api struct {
 	warned    map[string]bool
 }
 
-func init() {
-	// Runs before engine.go's init (file order): the engine may begin with
-	// the configuration read here.
-	if C.ms_is_child() != 0 {
-		return
-	}
+// loadConfig reads the configuration the API starts from (the CLI's, or
+// the defaults); engine.go's init calls it before the capture may begin.
+func loadConfig() {
 	api.cfg = config.Default()
 	if s := os.Getenv(config.EnvConfig); s != "" {
 		if c, err := config.Decode(s); err == nil {

@@ -38,10 +38,21 @@ var eng struct {
 	cdrain     bool // the spool's drain is hook.c's thread
 }
 
+// The library's one init: the API's configuration is read first (api.go),
+// then the capture of a preloaded process begins (it may take that
+// configuration). One function, so that the order does not hang on file
+// names. Nothing runs in a forked child: its parent's Go runtime is not
+// there.
 func init() {
 	if C.ms_is_child() != 0 {
 		return
 	}
+	loadConfig()
+	autoBegin()
+}
+
+// autoBegin starts the capture of a preloaded process.
+func autoBegin() {
 	if lazyBegin() {
 		return // loaded by Python with dlopen: the capture begins at start() (api.go)
 	}
