@@ -66,3 +66,13 @@ func (d *Decoder) Forks() []int { return d.d.forks }
 
 // Watch lists the watch findings (SPEC §5.4).
 func (d *Decoder) Watch() []WatchFinding { return d.d.torch.watch }
+
+// Holds reports whether sp, decoded, can hold rows of kind k: operator
+// launches and ACCESS rows come only from PyTorch records.
+func Holds(sp *trace.Spool, k trace.Kind) bool {
+	switch k {
+	case trace.KindOpLaunch, trace.KindAccess:
+		return sp.HasTorch
+	}
+	return true
+}

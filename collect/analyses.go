@@ -2,6 +2,7 @@ package collect
 
 import (
 	"fmt"
+	"slices"
 
 	"msmemscope/analyzer"
 	"msmemscope/analyzer/spec"
@@ -14,9 +15,10 @@ const ConsoleTop = 5
 
 // run is one analysis of a conversion.
 type run struct {
-	spec *spec.Analysis
-	a    analyzer.Analysis
-	res  *analyzer.Result
+	spec  *spec.Analysis
+	a     analyzer.Analysis
+	res   *analyzer.Result
+	first bool // it judges in a pass of its own, before the rows are written
 }
 
 // newRuns makes the analyses of --analysis values options (in the table's
@@ -38,20 +40,33 @@ func newRuns(options []string, input string) ([]*run, error) {
 	return out, nil
 }
 
-// observe feeds e to the runs that read its kind, annotating ones or the
-// others.
-func observe(runs []*run, annotating bool, e *trace.Event) {
+// judgeFirst picks the runs that judge in a first pass: those that annotate
+// rows, unless the input cannot hold every kind of row they need (then
+// they find nothing to annotate, and are fed while the rows are written).
+// It reports whether there are any.
+func judgeFirst(runs []*run, holds func(trace.Kind) bool) bool {
+	found := false
 	for _, r := range runs {
-		if r.spec.Annotates == annotating && r.spec.Reads(e.Kind) {
+		r.first = r.spec.Annotates && !slices.ContainsFunc(r.spec.Needs, func(k trace.Kind) bool { return !holds(k) })
+		found = found || r.first
+	}
+	return found
+}
+
+// observe feeds e to the runs of the first pass or the others, those that
+// read its kind.
+func observe(runs []*run, first bool, e *trace.Event) {
+	for _, r := range runs {
+		if r.first == first && r.spec.Reads(e.Kind) {
 			r.a.Observe(e)
 		}
 	}
 }
 
-// finish finishes the runs, annotating ones or the others.
-func finish(runs []*run, annotating bool) error {
+// finish finishes the runs of the first pass or the others.
+func finish(runs []*run, first bool) error {
 	for _, r := range runs {
-		if r.spec.Annotates != annotating {
+		if r.first != first {
 			continue
 		}
 		var err error
@@ -62,19 +77,10 @@ func finish(runs []*run, annotating bool) error {
 	return nil
 }
 
-func anyAnnotates(runs []*run) bool {
-	for _, r := range runs {
-		if r.spec.Annotates {
-			return true
-		}
-	}
-	return false
-}
-
-// annotate adds the annotating runs' results to a row about to be written.
+// annotate adds the first pass's results to a row about to be written.
 func annotate(runs []*run, e *trace.Event) {
 	for _, r := range runs {
-		if an, ok := r.a.(analyzer.Annotator); ok && r.spec.Annotates {
+		if an, ok := r.a.(analyzer.Annotator); ok && r.first {
 			an.Annotate(e)
 		}
 	}

@@ -83,7 +83,10 @@ type ConfigJSON struct {
 // own over the spool first (re-readable; without stacks, so cheap), fed
 // the rows that will be written, and its results are added to the rows in
 // the writing pass. What it keeps between the passes is 16 bytes per block
-// found inefficient.
+// found inefficient. (Holding rows back until their blocks are judged would
+// not be bounded: a block alive to the end is judged at the end.) A spool
+// without the rows it needs (no PyTorch records: no ACCESS rows) gets no
+// first pass.
 func Convert(dir string, opt Options) (*Result, error) {
 	meta, err := capture.ReadMeta(dir)
 	if err != nil {
@@ -136,7 +139,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, err
 	}
 	written := func(e *trace.Event) bool { return e.Kind == trace.KindSystem || cfg.WantStep(e.Step) }
-	if anyAnnotates(runs) {
+	if judgeFirst(runs, func(k trace.Kind) bool { return capture.Holds(sp, k) }) {
 		first := capture.NewDecoder(sp, dir, meta, cfg, opt.MapsFile, true, torch)
 		err := eachEvent(first.Next, func(e *trace.Event) error {
 			if written(e) {
