@@ -53,7 +53,7 @@ type decoder struct {
 	pyLines  map[trace.PyFrame]int
 	scopes   map[int32][]string // describe scopes open per thread (owner tags)
 	torch    *torchDec          // PyTorch records (torch.go)
-	fast     bool               // a first pass: no stacks or sites
+	fast     bool               // a pass that only judges rows: no stacks, sites or attrs
 }
 
 func newDecoder(sp *trace.Spool, dir string, meta *ProcessMeta, cfg config.Config) *decoder {

@@ -36,8 +36,8 @@ func TorchPrepass(sp *trace.Spool, dir string, meta *ProcessMeta, cfg config.Con
 type Decoder struct{ d *decoder }
 
 // NewDecoder decodes sp from its start. mapsFile symbolizes C stacks (see
-// Options.MapsFile); fast leaves stacks and sites out (a pass that only
-// judges rows); torch is what TorchPrepass learnt (nil: no PyTorch records).
+// Options.MapsFile); fast leaves stacks, sites and attrs out (a pass that
+// only judges rows); torch is what TorchPrepass learnt (nil: no PyTorch records).
 func NewDecoder(sp *trace.Spool, dir string, meta *ProcessMeta, cfg config.Config, mapsFile string, fast bool, torch *TorchInfo) *Decoder {
 	d := newDecoder(sp, dir, meta, cfg)
 	d.mapsFile = mapsFile
