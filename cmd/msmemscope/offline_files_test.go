@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"msmemscope/analyzer"
 	"msmemscope/trace"
 )
 
@@ -225,5 +226,37 @@ func TestOfflineDecomposeCLI(t *testing.T) {
 	}
 	if reports[0] != reports[1] {
 		t.Fatalf("CSV and DB reports differ:\n%s\n%s", reports[0], reports[1])
+	}
+}
+
+// --timeline reads a dump file, CSV or DB alike.
+func TestTimelineDumpFile(t *testing.T) {
+	dir := t.TempDir()
+	var sizes [][][2]uint64
+	for _, name := range []string{"d.csv", "d.db"} {
+		p := filepath.Join(dir, name)
+		steps(t, p, map[int]uint64{2: 100}, "")
+		open, capDir, err := openTimelineInput(p)
+		if err != nil || capDir != "" {
+			t.Fatalf("%s: %q, %v", name, capDir, err)
+		}
+		s, closeFn, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl, err := analyzer.BuildTimeline(s, 1)
+		closeFn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, tl.Sizes())
+	}
+	if len(sizes[0]) == 0 || !reflect.DeepEqual(sizes[0], sizes[1]) {
+		t.Fatalf("CSV and DB timelines: %v, %v", sizes[0], sizes[1])
+	}
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("not a dump\n"), 0o640)
+	if _, _, err := openTimelineInput(bad); err == nil {
+		t.Fatal("a file that is no dump accepted")
 	}
 }

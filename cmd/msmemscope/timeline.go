@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"strings"
 
 	"msmemscope/analyzer"
 	"msmemscope/capture"
@@ -13,28 +12,25 @@ import (
 
 // openTimelineInput resolves --input for --timeline: a capture folder (its
 // spool or rotating logs; returned as dir), an output folder holding exactly
-// one capture, or a dump CSV file (opened by the returned function, which can
-// be called twice: the report at the peak replays the stream).
+// one capture, or a dump file, CSV or DB (opened by the returned function,
+// which can be called twice: the report at the peak replays the stream).
 func openTimelineInput(in string) (func() (trace.Stream, func() error, error), string, error) {
 	fi, err := os.Stat(in)
 	if err != nil {
 		return nil, "", fmt.Errorf("--input %s: %v", in, err)
 	}
 	if !fi.IsDir() {
-		if !strings.HasSuffix(in, ".csv") {
-			return nil, "", fmt.Errorf("--input %s: expected a capture folder or a memscope_dump CSV file", in)
+		f, err := trace.Open(in, trace.OpenOptions{Lean: true})
+		if err != nil {
+			return nil, "", fmt.Errorf("--input %s: expected a capture folder or a memscope_dump CSV or DB file: %v", in, err)
 		}
+		f.Close()
 		return func() (trace.Stream, func() error, error) {
-			f, err := os.Open(in)
+			f, err := trace.Open(in, trace.OpenOptions{})
 			if err != nil {
 				return nil, nil, err
 			}
-			r, err := trace.NewCSVReader(f, in)
-			if err != nil {
-				f.Close()
-				return nil, nil, err
-			}
-			return r, f.Close, nil
+			return f, f.Close, nil
 		}, "", nil
 	}
 	dir, err := capture.Resolve(in)
