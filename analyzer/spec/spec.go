@@ -103,22 +103,17 @@ func ByOffline(name string) *Analysis {
 }
 
 // Options lists the --analysis values in order.
-func Options() []string {
-	var out []string
-	for _, a := range All {
-		if a.Option != "" {
-			out = append(out, a.Option)
-		}
-	}
-	return out
-}
+func Options() []string { return names(func(a *Analysis) string { return a.Option }) }
 
 // OfflineNames lists the analyze() names in order: list_analyzers().
-func OfflineNames() []string {
+func OfflineNames() []string { return names(func(a *Analysis) string { return a.Offline }) }
+
+// names lists name(a) of the analyses that have one, in order.
+func names(name func(*Analysis) string) []string {
 	var out []string
-	for _, a := range All {
-		if a.Offline != "" {
-			out = append(out, a.Offline)
+	for i := range All {
+		if n := name(&All[i]); n != "" {
+			out = append(out, n)
 		}
 	}
 	return out
