@@ -49,11 +49,8 @@ const (
 type IneffOptions struct {
 	MemSize       uint64   // blocks smaller than this are not judged
 	Types         []string // the types to look for; empty: all
-	IdleThreshold uint64   // temporary_idleness: more than this many apis between accesses (default 3000)
+	IdleThreshold uint64   // temporary_idleness: more than this many apis between accesses (default: spec.DefaultIdleThreshold)
 }
-
-// DefaultIdleThreshold is idle_threshold's default.
-const DefaultIdleThreshold = 3000
 
 // IneffBlock is a block found inefficient.
 type IneffBlock struct {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"msmemscope/analyzer/spec"
 	"msmemscope/trace"
 )
 
@@ -232,7 +233,7 @@ func TestRunAnalyzerArgs(t *testing.T) {
 		t.Fatalf("ListAnalyzers = %v", got)
 	}
 	cfg, err := AnalyzerConfig("inefficient")
-	if err != nil || cfg["idle_threshold"].Default != DefaultIdleThreshold || cfg["mem_size"].Type != "int" || !cfg["input_path"].Required {
+	if err != nil || cfg["idle_threshold"].Default != spec.DefaultIdleThreshold || cfg["mem_size"].Type != "int" || !cfg["input_path"].Required {
 		t.Fatalf("AnalyzerConfig = %+v, %v", cfg, err)
 	}
 }

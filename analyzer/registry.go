@@ -1,324 +1,356 @@
 package analyzer
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"math"
+	"io"
 	"slices"
-	"sort"
 	"strings"
-	"syscall"
 
+	"msmemscope/analyzer/spec"
 	"msmemscope/internal/safefs"
+	"msmemscope/trace"
 )
 
-// The offline analyzers of SPEC §6, by name, with their parameters: what
-// list_analyzers and get_analyzer_config show, and the checks analyze
-// applies to keyword arguments (the Python functions are thin calls into
-// RunAnalyzer through the C API).
+// The registry: every analysis is an Analysis made by name from the table
+// in analyzer/spec (names, parameters, defaults, the rows it reads). The
+// conversion, the CLI and the C API's offline calls (list_analyzers,
+// get_analyzer_config, analyze: Python's msmemscope.offline) all go
+// through it.
 
-// Param describes one parameter of an analyzer.
-type Param struct {
-	Name        string `json:"-"`
-	Type        string `json:"type"` // Python's spelling: "str", "int", "Optional[str]", "Optional[List[str]]"
-	Required    bool   `json:"required"`
-	Default     any    `json:"default"`
-	Description string `json:"description"`
+// Param describes one parameter of an analysis.
+type Param = spec.Param
+
+// Analysis is one analysis over a stream of events: it is fed the rows of
+// the kinds it reads (spec.Analysis.Reads), then finished once.
+type Analysis interface {
+	Observe(e *trace.Event)
+	Finish() (*Result, error)
 }
 
-type analyzerSpec struct {
-	name   string
-	params []Param
+// Annotator is an Analysis that writes its results into rows. Once it is
+// finished, Annotate adds them to each row on its way to being written
+// (rows in ID order, those it was fed): it must see every row it judges
+// before any is written.
+type Annotator interface {
+	Analysis
+	Annotate(e *trace.Event)
 }
 
-var analyzerSpecs = []analyzerSpec{
-	{"leaks", []Param{
-		{Name: "input_path", Type: "str", Required: true, Description: "a memscope_dump CSV or DB file written by msmemscope"},
-		{Name: "mstx_info", Type: "str", Required: true, Description: "the message of the mstx marks that delimit the range (mstxMarkA / msmemscope.mstx.mark)"},
-		{Name: "start_index", Type: "int", Required: true, Description: "which mark (from 0, among those with that message) is A; the next two are B and C. Blocks allocated between A and B and not freed before C are leaks"},
-		{Name: "event_type", Type: "Optional[str]", Default: nil, Description: "only MALLOCs of this Event Type (HOST, MMAP, PTA, HAL, ...); None: every type"},
-	}},
-	{"inefficient", []Param{
-		{Name: "input_path", Type: "str", Required: true, Description: "a memscope_dump CSV or DB file written by msmemscope; results are added to its MALLOC rows"},
-		{Name: "mem_size", Type: "int", Default: 0, Description: "size floor in bytes: smaller blocks are not judged"},
-		{Name: "inefficient_type", Type: "Optional[List[str]]", Default: nil, Description: "types to look for: early_allocation, late_deallocation, temporary_idleness; None: all three"},
-		{Name: "idle_threshold", Type: "int", Default: DefaultIdleThreshold, Description: "temporary_idleness: more than this many apis between two accesses of a block"},
-	}},
+// fileRunner is an Analysis with its own way over a dump file: reading only
+// what it needs, or adding its results to the file.
+type fileRunner interface {
+	runFile(path string, prog *Progress) (*Result, error)
 }
 
-// ListAnalyzers returns the analyzers' names.
-func ListAnalyzers() []string {
-	names := make([]string, len(analyzerSpecs))
-	for i, s := range analyzerSpecs {
-		names[i] = s.name
+// Result is what an analysis found.
+type Result struct {
+	Value any    // the report: the offline call's result
+	Text  string // the offline call's console report (RunAnalyzer)
+	// Summary is the console report listing top findings at most.
+	Summary func(top int) string
+	// File names the report file ("leaks_" + timestamp + ".csv") that
+	// WriteCSV writes; "" when the analysis writes none.
+	File     string
+	WriteCSV func(io.Writer) error
+}
+
+// newFunc makes an analysis from its bound parameters; input names what it
+// reads, for its report.
+type newFunc func(args map[string]any, input string) (Analysis, error)
+
+var constructors = map[string]newFunc{
+	spec.StepLeaks:   func(map[string]any, string) (Analysis, error) { return &stepLeaks{NewLeakAnalyzer()}, nil },
+	spec.MarkLeaks:   newMarkLeaks,
+	spec.Inefficient: newInefficient,
+	spec.Decompose:   func(map[string]any, string) (Analysis, error) { return &decompose{NewDecomposeAnalyzer()}, nil },
+}
+
+// New makes the analysis of internal name name (spec.StepLeaks, ...) with
+// keyword arguments kwargs (defaults for those missing; its input parameter
+// left out); input names what it will be fed, for its report.
+func New(name string, kwargs map[string]any, input string) (Analysis, error) {
+	s := spec.ByName(name)
+	if s == nil {
+		return nil, fmt.Errorf("unknown analysis %q", name)
 	}
-	return names
+	args, err := bindArgs(s, kwargs, false)
+	if err != nil {
+		return nil, err
+	}
+	return constructors[name](args, input)
 }
 
-func findSpec(name string) (*analyzerSpec, error) {
-	for i := range analyzerSpecs {
-		if analyzerSpecs[i].name == name {
-			return &analyzerSpecs[i], nil
-		}
+// ListAnalyzers returns the offline analyses' names (list_analyzers()).
+func ListAnalyzers() []string { return spec.OfflineNames() }
+
+func findOffline(name string) (*spec.Analysis, error) {
+	if s := spec.ByOffline(name); s != nil {
+		return s, nil
 	}
 	return nil, &ArgError{Kind: "ValueError", Msg: fmt.Sprintf("unknown analyzer %q: available analyzers are %s", name, strings.Join(ListAnalyzers(), ", "))}
 }
 
-// AnalyzerConfig returns an analyzer's parameters by name.
+// AnalyzerConfig returns an offline analysis's parameters by name.
 func AnalyzerConfig(name string) (map[string]Param, error) {
-	s, err := findSpec(name)
+	s, err := findOffline(name)
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[string]Param, len(s.params))
-	for _, p := range s.params {
+	m := make(map[string]Param, len(s.Params))
+	for _, p := range s.Params {
 		m[p.Name] = p
 	}
 	return m, nil
 }
 
-// AnalyzerParams returns an analyzer's parameter names in order.
+// AnalyzerParams returns an offline analysis's parameter names in order.
 func AnalyzerParams(name string) ([]string, error) {
-	s, err := findSpec(name)
+	s, err := findOffline(name)
 	if err != nil {
 		return nil, err
 	}
 	var names []string
-	for _, p := range s.params {
+	for _, p := range s.Params {
 		names = append(names, p.Name)
 	}
 	return names, nil
 }
 
-// ArgError is a bad call: Kind is the Python exception it becomes
-// (TypeError, ValueError, FileNotFoundError, IsADirectoryError,
-// PermissionError).
-type ArgError struct {
-	Kind string
-	Msg  string
-}
-
-func (e *ArgError) Error() string { return e.Msg }
-
-// ErrorKind names the Python exception for err.
-func ErrorKind(err error) string {
-	var ae *ArgError
-	switch {
-	case errors.As(err, &ae):
-		return ae.Kind
-	case errors.Is(err, syscall.EISDIR):
-		return "IsADirectoryError"
-	case errors.Is(err, fs.ErrNotExist):
-		return "FileNotFoundError"
-	case errors.Is(err, fs.ErrPermission):
-		return "PermissionError"
+// Label is what progress shows while the offline analysis name runs.
+func Label(name string) string {
+	if s := spec.ByOffline(name); s != nil && s.Label != "" {
+		return s.Label
 	}
-	return "ValueError"
+	return name
 }
 
-// Result is what RunAnalyzer returns: the structured result and the console
-// report.
-type Result struct {
-	Value any
-	Text  string
-}
-
-// RunAnalyzer runs analyzer name with keyword arguments as decoded from JSON
-// (json.Number for numbers).
+// RunAnalyzer runs the offline analysis name (analyze()) with keyword
+// arguments as decoded from JSON (json.Number for numbers) over the file
+// its input parameter names.
 func RunAnalyzer(name string, kwargs map[string]any, prog *Progress) (*Result, error) {
-	s, err := findSpec(name)
+	s, err := findOffline(name)
 	if err != nil {
 		return nil, err
 	}
-	args, err := bindArgs(s, kwargs)
+	args, err := bindArgs(s, kwargs, true)
 	if err != nil {
 		return nil, err
 	}
-	path := args["input_path"].(string)
+	path := args[spec.InputParam].(string)
 	if err := safefs.CheckPath(path); err != nil {
-		return nil, &ArgError{Kind: "ValueError", Msg: "input_path: " + err.Error()}
+		return nil, &ArgError{Kind: "ValueError", Msg: spec.InputParam + ": " + err.Error()}
 	}
-	switch name {
-	case "leaks":
-		opt := MarkLeakOptions{MstxInfo: args["mstx_info"].(string), StartIndex: int(args["start_index"].(int64))}
-		if v, ok := args["event_type"].(string); ok {
-			opt.EventType = v
-		}
-		if strings.TrimSpace(opt.MstxInfo) == "" {
-			return nil, &ArgError{Kind: "ValueError", Msg: "mstx_info must not be empty or blank"}
-		}
-		if opt.StartIndex < 0 {
-			return nil, &ArgError{Kind: "ValueError", Msg: fmt.Sprintf("start_index must be a non-negative integer, got %d", opt.StartIndex)}
-		}
-		r, err := CheckLeaks(path, opt, prog)
-		if err != nil {
-			return nil, err
-		}
-		return &Result{Value: r, Text: r.Summary(20)}, nil
-	case "inefficient":
-		opt := IneffOptions{IdleThreshold: DefaultIdleThreshold}
-		ms := args["mem_size"].(int64)
-		if ms < 0 {
-			return nil, &ArgError{Kind: "ValueError", Msg: fmt.Sprintf("mem_size must be a non-negative integer, got %d", ms)}
-		}
-		opt.MemSize = uint64(ms)
-		it := args["idle_threshold"].(int64)
-		if it <= 0 {
-			return nil, &ArgError{Kind: "ValueError", Msg: fmt.Sprintf("idle_threshold must be a positive integer, got %d", it)}
-		}
-		opt.IdleThreshold = uint64(it)
-		if v, ok := args["inefficient_type"].([]string); ok {
-			if len(v) == 0 {
-				return nil, &ArgError{Kind: "ValueError", Msg: "inefficient_type must not be empty: give one or more of " + strings.Join(IneffTypes, ", ") + ", or None for all"}
-			}
-			if err := CheckIneffTypes(v); err != nil {
-				return nil, &ArgError{Kind: "ValueError", Msg: err.Error()}
-			}
-			for _, t := range IneffTypes { // canonical order, no repeats
-				if slices.Contains(v, t) {
-					opt.Types = append(opt.Types, t)
-				}
-			}
-		}
-		r, err := CheckInefficient(path, opt, prog)
-		if err != nil {
-			return nil, err
-		}
-		text := r.Summary(10)
-		res := r
-		return &Result{Value: res, Text: text}, nil
+	a, err := constructors[s.Name](args, path)
+	if err != nil {
+		return nil, err
 	}
-	return nil, &ArgError{Kind: "ValueError", Msg: "unknown analyzer " + name}
+	var r *Result
+	if fr, ok := a.(fileRunner); ok {
+		r, err = fr.runFile(path, prog)
+	} else {
+		r, err = RunFile(path, []*spec.Analysis{s}, []Analysis{a}, prog)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.Text = r.Summary(s.Top)
+	return r, nil
 }
 
-// bindArgs checks kwargs against the parameters: every required one given,
-// no unknown one, each of its type; defaults filled in. Values come out as
-// string, int64, []string or nil.
-func bindArgs(s *analyzerSpec, kwargs map[string]any) (map[string]any, error) {
-	out := map[string]any{}
-	var unknown []string
-	for k := range kwargs {
-		if !slices.ContainsFunc(s.params, func(p Param) bool { return p.Name == k }) {
-			unknown = append(unknown, k)
-		}
+// RunFile feeds the analyses (as made for specs) a dump file's rows, those
+// of the kinds each reads, in one pass, numbering steps first when one of
+// them reads steps; it returns the first one's result.
+func RunFile(path string, specs []*spec.Analysis, as []Analysis, prog *Progress) (*Result, error) {
+	res, err := RunFileAll(path, specs, as, prog)
+	if err != nil {
+		return nil, err
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, &ArgError{Kind: "TypeError", Msg: fmt.Sprintf("%s got an unexpected keyword argument %q (its parameters: %s)", s.name, unknown[0], paramNames(s))}
+	return res[0], nil
+}
+
+// RunFileAll is RunFile returning every analysis's result.
+func RunFileAll(path string, specs []*spec.Analysis, as []Analysis, prog *Progress) ([]*Result, error) {
+	defer prog.Done()
+	var kinds []trace.Kind
+	steps := false
+	for _, s := range specs {
+		steps = steps || s.Steps
+		kinds = append(kinds, s.Needs...)
 	}
-	for _, p := range s.params {
-		v, given := kwargs[p.Name]
-		if !given {
-			if p.Required {
-				return nil, &ArgError{Kind: "TypeError", Msg: fmt.Sprintf("%s missing required argument %q", s.name, p.Name)}
-			}
-			v = p.Default
-		}
-		c, err := convertArg(p, v)
+	if steps {
+		kinds = nil // every row
+	}
+	stepCalls := false
+	if steps {
+		pre, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true})
 		if err != nil {
 			return nil, err
 		}
-		out[p.Name] = c
+		stepCalls, err = trace.ScanStepCalls(pre)
+		pre.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	in, err := trace.Open(path, trace.OpenOptions{Reuse: true, Kinds: slices.Compact(kinds)})
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	prog.Track(in)
+	var s trace.Stream = in
+	if steps {
+		s = trace.WithSteps(in, &trace.StepTracker{UseStepCalls: stepCalls})
+	}
+	for {
+		e, err := s.Next()
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			break
+		}
+		for i, a := range as {
+			if specs[i].Reads(e.Kind) {
+				a.Observe(e)
+			}
+		}
+	}
+	prog.Done()
+	out := make([]*Result, len(as))
+	for i, a := range as {
+		if out[i], err = a.Finish(); err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
 	}
 	return out, nil
 }
 
-func paramNames(s *analyzerSpec) string {
-	var n []string
-	for _, p := range s.params {
-		n = append(n, p.Name)
-	}
-	return strings.Join(n, ", ")
+// stepLeaks is the step and exit leak analysis (spec.StepLeaks).
+type stepLeaks struct{ *LeakAnalyzer }
+
+func (a *stepLeaks) Finish() (*Result, error) {
+	r := a.LeakAnalyzer.Finish()
+	return &Result{Value: r, Summary: r.Summary, File: "leaks_", WriteCSV: r.WriteCSV}, nil
 }
 
-func convertArg(p Param, v any) (any, error) {
-	bad := func() error {
-		return &ArgError{Kind: "TypeError", Msg: fmt.Sprintf("%s must be %s, got %s", p.Name, pyTypeName(p.Type), jsonTypeName(v))}
-	}
-	optional := strings.HasPrefix(p.Type, "Optional[")
-	if v == nil {
-		if optional {
-			return nil, nil
-		}
-		return nil, bad()
-	}
-	switch p.Type {
-	case "str", "Optional[str]":
-		s, ok := v.(string)
-		if !ok {
-			return nil, bad()
-		}
-		return s, nil
-	case "int":
-		switch n := v.(type) {
-		case json.Number:
-			i, err := n.Int64()
-			if err != nil {
-				return nil, bad()
-			}
-			return i, nil
-		case int:
-			return int64(n), nil
-		case int64:
-			return n, nil
-		case float64:
-			if n == math.Trunc(n) && math.Abs(n) < 1<<53 {
-				return int64(n), nil
-			}
-		}
-		return nil, bad()
-	case "Optional[List[str]]":
-		switch x := v.(type) {
-		case string:
-			return []string{x}, nil
-		case []string:
-			return x, nil
-		case []any:
-			out := make([]string, 0, len(x))
-			for _, e := range x {
-				s, ok := e.(string)
-				if !ok {
-					return nil, bad()
-				}
-				out = append(out, s)
-			}
-			return out, nil
-		}
-		return nil, bad()
-	}
-	return nil, bad()
+// decompose is memory by owner (spec.Decompose).
+type decompose struct{ *DecomposeAnalyzer }
+
+func (a *decompose) Finish() (*Result, error) {
+	r := a.DecomposeAnalyzer.Finish()
+	return &Result{Value: r, Summary: func(int) string { return r.Summary() }, File: "decompose_", WriteCSV: r.WriteCSV}, nil
 }
 
-func pyTypeName(t string) string {
-	switch t {
-	case "str":
-		return "a str"
-	case "Optional[str]":
-		return "a str or None"
-	case "int":
-		return "an int"
-	case "Optional[List[str]]":
-		return "a list of str, a str or None"
-	}
-	return t
+// markLeaks is the leak analysis between mstx marks (spec.MarkLeaks).
+type markLeaks struct {
+	*MarkLeakAnalyzer
+	input string
 }
 
-func jsonTypeName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "None"
-	case bool:
-		return "bool"
-	case string:
-		return "str"
-	case json.Number, float64:
-		return "a number that is not an int"
-	case []any:
-		return "a list holding a non-str"
-	case map[string]any:
-		return "dict"
+func newMarkLeaks(args map[string]any, input string) (Analysis, error) {
+	opt := MarkLeakOptions{MstxInfo: args["mstx_info"].(string), StartIndex: int(args["start_index"].(int64))}
+	if v, ok := args["event_type"].(string); ok {
+		opt.EventType = v
 	}
-	return fmt.Sprintf("%T", v)
+	if strings.TrimSpace(opt.MstxInfo) == "" {
+		return nil, &ArgError{Kind: "ValueError", Msg: "mstx_info must not be empty or blank"}
+	}
+	if opt.StartIndex < 0 {
+		return nil, &ArgError{Kind: "ValueError", Msg: fmt.Sprintf("start_index must be a non-negative integer, got %d", opt.StartIndex)}
+	}
+	return &markLeaks{NewMarkLeakAnalyzer(opt), input}, nil
+}
+
+func markLeaksResult(r *MarkLeakReport) *Result {
+	return &Result{Value: r, Summary: r.Summary}
+}
+
+func (a *markLeaks) Finish() (*Result, error) {
+	r, err := a.MarkLeakAnalyzer.Finish()
+	if err != nil {
+		return nil, err
+	}
+	r.Input = a.input
+	return markLeaksResult(r), nil
+}
+
+// runFile reads up to mark C, then the leaked blocks' stacks (CheckLeaks).
+func (a *markLeaks) runFile(path string, prog *Progress) (*Result, error) {
+	r, err := CheckLeaks(path, a.opt, prog)
+	if err != nil {
+		return nil, err
+	}
+	return markLeaksResult(r), nil
+}
+
+// inefficient is the inefficient-memory analysis (spec.Inefficient): it
+// annotates the MALLOC rows of the blocks it finds.
+type inefficient struct {
+	*InefficientAnalyzer
+	input string
+	rep   *IneffReport
+	next  int // the next of rep.marks to annotate
+}
+
+func newInefficient(args map[string]any, input string) (Analysis, error) {
+	opt := IneffOptions{}
+	ms := args["mem_size"].(int64)
+	if ms < 0 {
+		return nil, &ArgError{Kind: "ValueError", Msg: fmt.Sprintf("mem_size must be a non-negative integer, got %d", ms)}
+	}
+	opt.MemSize = uint64(ms)
+	it := args["idle_threshold"].(int64)
+	if it <= 0 {
+		return nil, &ArgError{Kind: "ValueError", Msg: fmt.Sprintf("idle_threshold must be a positive integer, got %d", it)}
+	}
+	opt.IdleThreshold = uint64(it)
+	if v, ok := args["inefficient_type"].([]string); ok {
+		if len(v) == 0 {
+			return nil, &ArgError{Kind: "ValueError", Msg: "inefficient_type must not be empty: give one or more of " + strings.Join(IneffTypes, ", ") + ", or None for all"}
+		}
+		if err := CheckIneffTypes(v); err != nil {
+			return nil, &ArgError{Kind: "ValueError", Msg: err.Error()}
+		}
+		for _, t := range IneffTypes { // canonical order, no repeats
+			if slices.Contains(v, t) {
+				opt.Types = append(opt.Types, t)
+			}
+		}
+	}
+	return &inefficient{InefficientAnalyzer: NewInefficientAnalyzer(opt), input: input}, nil
+}
+
+func ineffResult(r *IneffReport) *Result {
+	return &Result{Value: r, Summary: r.Summary}
+}
+
+func (a *inefficient) Finish() (*Result, error) {
+	a.rep = a.InefficientAnalyzer.Finish()
+	a.rep.Input = a.input
+	return ineffResult(a.rep), nil
+}
+
+// Annotate adds the results found for e's block to its MALLOC row.
+func (a *inefficient) Annotate(e *trace.Event) {
+	m := a.rep.marks
+	for a.next < len(m) && m[a.next].id < e.ID {
+		a.next++
+	}
+	if a.next == len(m) || m[a.next].id != e.ID || e.Kind != trace.KindMalloc || !m[a.next].isNew {
+		return
+	}
+	s, n := trace.MergeIneff(e.Inefficient, ineffTypeLists[m[a.next].flags])
+	e.Inefficient = s
+	a.rep.Added += n
+	a.rep.Written = a.rep.Written || n > 0
+}
+
+// runFile adds the results to the file's MALLOC rows (CheckInefficient).
+func (a *inefficient) runFile(path string, prog *Progress) (*Result, error) {
+	r, err := CheckInefficient(path, a.opt, prog)
+	if err != nil {
+		return nil, err
+	}
+	return ineffResult(r), nil
 }

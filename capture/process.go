@@ -4,7 +4,6 @@
 package capture
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -81,7 +80,7 @@ func Begin(cfg config.Config, pid int, runID string) (*Process, error) {
 		Version: version.Version, Config: cfg,
 	}
 	p.meta.Exe, _ = os.Readlink("/proc/self/exe")
-	if err := writeJSON(filepath.Join(dir, spool.SpoolDir, spool.ProcessFile), p.meta); err != nil {
+	if err := safefs.WriteJSON(filepath.Join(dir, spool.SpoolDir, spool.ProcessFile), p.meta); err != nil {
 		return nil, err
 	}
 	copyMaps(filepath.Join(dir, spool.SpoolDir, spool.MapsStart))
@@ -104,17 +103,6 @@ func copyMaps(dst string) {
 	_ = safefs.WriteNew(dst, func(w io.Writer) error { _, err := w.Write(b); return err })
 }
 
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return safefs.WriteNew(path, func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
-		return err
-	})
-}
-
 // SpoolFD is the descriptor the C hot path writes the spool through.
 func (p *Process) SpoolFD() int { return int(p.spool.Fd()) }
 
@@ -129,7 +117,7 @@ func (p *Process) NoteDrainErrors(n uint64) { p.drainErrs.Add(n) }
 // (frees in later destructors) are still written to it.
 func (p *Process) End(lost, forks uint64) {
 	copyMaps(filepath.Join(p.Dir, spool.SpoolDir, spool.MapsEnd))
-	_ = writeJSON(filepath.Join(p.Dir, spool.SpoolDir, spool.EndFile), spool.EndMeta{
+	_ = safefs.WriteJSON(filepath.Join(p.Dir, spool.SpoolDir, spool.EndFile), spool.EndMeta{
 		EndMonoNs: MonoNs(), Lost: lost, Forks: forks, DrainErrors: p.drainErrs.Load(),
 	})
 }

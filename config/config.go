@@ -84,16 +84,6 @@ func (c *Config) HasDevice(d string) bool {
 	return false
 }
 
-// HasAnalysis reports whether an analysis is switched on.
-func (c *Config) HasAnalysis(a string) bool {
-	for _, x := range c.Analysis {
-		if x == a {
-			return true
-		}
-	}
-	return false
-}
-
 // WantStep reports whether rows of step s are written (--steps).
 func (c *Config) WantStep(s int) bool {
 	if len(c.Steps) == 0 {

@@ -20,6 +20,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"msmemscope/analyzer/spec"
+	"msmemscope/trace"
 )
 
 // MaxPathBytes is the longest accepted --output or --input path, in bytes.
@@ -101,7 +104,6 @@ const (
 	ruleCallStack    = "must be python[:depth] or c[:depth], comma-separated"
 	ruleDepth        = "depth must be an integer in [0,1000]"
 	ruleCollectMode  = "must be immediate or deferred"
-	ruleAnalysis     = "must be one of leaks, inefficient, decompose"
 	ruleStep         = "step ids must be integers in [1,2147483647]"
 	ruleStepsMany    = "at most 5 step ids"
 	ruleWatchForm    = "must be [start[:out{id}],]end[,full-content]"
@@ -226,21 +228,20 @@ func (c *Config) Set(name, value string) error {
 // it again after more Sets is harmless):
 //
 //   - events: alloc implies free and vice versa; access implies both;
-//   - analysis: leaks and decompose imply events alloc,free; inefficient
-//     implies alloc,free,access,launch;
+//   - analysis: an analysis implies the events of the rows it needs
+//     (analyzer/spec): leaks and decompose alloc,free; inefficient
+//     alloc,free,access,launch;
 //   - every field holds a value its option accepts (this also catches a
 //     Config built by hand or decoded from JSON); Devices, Analysis and Steps
 //     are put in their normal form.
 func (c *Config) Finish() error {
-	for _, a := range c.Analysis {
-		switch a {
-		case "leaks", "decompose":
-			c.Events.Alloc, c.Events.Free = true, true
-		case "inefficient":
-			c.Events.Alloc, c.Events.Free = true, true
-			c.Events.Access, c.Events.Launch = true, true
-		default:
-			return &OptionError{"analysis", a, ruleAnalysis}
+	for _, name := range c.Analysis {
+		a := spec.ByOption(name)
+		if a == nil {
+			return &OptionError{"analysis", name, ruleAnalysis}
+		}
+		for _, k := range a.Needs {
+			c.Events.record(k)
 		}
 	}
 	c.Events.imply()
@@ -460,6 +461,21 @@ func (e *Events) imply() {
 	}
 }
 
+// record switches on the events whose rows are of kind k (the kinds an
+// analysis needs); rows of other kinds (system, mstx) are always recorded.
+func (e *Events) record(k trace.Kind) {
+	switch k {
+	case trace.KindMalloc:
+		e.Alloc = true
+	case trace.KindFree:
+		e.Free = true
+	case trace.KindAccess:
+		e.Access = true
+	case trace.KindOpLaunch:
+		e.Launch = true
+	}
+}
+
 func parseEvents(v string) (Events, error) {
 	var e Events
 	items, err := splitItems("events", v)
@@ -526,10 +542,11 @@ func (c *Config) setCallStack(v string) error {
 	return nil
 }
 
-var analysisOrder = []string{"leaks", "inefficient", "decompose"}
+// ruleAnalysis names the --analysis values of the analyses' table.
+var ruleAnalysis = "must be one of " + strings.Join(spec.Options(), ", ")
 
-// parseAnalysis returns the analyses in the order leaks, inefficient,
-// decompose, each once.
+// parseAnalysis returns the analyses in the table's order (leaks,
+// inefficient, decompose), each once.
 func parseAnalysis(v string) ([]string, error) {
 	items, err := splitItems("analysis", v)
 	if err != nil {
@@ -537,19 +554,13 @@ func parseAnalysis(v string) ([]string, error) {
 	}
 	on := map[string]bool{}
 	for _, it := range items {
-		known := false
-		for _, a := range analysisOrder {
-			if it == a {
-				known = true
-			}
-		}
-		if !known {
+		if spec.ByOption(it) == nil {
 			return nil, &OptionError{"analysis", it, ruleAnalysis}
 		}
 		on[it] = true
 	}
 	out := []string{}
-	for _, a := range analysisOrder {
+	for _, a := range spec.Options() {
 		if on[a] {
 			out = append(out, a)
 		}

@@ -30,7 +30,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"msmemscope/capture"
+	"msmemscope/collect"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
@@ -45,12 +45,9 @@ var api struct {
 	warned    map[string]bool
 }
 
-func init() {
-	// Runs before engine.go's init (file order): the engine may begin with
-	// the configuration read here.
-	if C.ms_is_child() != 0 {
-		return
-	}
+// loadConfig reads the configuration the API starts from (the CLI's, or
+// the defaults); engine.go's init calls it before the capture may begin.
+func loadConfig() {
 	api.cfg = config.Default()
 	if s := os.Getenv(config.EnvConfig); s != "" {
 		if c, err := config.Decode(s); err == nil {
@@ -227,8 +224,8 @@ func Stop() (string, error) {
 	}
 	drainNow()
 	api.stops++
-	opt := capture.Options{Console: os.Stderr, MapsFile: snapshotMaps(eng.proc.Dir, api.stops)}
-	res, e := capture.Convert(eng.proc.Dir, opt)
+	opt := collect.Options{Console: os.Stderr, MapsFile: snapshotMaps(eng.proc.Dir, api.stops)}
+	res, e := collect.Convert(eng.proc.Dir, opt)
 	if e != nil {
 		return "", e
 	}

@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"msmemscope/capture"
+	"msmemscope/collect"
 	"msmemscope/config"
 	"msmemscope/spool"
 )
@@ -38,10 +39,21 @@ var eng struct {
 	cdrain     bool // the spool's drain is drain.c's thread
 }
 
+// The library's one init: the API's configuration is read first (api.go),
+// then the capture of a preloaded process begins (it may take that
+// configuration). One function, so that the order does not hang on file
+// names. Nothing runs in a forked child: its parent's Go runtime is not
+// there.
 func init() {
 	if C.ms_is_child() != 0 {
 		return
 	}
+	loadConfig()
+	autoBegin()
+}
+
+// autoBegin starts the capture of a preloaded process.
+func autoBegin() {
 	if lazyBegin() {
 		return // loaded by Python with dlopen: the capture begins at start() (api.go)
 	}
@@ -188,7 +200,7 @@ func msGoAtExit() {
 	if eng.proc.Standalone() && exitConvertWanted() {
 		// No CLI will convert this capture: write the files now. Frees in
 		// destructors that run after this one reach the spool only.
-		if _, err := capture.Convert(eng.proc.Dir, capture.Options{Console: os.Stderr}); err != nil {
+		if _, err := collect.Convert(eng.proc.Dir, collect.Options{Console: os.Stderr}); err != nil {
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 		}
 	}

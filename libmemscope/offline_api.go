@@ -39,13 +39,5 @@ func Analyze(name, kwargs string) (*analyzer.Result, error) {
 	if err := d.Decode(&args); err != nil {
 		return nil, &analyzer.ArgError{Kind: "TypeError", Msg: "keyword arguments must be a JSON object: " + err.Error()}
 	}
-	n := name
-	label := n
-	switch n {
-	case "leaks":
-		label = "check_leaks"
-	case "inefficient":
-		label = "check_inefficient"
-	}
-	return analyzer.RunAnalyzer(n, args, analyzer.NewProgress(label))
+	return analyzer.RunAnalyzer(name, args, analyzer.NewProgress(analyzer.Label(name)))
 }

@@ -53,7 +53,7 @@ type Decoder struct {
 	pyLines  map[PyFrame]int
 	scopes   map[int32][]string // describe scopes open per thread (owner tags)
 	torch    *torchDec          // PyTorch records (torch.go)
-	fast     bool               // a first pass: no stacks or sites
+	fast     bool               // a pass that only judges rows: no stacks, sites or attrs
 }
 
 // NewDecoder decodes the spool sp of the capture folder dir (whose maps
@@ -80,18 +80,53 @@ func (d *Decoder) SymbolizeWith(mapsFile, mapsText string) {
 
 // DecodeTorch makes PyTorch records rows too (OP_LAUNCH, ACCESS, SNAPSHOT,
 // PTA blocks with owners): when the spool holds them, it first decodes the
-// spool once to learn which blocks are tensors (torchPrepass).
+// spool once to learn which blocks are tensors (LearnTorch).
 func (d *Decoder) DecodeTorch() error {
-	d.torch = newTorchDec(d.cfg, false)
-	if !d.sp.HasTorch {
-		return nil
-	}
-	t, err := torchPrepass(d.sp, d.symDir, d.meta, d.cfg)
+	ti, err := LearnTorch(d.sp, d.symDir, d.meta, d.cfg)
 	if err != nil {
 		return err
 	}
-	d.torch = t
+	d.UseTorch(ti)
 	return nil
+}
+
+// TorchInfo is what a first pass over a spool with PyTorch records learnt:
+// which blocks are tensor storages, and their owners. Several decoders of
+// one spool may share it.
+type TorchInfo struct{ t *torchDec }
+
+// LearnTorch runs that first pass; nil when the spool has no PyTorch records.
+func LearnTorch(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) (*TorchInfo, error) {
+	if !sp.HasTorch {
+		return nil, nil
+	}
+	t, err := torchPrepass(sp, dir, meta, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &TorchInfo{t}, nil
+}
+
+// UseTorch makes PyTorch records rows, with what ti learnt (nil: none).
+func (d *Decoder) UseTorch(ti *TorchInfo) {
+	d.torch = newTorchDec(d.cfg, false)
+	if ti != nil {
+		d.torch.pta, d.torch.cat, d.torch.tag = ti.t.pta, ti.t.cat, ti.t.tag
+	}
+}
+
+// JudgeOnly makes this decoder a pass that only judges rows (the first
+// pass of an analysis that annotates rows): no stacks, sites or attrs.
+func (d *Decoder) JudgeOnly() { d.fast = true }
+
+// Holds reports whether the spool, decoded, can hold rows of kind k:
+// operator launches and ACCESS rows come only from PyTorch records.
+func (s *Spool) Holds(k trace.Kind) bool {
+	switch k {
+	case trace.KindOpLaunch, trace.KindAccess:
+		return s.HasTorch
+	}
+	return true
 }
 
 // Records is the number of spool records decoded so far.

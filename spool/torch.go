@@ -136,6 +136,13 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 			if f[0] == "W" {
 				a.Type = trace.TypeWrite
 			}
+			if b != nil {
+				a.AllocID = b.id
+			}
+			rows = append(rows, a)
+			if d.fast {
+				continue // a pass that only judges rows: no attrs
+			}
 			if p, err := strconv.ParseUint(f[2], 16, 64); err == nil && p != 0 {
 				a.Ptr, a.HasPtr = p, true
 			}
@@ -143,16 +150,14 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 			a.Extra = []trace.KV{{Key: "dtype", Value: f[4]}, {Key: "shape", Value: f[5]}, {Key: "size", Value: f[3]},
 				{Key: "format", Value: f[6]}, {Key: "type", Value: trace.TypePTA}}
 			if b != nil {
-				a.AllocID = b.id
 				a.Extra = append(a.Extra, trace.KV{Key: "allocation_id", Value: strconv.FormatUint(b.id, 10)})
 			}
-			rows = append(rows, a)
 		}
 		if r.Kind == ROpEnd && t.launch {
 			rows = append(rows, &trace.Event{Kind: trace.KindOpLaunch, Type: trace.TypeAtenEnd, Name: name,
 				Timestamp: e.Timestamp, Tid: e.Tid, Device: trace.DeviceHost})
 		}
-		if r.Kind == ROpStart && !t.pre {
+		if r.Kind == ROpStart && !t.pre && !d.fast { // for the watch report
 			t.launchOp[r.A] = name
 			if len(rows) > 0 && rows[0].Kind == trace.KindOpLaunch {
 				rows[0].MstxID = r.A // for the watch report (not written: only MSTX rows show it)
@@ -207,7 +212,9 @@ func (d *Decoder) torchEmitted(e *trace.Event) {
 	switch e.Kind {
 	case trace.KindOpLaunch:
 		if !t.pre && e.Type == trace.TypeAtenStart && e.MstxID != 0 {
-			t.launchRow[e.MstxID] = e.ID
+			if !d.fast {
+				t.launchRow[e.MstxID] = e.ID
+			}
 			e.MstxID = 0
 		}
 	case trace.KindMalloc:
@@ -237,15 +244,19 @@ func (d *Decoder) torchEmitted(e *trace.Event) {
 		}
 		e.Owner = owner
 		t.used += e.Size
-		e.Set("total", strconv.FormatUint(t.used, 10))
-		e.Set("used", strconv.FormatUint(t.used, 10))
+		if !d.fast {
+			e.Set("total", strconv.FormatUint(t.used, 10))
+			e.Set("used", strconv.FormatUint(t.used, 10))
+		}
 	case trace.KindFree:
 		if t.pre || !t.pta[e.AllocID] {
 			return
 		}
 		e.Type = trace.TypePTA
 		t.used -= min(t.used, e.Size)
-		e.Set("total", strconv.FormatUint(t.used, 10))
-		e.Set("used", strconv.FormatUint(t.used, 10))
+		if !d.fast {
+			e.Set("total", strconv.FormatUint(t.used, 10))
+			e.Set("used", strconv.FormatUint(t.used, 10))
+		}
 	}
 }

@@ -21,9 +21,9 @@ type IneffMark struct {
 	Types []string
 }
 
-// mergeIneff adds types to the '|'-joined list old, keeping its order and
+// MergeIneff adds types to the '|'-joined list old, keeping its order and
 // never adding one twice; it returns the new list and how many were added.
-func mergeIneff(old string, types []string) (string, int) {
+func MergeIneff(old string, types []string) (string, int) {
 	have := []string{}
 	if old != "" {
 		have = strings.Split(old, "|")
@@ -136,7 +136,7 @@ func addIneffCSV(path string, marks []IneffMark, progress func(done, total int64
 					return false, err
 				}
 				if e.Kind == KindMalloc {
-					if s, n := mergeIneff(e.Inefficient, m.Types); n > 0 {
+					if s, n := MergeIneff(e.Inefficient, m.Types); n > 0 {
 						e.Inefficient = s
 						added += n
 						if err := cw.Write(e); err != nil {

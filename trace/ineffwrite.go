@@ -361,7 +361,7 @@ func (c *ineffCopy) row(r ineffRow) error {
 	if err != nil || e.Kind != KindMalloc {
 		return errStale
 	}
-	s, n := mergeIneff(e.Inefficient, r.mark.Types)
+	s, n := MergeIneff(e.Inefficient, r.mark.Types)
 	if n == 0 {
 		return nil // copied with the rest
 	}

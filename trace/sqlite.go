@@ -622,7 +622,7 @@ func addIneffDB(path string, marks []IneffMark) (added int, err error) {
 		if err := ParseAttrInto(&e, attr); err != nil {
 			return 0, fmt.Errorf("%s: ID %d: %v", path, m.ID, err)
 		}
-		s, n := mergeIneff(e.Inefficient, m.Types)
+		s, n := MergeIneff(e.Inefficient, m.Types)
 		if n == 0 {
 			continue
 		}

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"msmemscope/capture"
 	"msmemscope/cmd/msmemscope/cli"
+	"msmemscope/collect"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
@@ -77,7 +77,7 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 		if i == lastMain {
 			console = os.Stderr
 		}
-		res, err := capture.Convert(d, capture.Options{Console: console, TracedChildren: traced})
+		res, err := collect.Convert(d, collect.Options{Console: console, TracedChildren: traced})
 		if err != nil {
 			mp.Error = err.Error()
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
@@ -132,7 +132,7 @@ func offline(inv *cli.Invocation) int {
 	}
 	rc := 0
 	for _, d := range dirs {
-		opt := capture.Options{Console: os.Stderr}
+		opt := collect.Options{Console: os.Stderr}
 		if inv.Set["analysis"] || inv.Set["steps"] || inv.Set["data-format"] {
 			m, err := spool.ReadMeta(d)
 			if err != nil {
@@ -150,7 +150,7 @@ func offline(inv *cli.Invocation) int {
 			}
 			opt.Config = &c
 		}
-		res, err := capture.Convert(d, opt)
+		res, err := collect.Convert(d, opt)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 			rc = 1

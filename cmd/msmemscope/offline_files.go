@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,9 @@ import (
 	"time"
 
 	"msmemscope/analyzer"
+	"msmemscope/analyzer/spec"
 	"msmemscope/cmd/msmemscope/cli"
+	"msmemscope/collect"
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
@@ -101,7 +102,10 @@ func writeUnique(dir, prefix, ext string, write func(io.Writer) error) (string, 
 }
 
 // offlineFile runs --analysis on a dump file (and, with --data-format naming
-// the other format, writes a copy in that format beside it).
+// the other format, writes a copy in that format beside it). The analyses
+// that read rows go over the file in one pass and write their reports; one
+// that annotates rows adds its results to the file itself, as its offline
+// call (check_inefficient) does.
 func offlineFile(inv *cli.Invocation, path string) int {
 	format, err := trace.DetectFormat(path)
 	if err != nil {
@@ -113,9 +117,9 @@ func offlineFile(inv *cli.Invocation, path string) int {
 	if d := filepath.Dir(path); filepath.Base(d) == spool.DumpDir && !inv.Set["output"] {
 		outDir = filepath.Join(filepath.Dir(d), spool.AnalysisDir)
 	}
-	analyses := config.Default().Analysis
+	options := config.Default().Analysis
 	if inv.Set["analysis"] {
-		analyses = inv.Config.Analysis
+		options = inv.Config.Analysis
 	}
 	if inv.Set["data-format"] && inv.Config.DataFormat != format {
 		out, rows, err := exportDump(path, inv.Config.DataFormat)
@@ -124,71 +128,57 @@ func offlineFile(inv *cli.Invocation, path string) int {
 		}
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: %d rows -> %s\n", path, rows, out)
 	}
-	for _, a := range analyses {
-		var err error
-		switch a {
-		case "leaks":
-			err = fileLeaks(path, outDir)
-		case "inefficient":
-			var r *analyzer.IneffReport
-			r, err = analyzer.CheckInefficient(path, analyzer.IneffOptions{IdleThreshold: analyzer.DefaultIdleThreshold}, analyzer.NewProgress("check_inefficient"))
-			if err == nil {
-				fmt.Fprint(os.Stderr, "msmemscope: ", r.Summary(5))
-			}
-		default:
-			fmt.Fprintf(os.Stderr, "msmemscope: %s: --analysis=%s needs the capture's spool; skipped on a dump file\n", path, a)
+	var readers []*spec.Analysis
+	var as []analyzer.Analysis
+	var annotators []*spec.Analysis
+	for _, o := range options {
+		s := spec.ByOption(o)
+		if s.Annotates {
+			annotators = append(annotators, s)
+			continue
 		}
+		a, err := analyzer.New(s.Name, nil, path)
+		if err != nil {
+			return fail(err)
+		}
+		readers, as = append(readers, s), append(as, a)
+	}
+	if len(as) > 0 {
+		if err := fileReports(path, outDir, options, readers, as); err != nil {
+			return exitFor(err)
+		}
+	}
+	for _, s := range annotators {
+		r, err := analyzer.RunAnalyzer(s.Offline, map[string]any{spec.InputParam: path}, analyzer.NewProgress(analyzer.Label(s.Offline)))
 		if err != nil {
 			return exitFor(badInput(err))
 		}
+		fmt.Fprint(os.Stderr, "msmemscope: ", r.Summary(collect.ConsoleTop))
 	}
 	return 0
 }
 
-// fileLeaks runs the step and exit leak analysis (SPEC §5.1) over a dump
-// file and writes its report.
-func fileLeaks(path, outDir string) error {
-	pre, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true})
+// fileReports runs analyses that read rows over a dump file in one pass
+// and writes their reports.
+func fileReports(path, outDir string, options []string, specs []*spec.Analysis, as []analyzer.Analysis) error {
+	res, err := analyzer.RunFileAll(path, specs, as, analyzer.NewProgress(strings.Join(options, ",")))
 	if err != nil {
-		return err
+		return badInput(err)
 	}
-	stepCalls, err := trace.ScanStepCalls(pre)
-	pre.Close()
-	if err != nil {
-		return err
-	}
-	in, err := trace.Open(path, trace.OpenOptions{Reuse: true})
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	prog := analyzer.NewProgress("leaks")
-	defer prog.Done()
-	prog.Track(in)
-	tr := &trace.StepTracker{UseStepCalls: stepCalls}
-	s := trace.WithSteps(in, tr)
-	a := analyzer.NewLeakAnalyzer()
-	for {
-		e, err := s.Next()
+	for i, r := range res {
+		fmt.Fprintf(os.Stderr, "msmemscope: %s: %s", path, r.Summary(collect.ConsoleTop))
+		if r.WriteCSV == nil {
+			continue
+		}
+		if err := safefs.EnsureDir(outDir); err != nil {
+			return fmt.Errorf("--output: %v", err)
+		}
+		p, err := writeUnique(outDir, r.File, ".csv", r.WriteCSV)
 		if err != nil {
 			return err
 		}
-		if e == nil {
-			break
-		}
-		a.Observe(e)
+		fmt.Fprintf(os.Stderr, "msmemscope: %s report written to %s\n", specs[i].Option, p)
 	}
-	prog.Done()
-	r := a.Finish()
-	if err := safefs.EnsureDir(outDir); err != nil {
-		return fmt.Errorf("--output: %v", err)
-	}
-	p, err := writeUnique(outDir, "leaks_", ".csv", r.WriteCSV)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "msmemscope: %s: %s", path, r.Summary(5))
-	fmt.Fprintf(os.Stderr, "msmemscope: leak report written to %s\n", p)
 	return nil
 }
 
@@ -203,7 +193,7 @@ func exportDump(path, format string) (string, uint64, error) {
 	prog := analyzer.NewProgress("export")
 	defer prog.Done()
 	prog.Track(in)
-	copyRows := func(write func(*trace.Event) error) error {
+	rows, err := collect.WriteDump(out, collect.DumpOptions{Format: format}, func(w collect.RowWriter) error {
 		for {
 			e, err := in.Next()
 			if err != nil {
@@ -212,34 +202,13 @@ func exportDump(path, format string) (string, uint64, error) {
 			if e == nil {
 				return nil
 			}
-			if err := write(e); err != nil {
+			if err := w.Write(e); err != nil {
 				return err
 			}
 		}
-	}
-	if format == "db" {
-		w, err := trace.CreateSQLite(out)
-		if err != nil {
-			return "", 0, err
-		}
-		if err := copyRows(w.Write); err != nil {
-			w.Abort()
-			return "", 0, err
-		}
-		return out, w.Rows(), w.Close()
-	}
-	var rows uint64
-	err = safefs.WriteNew(out, func(f io.Writer) error {
-		bw := bufio.NewWriterSize(f, 1<<20)
-		cw := trace.NewCSVWriter(bw)
-		if err := copyRows(cw.Write); err != nil {
-			return err
-		}
-		if err := cw.Flush(); err != nil {
-			return err
-		}
-		rows = cw.Rows()
-		return bw.Flush()
 	})
-	return out, rows, err
+	if err != nil {
+		return "", 0, err
+	}
+	return out, rows, nil
 }

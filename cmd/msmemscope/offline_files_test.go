@@ -189,3 +189,30 @@ func readAll(t *testing.T, p string) []trace.Event {
 	}
 	return evs
 }
+
+// --analysis=decompose reads only the rows' owners: it runs on a dump file,
+// CSV or DB alike, and gives the same report.
+func TestOfflineDecomposeCLI(t *testing.T) {
+	var reports []string
+	for _, ext := range []string{".csv", ".db"} {
+		capDir := filepath.Join(t.TempDir(), "msmemscope_1_20260101000000")
+		dump := filepath.Join(capDir, "dump", "memscope_dump_20260101000000"+ext)
+		os.MkdirAll(filepath.Dir(dump), 0o750)
+		steps(t, dump, map[int]uint64{1: 100}, "")
+		if rc := run([]string{"--input=" + dump, "--analysis=decompose"}); rc != 0 {
+			t.Fatalf("%s: exit %d", ext, rc)
+		}
+		reps, _ := filepath.Glob(filepath.Join(capDir, "analysis", "decompose_*.csv"))
+		if len(reps) != 1 {
+			t.Fatalf("%s: decompose reports: %v", ext, reps)
+		}
+		rep, _ := os.ReadFile(reps[0])
+		if !strings.Contains(string(rep), ",PTA,") || !strings.Contains(string(rep), "20580") { // 5 x 4096 + 100, all live
+			t.Fatalf("%s: decompose report:\n%s", ext, rep)
+		}
+		reports = append(reports, string(rep))
+	}
+	if reports[0] != reports[1] {
+		t.Fatalf("CSV and DB reports differ:\n%s\n%s", reports[0], reports[1])
+	}
+}

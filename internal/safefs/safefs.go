@@ -5,6 +5,7 @@
 package safefs
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -143,4 +144,16 @@ func ReplaceFile(p string, write func(f *os.File) error) error {
 		return fmt.Errorf("cannot rewrite %s: %w", p, err)
 	}
 	return nil
+}
+
+// WriteJSON writes v, indented, into the new file p.
+func WriteJSON(p string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteNew(p, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
 }

@@ -1,7 +1,10 @@
-package capture
+// Package collect is the conversion of a capture: its spool decoded into
+// events, the analyses fed, and the dump, config.json and the analyses'
+// reports written. Each row is written once: an analysis that annotates
+// rows has decided about them before they are written.
+package collect
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -47,6 +50,7 @@ type Result struct {
 
 	Decompose     *analyzer.DecomposeReport
 	DecomposePath string
+	Inefficient   *analyzer.IneffReport
 	WatchPath     string
 }
 
@@ -70,6 +74,19 @@ type ConfigJSON struct {
 
 // Convert turns the spool of a process folder into the dump, config.json and
 // the analyses' reports.
+//
+// The analyses that only read rows are fed every decoded row while the dump
+// is written (--steps filters the dump, not what they see). One that
+// annotates rows (inefficient: its results go into the MALLOC rows, SPEC
+// §5.3) must have judged a block before its MALLOC row is written, and a
+// block may be judged only at its FREE or at the end: it gets a pass of its
+// own over the spool first (re-readable; without stacks, so cheap), fed
+// the rows that will be written, and its results are added to the rows in
+// the writing pass. What it keeps between the passes is 16 bytes per block
+// found inefficient. (Holding rows back until their blocks are judged would
+// not be bounded: a block alive to the end is judged at the end.) A spool
+// without the rows it needs (no PyTorch records: no ACCESS rows) gets no
+// first pass.
 func Convert(dir string, opt Options) (*Result, error) {
 	meta, err := spool.ReadMeta(dir)
 	if err != nil {
@@ -100,68 +117,59 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, spool.SpoolDir, spool.FileName))
 	}
 
-	if err := safefs.EnsureDir(filepath.Join(dir, spool.DumpDir)); err != nil {
+	dumpDir := filepath.Join(dir, spool.DumpDir)
+	if err := safefs.EnsureDir(dumpDir); err != nil {
 		return nil, err
 	}
-	stamp := Stamp(time.Now())
+	stamp := safefs.Stamp(time.Now())
 	ext := ".csv"
-	if cfg.DataFormat == "db" {
+	if cfg.DataFormat == trace.FormatDB {
 		ext = ".db"
 	}
-	res.DumpPath = uniquePath(filepath.Join(dir, spool.DumpDir, "memscope_dump_"+stamp), ext)
+	res.DumpPath = uniquePath(filepath.Join(dumpDir, "memscope_dump_"+stamp), ext)
 
-	dec := spool.NewDecoder(sp, dir, meta, cfg)
-	dec.SymbolizeWith(opt.MapsFile, "")
-	if err := dec.DecodeTorch(); err != nil {
+	torch, err := spool.LearnTorch(sp, dir, meta, cfg)
+	if err != nil {
 		return nil, err
 	}
-	leaks := analyzer.NewLeakAnalyzer()
-	decomp := analyzer.NewDecomposeAnalyzer()
-	writeEvents := func(dw dumpWriter) error {
-		wantLeaks := cfg.HasAnalysis("leaks")
-		wantDecomp := cfg.HasAnalysis("decompose")
-		batches := decodeBatches(dec)
-		defer func() {
-			for range batches { // let the decoder finish if writing stopped early
-			}
-		}()
-		for b := range batches {
-			if b.err != nil {
-				return b.err
-			}
-			for _, e := range b.events {
-				if wantLeaks {
-					leaks.Observe(e)
-				}
-				if wantDecomp {
-					decomp.Observe(e)
-				}
-				if e.Kind == trace.KindSystem || cfg.WantStep(e.Step) {
-					if err := dw.Write(e); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		res.Rows = dw.Rows()
-		return nil
-	}
-	if cfg.DataFormat == "db" {
-		err = writeDB(res.DumpPath, filepath.Join(dir, spool.DumpDir), int64(meta.Pid), writeEvents)
-	} else {
-		err = safefs.WriteNew(res.DumpPath, func(w io.Writer) error {
-			bw := bufio.NewWriterSize(w, 1<<20)
-			cw := trace.NewCSVWriter(bw)
-			if err := writeEvents(cw); err != nil {
-				return err
-			}
-			if err := cw.Flush(); err != nil {
-				return err
-			}
-			return bw.Flush()
-		})
-	}
+	runs, err := newRuns(cfg.Analysis, res.DumpPath)
 	if err != nil {
+		return nil, err
+	}
+	written := func(e *trace.Event) bool { return e.Kind == trace.KindSystem || cfg.WantStep(e.Step) }
+	if judgeFirst(runs, sp.Holds) {
+		first := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
+		first.JudgeOnly()
+		err := eachEvent(first.Next, func(e *trace.Event) error {
+			if written(e) {
+				observe(runs, true, e)
+			}
+			return nil
+		})
+		if err == nil {
+			err = finish(runs, true)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
+	res.Rows, err = WriteDump(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
+		func(w RowWriter) error {
+			return eachEvent(dec.Next, func(e *trace.Event) error {
+				observe(runs, false, e)
+				if !written(e) {
+					return nil
+				}
+				annotate(runs, e)
+				return w.Write(e)
+			})
+		})
+	if err != nil {
+		return nil, err
+	}
+	if err := finish(runs, false); err != nil {
 		return nil, err
 	}
 	res.Events = dec.Records()
@@ -187,108 +195,25 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if _, err := os.Stat(cpath); err == nil {
 		cpath = uniquePath(filepath.Join(dir, "config_"+stamp), ".json")
 	}
-	if err := writeJSON(cpath, cj); err != nil {
+	if err := safefs.WriteJSON(cpath, cj); err != nil {
 		return nil, err
 	}
-
-	if cfg.HasAnalysis("inefficient") {
-		// Results go into the dump's MALLOC rows (SPEC §5.3).
-		r, err := analyzer.CheckInefficient(res.DumpPath, analyzer.IneffOptions{IdleThreshold: analyzer.DefaultIdleThreshold}, nil)
-		if err != nil {
-			return nil, err
-		}
-		if opt.Console != nil {
-			fmt.Fprintf(opt.Console, "msmemscope: process %d (%s): %s", meta.Pid, progName(meta), r.Summary(5))
-		}
-	}
-	if err := writeTorchReports(res, dir, stamp, cfg, dec.Watch(), decomp, opt.Console); err != nil {
+	if err := writeReports(res, runs, stamp, cfg, dec.Watch(), opt.Console); err != nil {
 		return nil, err
-	}
-	if cfg.HasAnalysis("leaks") {
-		res.Leaks = leaks.Finish()
-		if err := safefs.EnsureDir(filepath.Join(dir, spool.AnalysisDir)); err != nil {
-			return nil, err
-		}
-		res.LeaksPath = uniquePath(filepath.Join(dir, spool.AnalysisDir, "leaks_"+stamp), ".csv")
-		if err := safefs.WriteNew(res.LeaksPath, res.Leaks.WriteCSV); err != nil {
-			return nil, err
-		}
-		if opt.Console != nil {
-			fmt.Fprintf(opt.Console, "msmemscope: process %d (%s): %s", meta.Pid, progName(meta), res.Leaks.Summary(5))
-		}
 	}
 	return res, nil
 }
 
-// dumpWriter is what the dump is written through: trace.CSVWriter or
-// trace.SQLiteWriter (data_format csv or db).
-type dumpWriter interface {
-	Write(e *trace.Event) error
-	Rows() uint64
-}
-
-// writeDB writes a SQLite dump (SPEC §2.2): the rows fill writes, then the
-// python_trace CSVs found in dumpDir as table python_trace_{pid}.
-func writeDB(path, dumpDir string, pid int64, fill func(dumpWriter) error) error {
-	w, err := trace.CreateSQLite(path)
-	if err != nil {
-		return err
-	}
-	if err := fill(w); err != nil {
-		w.Abort()
-		return err
-	}
-	traces, _ := filepath.Glob(filepath.Join(dumpDir, "python_trace_*.csv"))
-	for _, t := range traces {
-		if err := w.AddPythonTrace(pid, t); err != nil {
-			w.Abort()
-			return fmt.Errorf("cannot write %s: %v", path, err)
-		}
-	}
-	return w.Close()
-}
-
-// batch is a run of decoded events handed from the decoder to the writer.
-type batch struct {
-	events []*trace.Event
-	err    error
-}
-
-// decodeBatches runs the decoder on its own goroutine, so decoding the spool
-// and formatting the dump use both cores. The channel closes at the end (or
-// after a batch carrying an error).
-func decodeBatches(dec *spool.Decoder) <-chan batch {
-	out := make(chan batch, 8)
-	go func() {
-		defer close(out)
-		const size = 4096
-		for {
-			b := batch{events: make([]*trace.Event, 0, size)}
-			for len(b.events) < size {
-				e, err := dec.Next()
-				if err != nil {
-					b.err = err
-					break
-				}
-				if e == nil {
-					break
-				}
-				b.events = append(b.events, e)
-			}
-			if len(b.events) > 0 || b.err != nil {
-				out <- b
-			}
-			if b.err != nil || len(b.events) < size {
-				return
-			}
-		}
-	}()
-	return out
-}
-
-func progName(m *spool.ProcessMeta) string { return m.ProgName() }
-
 // uniquePath returns base+ext, or base_N+ext when that exists already.
 func uniquePath(base, ext string) string {
 	return safefs.FreeName(safefs.Numbered(base, ext))
+}
+
+// newDecoder decodes sp from its start, its C stacks symbolized with
+// mapsFile (Options.MapsFile), its PyTorch records with what torch learnt.
+func newDecoder(sp *spool.Spool, dir string, meta *spool.ProcessMeta, cfg config.Config, mapsFile string, torch *spool.TorchInfo) *spool.Decoder {
+	d := spool.NewDecoder(sp, dir, meta, cfg)
+	d.SymbolizeWith(mapsFile, "")
+	d.UseTorch(torch)
+	return d
 }

@@ -1,13 +1,17 @@
-package capture
+package collect
 
 import (
+	"bytes"
 	"database/sql"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
+	"msmemscope/capture"
 	"msmemscope/config"
 	"msmemscope/spool"
 	"msmemscope/trace"
@@ -22,7 +26,7 @@ func TestConvertDataFormatDB(t *testing.T) {
 	cfg := config.Default()
 	cfg.Output = dir
 	cfg.Analysis = []string{"leaks"}
-	p, err := Begin(cfg, 4242, "")
+	p, err := capture.Begin(cfg, 4242, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +40,7 @@ func TestConvertDataFormatDB(t *testing.T) {
 			recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 0, spool.RFree})
 		}
 	}
-	if _, err := p.spool.Write(append(calibRec(1_000_000, 1), chunkOf(7, recs)...)); err != nil {
+	if _, err := syscall.Write(p.SpoolFD(), append(calibRec(1_000_000, 1), chunkOf(7, recs)...)); err != nil {
 		t.Fatal(err)
 	}
 	p.End(0, 0)
@@ -95,4 +99,27 @@ func readDump(t *testing.T, p string) []trace.Event {
 		t.Fatal(err)
 	}
 	return evs
+}
+
+// chunkOf builds one drained chunk (spool chunk format) of full records.
+func chunkOf(tid int32, recs [][4]uint64) []byte {
+	var body []byte
+	for _, r := range recs {
+		body = spool.AppendRec(body, &spool.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: spool.FHost})
+	}
+	return chunk(tid, body)
+}
+
+func calibRec(tick, epoch uint64) []byte {
+	return chunk(0, spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick, B: epoch, Kind: spool.RCalib, Flags: spool.FEpoch}))
+}
+
+// chunk frames records as the drain does: magic, record units, tid, pid.
+func chunk(tid int32, body []byte) []byte {
+	var b bytes.Buffer
+	for _, v := range []uint32{0x4b4e4843, uint32(len(body) / spool.UnitSize), uint32(tid), 42} {
+		binary.Write(&b, binary.LittleEndian, v)
+	}
+	b.Write(body)
+	return b.Bytes()
 }
