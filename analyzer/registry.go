@@ -8,6 +8,7 @@ import (
 
 	"msmemscope/analyzer/spec"
 	"msmemscope/internal/safefs"
+	"msmemscope/spool"
 	"msmemscope/trace"
 )
 
@@ -182,7 +183,7 @@ func RunFileAll(path string, specs []*spec.Analysis, as []Analysis, prog *Progre
 	}
 	stepCalls := false
 	if steps {
-		pre, err := trace.Open(path, trace.OpenOptions{Lean: true, Reuse: true})
+		pre, err := spool.Open(path, trace.OpenOptions{Lean: true, Reuse: true})
 		if err != nil {
 			return nil, err
 		}
@@ -192,7 +193,7 @@ func RunFileAll(path string, specs []*spec.Analysis, as []Analysis, prog *Progre
 			return nil, err
 		}
 	}
-	in, err := trace.Open(path, trace.OpenOptions{Reuse: true, Kinds: slices.Compact(kinds)})
+	in, err := spool.Open(path, trace.OpenOptions{Reuse: true, Kinds: slices.Compact(kinds)})
 	if err != nil {
 		return nil, err
 	}

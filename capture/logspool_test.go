@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"msmemscope/format"
 	"msmemscope/spool"
 )
 
@@ -70,10 +71,10 @@ func TestOpenCaptureReadsLogsInPlace(t *testing.T) {
 		for i := 0; i < 20000; i++ {
 			ptr := 0x10000000 + uint64(d)*0x1000000 + uint64(i)*64
 			tick += 10
-			recs = append(recs, [4]uint64{tick, ptr, 64, spool.RMalloc})
+			recs = append(recs, [4]uint64{tick, ptr, 64, format.RMalloc})
 			if i%100 != 0 {
 				tick += 10
-				recs = append(recs, [4]uint64{tick, ptr, 0, spool.RFree})
+				recs = append(recs, [4]uint64{tick, ptr, 0, format.RFree})
 			}
 		}
 		if err := r.Write(append(calibRec(tick, uint64(d+1)), append(chunkOf(7, recs[:len(recs)/2]), chunkOf(8, recs[len(recs)/2:])...)...)); err != nil {
@@ -83,7 +84,7 @@ func TestOpenCaptureReadsLogsInPlace(t *testing.T) {
 	r.Close()
 	var late bytes.Buffer
 	spool.WriteHeader(&late, 42)
-	late.Write(chunkOf(7, [][4]uint64{{tick + 10, 0x10000000, 0, spool.RFree}}))
+	late.Write(chunkOf(7, [][4]uint64{{tick + 10, 0x10000000, 0, format.RFree}}))
 	os.WriteFile(filepath.Join(dir, spool.LateFile), late.Bytes(), 0o640)
 	logs := spool.LogFiles(capDir)
 	if len(logs) < 3 {

@@ -22,7 +22,7 @@ import (
 // deleting the oldest beyond --log-files. Each file is self-contained: it
 // starts with a spool header, the records every reader needs (allocation
 // sites, Python code objects, the configuration, a clock calibration) and the
-// blocks live at that moment (MALLOCs flagged spool.FInherit). Events written
+// blocks live at that moment (MALLOCs flagged format.FInherit). Events written
 // after the final drain go to the raw spool.bin, read after the logs.
 
 // maxCalibs is how many recent calibration records a new log repeats.
@@ -112,7 +112,7 @@ func (r *Rotator) open() error {
 	for _, k := range keys {
 		rec, _, _ := spool.DecodeRec(r.live[k].rec, 0, 0) // a full record
 		rec.TS = tick                                     // live when this log began
-		rec.Flags |= spool.FInherit
+		rec.Flags |= format.FInherit
 		add(spool.AppendRec(nil, &rec))
 	}
 	// Records drained late (a lagging drain) can carry an epoch that began
@@ -137,7 +137,7 @@ func (r *Rotator) open() error {
 	}
 	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
 	for _, tid := range tids {
-		ep := spool.Rec{Kind: spool.REpoch, TS: spool.TSEpoch | r.dec[tid].Epoch}
+		ep := spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | r.dec[tid].Epoch}
 		writeChunkHeader(&pro, spool.RecSize/spool.UnitSize, tid, r.pid)
 		pro.Write(spool.AppendRec(nil, &ep))
 	}
@@ -226,14 +226,14 @@ func (r *Rotator) observe(b []byte) ([]byte, error) {
 			} else {
 				out = append(out, ev...)
 			}
-			if rec.Kind == spool.REpoch {
+			if rec.Kind == format.REpoch {
 				continue // not an event
 			}
 			r.Events++
-			key := spool.BlockKey{Sub: rec.Flags & spool.FSubMask, Ptr: rec.A}
+			key := spool.BlockKey{Sub: rec.Flags & format.FSubMask, Ptr: rec.A}
 			switch rec.Kind {
-			case spool.RMalloc:
-				if rec.Flags&spool.FUndo == 0 {
+			case format.RMalloc:
+				if rec.Flags&format.FUndo == 0 {
 					b := r.live[key]
 					if b == nil {
 						b = &liveBlock{}
@@ -242,18 +242,18 @@ func (r *Rotator) observe(b []byte) ([]byte, error) {
 					b.n++
 					b.rec = spool.AppendRec(b.rec[:0], &rec)
 				}
-			case spool.RFree:
+			case format.RFree:
 				if b := r.live[key]; b != nil {
 					if b.n--; b.n <= 0 {
 						delete(r.live, key)
 					}
 				}
-			case spool.RCalib:
+			case format.RCalib:
 				if len(r.calibs) >= maxCalibs {
 					r.calibs = r.calibs[1:]
 				}
 				r.calibs = append(r.calibs, append([]byte(nil), ev...))
-			case spool.RSite, spool.RStack, spool.RPyCode, spool.RPySkip, spool.RConfig:
+			case format.RSite, format.RStack, format.RPyCode, format.RPySkip, format.RConfig:
 				r.globals = append(r.globals, append([]byte(nil), ev...))
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"msmemscope/format"
 	"msmemscope/spool"
 )
 
@@ -14,7 +15,7 @@ import (
 func chunkOf(tid int32, recs [][4]uint64) []byte {
 	var body []byte
 	for _, r := range recs {
-		body = spool.AppendRec(body, &spool.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: spool.FHost})
+		body = spool.AppendRec(body, &spool.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: format.FHost})
 	}
 	var b bytes.Buffer
 	writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), tid, 42)
@@ -47,7 +48,7 @@ func eachLogRec(t *testing.T, path string, f func(rec *spool.Rec, ns uint64)) {
 }
 
 func calibRec(tick, epoch uint64) []byte {
-	body := spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick, B: epoch, Kind: spool.RCalib, Flags: spool.FEpoch})
+	body := spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick, B: epoch, Kind: format.RCalib, Flags: format.FEpoch})
 	var b bytes.Buffer
 	writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), 0, 42)
 	b.Write(body)
@@ -71,13 +72,13 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 		for i := 0; i < 30000; i++ {
 			ptr := 0x10000000 + uint64(d)*0x1000000 + uint64(i)*64 + uint64(rng.Intn(8))*8
 			tick += 10
-			recs = append(recs, [4]uint64{tick, ptr, uint64(16 + rng.Intn(500)), spool.RMalloc})
+			recs = append(recs, [4]uint64{tick, ptr, uint64(16 + rng.Intn(500)), format.RMalloc})
 			if i%1000 == 0 {
 				kept[ptr] = true
 				continue
 			}
 			tick += 10
-			recs = append(recs, [4]uint64{tick, ptr, 0, spool.RFree})
+			recs = append(recs, [4]uint64{tick, ptr, 0, format.RFree})
 		}
 		lastPtr = recs[len(recs)-1][1]
 		if err := r.Write(append(calibRec(tick, uint64(d+1)), chunkOf(7, recs)...)); err != nil {
@@ -101,13 +102,13 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 		var last uint64
 		eachLogRec(t, f, func(rec *spool.Rec, _ uint64) {
 			switch rec.Kind {
-			case spool.RMalloc:
+			case format.RMalloc:
 				live[rec.A] = true
-				if rec.Flags&spool.FInherit != 0 {
+				if rec.Flags&format.FInherit != 0 {
 					inherited++
 				}
 				last = rec.A
-			case spool.RFree:
+			case format.RFree:
 				if !live[rec.A] {
 					t.Fatalf("%s: FREE of %#x without its block", f, rec.A)
 				}
@@ -148,7 +149,7 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 	}
 	compact := func(ptr uint64) []byte { // a compact FREE (format/records.def)
 		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], ptr|1<<63|1<<62|uint64(spool.FHost)<<48)
+		binary.LittleEndian.PutUint64(b[:], ptr|1<<63|1<<62|uint64(format.FHost)<<48)
 		return b[:]
 	}
 	thread := func(tid int32, body []byte) []byte {
@@ -157,9 +158,9 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 		b.Write(body)
 		return b.Bytes()
 	}
-	first := spool.AppendRec(nil, &spool.Rec{Kind: spool.REpoch, TS: spool.TSEpoch | 1})
-	first = spool.AppendRec(first, &spool.Rec{Kind: spool.RMalloc, TS: 1500, A: 0x100, B: 8, Flags: spool.FHost})
-	first = spool.AppendRec(first, &spool.Rec{Kind: spool.RMalloc, TS: 1600, A: 0x200, B: 8, Flags: spool.FHost})
+	first := spool.AppendRec(nil, &spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | 1})
+	first = spool.AppendRec(first, &spool.Rec{Kind: format.RMalloc, TS: 1500, A: 0x100, B: 8, Flags: format.FHost})
+	first = spool.AppendRec(first, &spool.Rec{Kind: format.RMalloc, TS: 1600, A: 0x200, B: 8, Flags: format.FHost})
 	if err := r.Write(append(append(calibRec(1000, 1), calibRec(5000, 2)...), thread(7, first)...)); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 	r.Close()
 	frees := 0
 	eachLogRec(t, r.Files()[1], func(rec *spool.Rec, ns uint64) {
-		if rec.Kind == spool.RFree {
+		if rec.Kind == format.RFree {
 			frees++
 			if rec.TS != spool.TSEpoch|1 || ns < 1000 || ns >= 5000 {
 				t.Errorf("FREE of %#x: stamp %#x at %d ns, want epoch 1 (1000..5000 ns)", rec.A, rec.TS, ns)
@@ -194,8 +195,8 @@ func TestRotatorWritesPairsWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	unit := func(w uint64) []byte { return binary.LittleEndian.AppendUint64(nil, w) }
-	body := spool.AppendRec(nil, &spool.Rec{Kind: spool.REpoch, TS: spool.TSEpoch | 1})
-	body = append(body, unit(0x7f0000001000|1<<63|uint64(spool.FHost)<<48)...) // a compact MALLOC
+	body := spool.AppendRec(nil, &spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | 1})
+	body = append(body, unit(0x7f0000001000|1<<63|uint64(format.FHost)<<48)...) // a compact MALLOC
 	body = append(body, unit(64|uint64(3)<<48)...)
 	// A pair unit: FREE at the last address, then FREE 0x40 below it.
 	d := int64(-0x40)
@@ -222,7 +223,7 @@ func TestRotatorWritesPairsWhole(t *testing.T) {
 	}
 	var frees []uint64
 	eachLogRec(t, r.Files()[0], func(rec *spool.Rec, _ uint64) {
-		if rec.Kind == spool.RFree {
+		if rec.Kind == format.RFree {
 			frees = append(frees, rec.A)
 		}
 	})

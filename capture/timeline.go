@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"msmemscope/analyzer"
+	"msmemscope/format"
 	"msmemscope/spool"
 	"msmemscope/trace"
 )
@@ -192,7 +193,7 @@ func parseLog(path string, step uint64) logSpan {
 			break
 		}
 		span.events++
-		if r.Kind != spool.RMalloc && r.Kind != spool.RFree {
+		if r.Kind != format.RMalloc && r.Kind != format.RFree {
 			continue
 		}
 		bucket := ns / step
@@ -207,13 +208,13 @@ func parseLog(path string, step uint64) logSpan {
 			span.max = append(span.max, total) // an interval starts at the level it inherits
 		}
 		span.lastNs = ns
-		k := spool.BlockKey{Sub: r.Flags & spool.FSubMask, Ptr: r.A}
-		if r.Kind == spool.RMalloc {
-			if r.Flags&spool.FUndo != 0 {
+		k := spool.BlockKey{Sub: r.Flags & format.FSubMask, Ptr: r.A}
+		if r.Kind == format.RMalloc {
+			if r.Flags&format.FUndo != 0 {
 				continue
 			}
 			if old, ok := live[k]; ok {
-				if old.tid != r.Tid && !r.Forced && r.Flags&spool.FInherit == 0 {
+				if old.tid != r.Tid && !r.Forced && r.Flags&format.FInherit == 0 {
 					rd.Park(k) // another thread's FREE of this address is just ahead
 					span.events--
 					continue

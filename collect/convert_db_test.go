@@ -13,6 +13,7 @@ import (
 
 	"msmemscope/capture"
 	"msmemscope/config"
+	"msmemscope/format"
 	"msmemscope/spool"
 	"msmemscope/trace"
 
@@ -34,10 +35,10 @@ func TestConvertDataFormatDB(t *testing.T) {
 	tick := uint64(1_000_000)
 	for i := uint64(0); i < 5000; i++ {
 		tick += 10
-		recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 16 + i%100, spool.RMalloc})
+		recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 16 + i%100, format.RMalloc})
 		if i%7 != 0 {
 			tick += 10
-			recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 0, spool.RFree})
+			recs = append(recs, [4]uint64{tick, 0x100000 + i*64, 0, format.RFree})
 		}
 	}
 	if _, err := syscall.Write(p.SpoolFD(), append(calibRec(1_000_000, 1), chunkOf(7, recs)...)); err != nil {
@@ -105,13 +106,13 @@ func readDump(t *testing.T, p string) []trace.Event {
 func chunkOf(tid int32, recs [][4]uint64) []byte {
 	var body []byte
 	for _, r := range recs {
-		body = spool.AppendRec(body, &spool.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: spool.FHost})
+		body = spool.AppendRec(body, &spool.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: format.FHost})
 	}
 	return chunk(tid, body)
 }
 
 func calibRec(tick, epoch uint64) []byte {
-	return chunk(0, spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick, B: epoch, Kind: spool.RCalib, Flags: spool.FEpoch}))
+	return chunk(0, spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick, B: epoch, Kind: format.RCalib, Flags: format.FEpoch}))
 }
 
 // chunk frames records as the drain does: magic, record units, tid, pid.

@@ -11,6 +11,7 @@ import (
 	"msmemscope/analyzer/spec"
 	"msmemscope/capture"
 	"msmemscope/config"
+	"msmemscope/format"
 	"msmemscope/spool"
 )
 
@@ -33,7 +34,7 @@ func torchSpool(t *testing.T, n int) string {
 		if text != "" {
 			b = uint64(len(text))
 		}
-		body = spool.AppendRec(body, &spool.Rec{TS: tick, A: a, B: b, Kind: kind, Payload: []byte(text), Flags: spool.FHost})
+		body = spool.AppendRec(body, &spool.Rec{TS: tick, A: a, B: b, Kind: kind, Payload: []byte(text), Flags: format.FHost})
 	}
 	line := func(rw string, p uint64) string { return fmt.Sprintf("\n%s %x %x 4096 float32 32x32 ND", rw, p, p) }
 	var prev, prev2 uint64
@@ -46,11 +47,11 @@ func torchSpool(t *testing.T, n int) string {
 		if prev2 != 0 && i%7 == 0 {
 			rd += line("R", prev2)
 		}
-		rec(spool.ROpStart, uint64(i+1), 0, "aten::add"+rd)
-		rec(spool.RMalloc, ptr, 4096, "")
-		rec(spool.ROpEnd, uint64(i+1), 0, "aten::add"+line("W", ptr))
+		rec(format.ROpStart, uint64(i+1), 0, "aten::add"+rd)
+		rec(format.RMalloc, ptr, 4096, "")
+		rec(format.ROpEnd, uint64(i+1), 0, "aten::add"+line("W", ptr))
 		if prev2 != 0 && i%5 != 0 {
-			rec(spool.RFree, prev2, 0, "")
+			rec(format.RFree, prev2, 0, "")
 		}
 		prev2, prev = prev, ptr
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"msmemscope/config"
+	"msmemscope/format"
 	"msmemscope/symbolize"
 	"msmemscope/trace"
 )
@@ -189,7 +190,7 @@ func (d *Decoder) symbolizer() *symbolize.Symbolizer {
 }
 
 func (d *Decoder) cstack(r *Rec) string {
-	if r.Flags&FCStack == 0 {
+	if r.Flags&format.FCStack == 0 {
 		return ""
 	}
 	key := string(r.Payload)
@@ -208,7 +209,7 @@ func (d *Decoder) cstack(r *Rec) string {
 
 // pystack names the Python frames of a MALLOC record (SPEC §2.1).
 func (d *Decoder) pystack(r *Rec) string {
-	if r.Flags&FPyStack == 0 {
+	if r.Flags&format.FPyStack == 0 {
 		return ""
 	}
 	key := string(r.Payload)
@@ -246,26 +247,26 @@ func (d *Decoder) Next() (*trace.Event, error) {
 		d.records++
 		e := &trace.Event{Timestamp: ns, Tid: int64(r.Tid)}
 		switch r.Kind {
-		case RMalloc:
+		case format.RMalloc:
 			if ev := d.malloc(r, e); ev != nil {
 				return d.emit(ev), nil
 			}
-		case RFree:
+		case format.RFree:
 			if ev := d.free(r, e); ev != nil {
 				return d.emit(ev), nil
 			}
-		case RStart, RStop, RStep, RExit:
+		case format.RStart, format.RStop, format.RStep, format.RExit:
 			e.Kind = trace.KindSystem
-			e.Type = map[uint16]string{RStart: trace.TypeStart, RStop: trace.TypeStop,
-				RStep: trace.TypeStep, RExit: trace.TypeProcessExit}[r.Kind]
+			e.Type = map[uint16]string{format.RStart: trace.TypeStart, format.RStop: trace.TypeStop,
+				format.RStep: trace.TypeStep, format.RExit: trace.TypeProcessExit}[r.Kind]
 			return d.emit(e), nil
-		case RMark, RRangeStart, RRangeEnd:
+		case format.RMark, format.RRangeStart, format.RRangeEnd:
 			e.Kind = trace.KindMstx
 			e.MstxID = r.A
 			switch r.Kind {
-			case RMark:
+			case format.RMark:
 				e.Type, e.Name = trace.TypeMark, r.Text()
-			case RRangeStart:
+			case format.RRangeStart:
 				e.Type, e.Name = trace.TypeRangeStart, r.Text()
 				d.ranges[r.A] = e.Name
 			default:
@@ -273,15 +274,15 @@ func (d *Decoder) Next() (*trace.Event, error) {
 				delete(d.ranges, r.A)
 			}
 			return d.emit(e), nil
-		case RExec:
+		case format.RExec:
 			d.exec = r.Text()
-		case RFork:
+		case format.RFork:
 			d.forks = append(d.forks, int(r.A))
-		case RLost:
+		case format.RLost:
 			d.lost += r.A
-		case ROwnerPush:
+		case format.ROwnerPush:
 			d.scopes[r.Tid] = append(d.scopes[r.Tid], trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_")))
-		case ROwnerPop:
+		case format.ROwnerPop:
 			if s := d.scopes[r.Tid]; len(s) > 0 {
 				d.scopes[r.Tid] = s[:len(s)-1]
 			}
@@ -294,7 +295,7 @@ func (d *Decoder) Next() (*trace.Event, error) {
 }
 
 func subType(flags uint16) string {
-	if flags&FSubMask == FMmap {
+	if flags&format.FSubMask == format.FMmap {
 		return trace.TypeMmap
 	}
 	return trace.TypeHost
@@ -308,16 +309,16 @@ func owner(typ string) string {
 }
 
 func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
-	key := BlockKey{Sub: r.Flags & FSubMask, Ptr: r.A}
+	key := BlockKey{Sub: r.Flags & format.FSubMask, Ptr: r.A}
 	size := r.B
-	if r.Flags&FUndo != 0 {
+	if r.Flags&format.FUndo != 0 {
 		// A failed realloc: the block freed just before lives on.
 		if d.lastFree[r.Tid] != key {
 			return nil
 		}
 		size = d.lastSize[r.Tid]
 	}
-	inherited := r.Flags&FInherit != 0
+	inherited := r.Flags&format.FInherit != 0
 	if _, ok := d.live[key]; ok && inherited {
 		return nil // a later rotated log repeats a block already live
 	}
@@ -329,7 +330,7 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 		return nil
 	}
 	d.nextAID++
-	b := &block{id: d.nextAID, size: size, hidden: r.Flags&FOff != 0, tid: r.Tid}
+	b := &block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid}
 	d.live[key] = b // replaces a block whose FREE was never seen
 	if b.hidden {
 		if !d.fast {
@@ -359,7 +360,7 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 }
 
 func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
-	key := BlockKey{Sub: r.Flags & FSubMask, Ptr: r.A}
+	key := BlockKey{Sub: r.Flags & format.FSubMask, Ptr: r.A}
 	b, ok := d.live[key]
 	if !ok {
 		return nil // freed memory we never saw allocated (or a file mapping)
@@ -367,7 +368,7 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 	delete(d.live, key)
 	d.r.Wake(key, e.Timestamp)
 	d.lastFree[r.Tid], d.lastSize[r.Tid] = key, b.size
-	if r.Flags&FOff != 0 {
+	if r.Flags&format.FOff != 0 {
 		return nil
 	}
 	e.Kind = trace.KindFree

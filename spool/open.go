@@ -128,7 +128,7 @@ func Open(path string, opt trace.OpenOptions) (trace.Input, error) {
 		}
 		return openSpoolInput(f, opt)
 	}
-	if isSpoolFile(f.File) {
+	if IsSpoolFile(f.File) {
 		return openSpoolInput(f, opt)
 	}
 	return trace.Open(f.File, opt)
@@ -140,8 +140,8 @@ func OpenSpool(dir string, opt trace.OpenOptions) (trace.Input, error) {
 	return openSpoolInput(Found{Capture: dir}, opt)
 }
 
-// isSpoolFile tells a raw spool or a rotated log by its first bytes.
-func isSpoolFile(path string) bool {
+// IsSpoolFile tells a raw spool or a rotated log by its first bytes.
+func IsSpoolFile(path string) bool {
 	f, err := os.Open(path)
 	if err != nil {
 		return false

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"msmemscope/config"
+	"msmemscope/format"
 	"msmemscope/trace"
 )
 
@@ -44,9 +45,9 @@ func TestOpenAnyInput(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1))
 	sb.chunk(5,
-		rec{ts: 1100, a: 0x1000, b: 64, kind: RMalloc, flags: FHost},
-		rec{ts: 1200, a: 0x2000, b: 32, kind: RMalloc, flags: FHost},
-		rec{ts: 1300, a: 0x1000, kind: RFree, flags: FHost},
+		rec{ts: 1100, a: 0x1000, b: 64, kind: format.RMalloc, flags: format.FHost},
+		rec{ts: 1200, a: 0x2000, b: 32, kind: format.RMalloc, flags: format.FHost},
+		rec{ts: 1300, a: 0x1000, kind: format.RFree, flags: format.FHost},
 	)
 	out, capDir := captureFolder(t, sb)
 	var want []trace.Event
@@ -156,16 +157,16 @@ func TestFindErrors(t *testing.T) {
 // launches, accesses, and PTA blocks.
 func TestOpenSpoolTorchRows(t *testing.T) {
 	text := func(kind uint16, ts, a uint64, s string) rec {
-		return rec{ts: ts, a: a, b: uint64(len(s)), kind: kind, flags: FText, payload: []byte(s)}
+		return rec{ts: ts, a: a, b: uint64(len(s)), kind: kind, flags: format.FText, payload: []byte(s)}
 	}
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1))
 	sb.chunk(5,
-		text(ROpStart, 1100, 1, "aten::empty"),
-		rec{ts: 1200, a: 0x1000, b: 64, kind: RMalloc, flags: FHost},
-		text(ROpEnd, 1300, 1, "aten::empty\nN 1000 1000 64 float [16] ND"),
-		text(ROpStart, 1400, 2, "aten::add\nR 1000 1000 64 float [16] ND"),
-		text(ROpEnd, 1500, 2, "aten::add"),
+		text(format.ROpStart, 1100, 1, "aten::empty"),
+		rec{ts: 1200, a: 0x1000, b: 64, kind: format.RMalloc, flags: format.FHost},
+		text(format.ROpEnd, 1300, 1, "aten::empty\nN 1000 1000 64 float [16] ND"),
+		text(format.ROpStart, 1400, 2, "aten::add\nR 1000 1000 64 float [16] ND"),
+		text(format.ROpEnd, 1500, 2, "aten::add"),
 	)
 	_, capDir := captureFolder(t, sb)
 	cfg := config.Default()

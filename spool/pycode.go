@@ -15,17 +15,8 @@ import (
 // msmemscope's own (RPySkip) and the latest configuration (RConfig) are
 // collected while the spool is indexed, so frames can be named in any order.
 
-// Record kinds and flags of the Python side (format/records.def).
-const (
-	RPyCode     = format.RPyCode
-	RPySkip     = format.RPySkip
-	RConfig     = format.RConfig
-	RDescribe   = format.RDescribe
-	ROwnerPush  = format.ROwnerPush
-	ROwnerPop   = format.ROwnerPop
-	FPyStack    = format.FPyStack
-	pyCodeHdrSz = format.PyCodeSize
-)
+// pyCodeHdrSz is the size of an R_PYCODE payload's fixed head (ms_pycode).
+const pyCodeHdrSz = format.PyCodeSize
 
 // PyCode is a Python code object as the hook copied it.
 type PyCode struct {
@@ -88,14 +79,14 @@ func ParsePyCode(p []byte) (*PyCode, bool) {
 // rec is the record with its continuation records.
 func (m *PyMeta) note(kind uint16, ts uint64, a, b uint64, payload []byte) {
 	switch kind {
-	case RPyCode:
+	case format.RPyCode:
 		if c, ok := ParsePyCode(payload); ok {
 			if m.Codes == nil {
 				m.Codes = map[uint32]*PyCode{}
 			}
 			m.Codes[c.ID] = c
 		}
-	case RPySkip:
+	case format.RPySkip:
 		if s := string(payload[:textLen(b, payload)]); s != "" {
 			for _, x := range m.Skip {
 				if x == s {
@@ -104,7 +95,7 @@ func (m *PyMeta) note(kind uint16, ts uint64, a, b uint64, payload []byte) {
 			}
 			m.Skip = append(m.Skip, s)
 		}
-	case RConfig:
+	case format.RConfig:
 		if m.Config == "" || ts >= m.configTS {
 			m.Config, m.configTS = string(payload[:textLen(b, payload)]), ts
 		}
@@ -114,8 +105,8 @@ func (m *PyMeta) note(kind uint16, ts uint64, a, b uint64, payload []byte) {
 // Stacks splits a MALLOC payload into its C return addresses and Python
 // frames.
 func (r *Rec) Stacks() (c []uint64, py []PyFrame) {
-	if r.Flags&FPyStack == 0 {
-		if r.Flags&FCStack != 0 {
+	if r.Flags&format.FPyStack == 0 {
+		if r.Flags&format.FCStack != 0 {
 			return r.Frames(), nil
 		}
 		return nil, nil

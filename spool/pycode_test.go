@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"msmemscope/format"
 	"os"
 	"reflect"
 	"testing"
@@ -78,10 +79,10 @@ func TestParsePyCodeAndStacks(t *testing.T) {
 		t.Fatalf("line %d", c.Line(0))
 	}
 	var m PyMeta
-	m.note(RPyCode, 1, 9, uint64(len(p)), p)
-	m.note(RPySkip, 2, 0, 4, []byte("/pk/\x00\x00"))
-	m.note(RConfig, 5, 0, 2, []byte("{}"))
-	m.note(RConfig, 3, 0, 4, []byte("old!"))
+	m.note(format.RPyCode, 1, 9, uint64(len(p)), p)
+	m.note(format.RPySkip, 2, 0, 4, []byte("/pk/\x00\x00"))
+	m.note(format.RConfig, 5, 0, 2, []byte("{}"))
+	m.note(format.RConfig, 3, 0, 4, []byte("old!"))
 	if m.Config != "{}" {
 		t.Fatalf("latest config %q", m.Config)
 	}
@@ -95,7 +96,7 @@ func TestParsePyCodeAndStacks(t *testing.T) {
 	binary.LittleEndian.PutUint32(pl[20:], 0)
 	binary.LittleEndian.PutUint32(pl[24:], 9)
 	binary.LittleEndian.PutUint32(pl[28:], 0xffffffff)
-	r := &Rec{Flags: FPyStack | FCStack, Payload: pl}
+	r := &Rec{Flags: format.FPyStack | format.FCStack, Payload: pl}
 	cs, py := r.Stacks()
 	if !reflect.DeepEqual(cs, []uint64{0x401000}) || !reflect.DeepEqual(py, []PyFrame{{9, 0}, {9, -1}}) {
 		t.Fatalf("%v %v", cs, py)

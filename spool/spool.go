@@ -48,39 +48,9 @@ const (
 	pairMShift = format.PairMShift // a MALLOC half: size from here, the address delta below
 )
 
-// Record kinds (R_* in format/records.def).
-const (
-	RMalloc     = format.RMalloc
-	RFree       = format.RFree
-	RMark       = format.RMark
-	RRangeStart = format.RRangeStart
-	RRangeEnd   = format.RRangeEnd
-	RStart      = format.RStart
-	RStop       = format.RStop
-	RStep       = format.RStep
-	RExit       = format.RExit
-	RCalib      = format.RCalib
-	RExec       = format.RExec
-	RFork       = format.RFork
-	RLost       = format.RLost
-	RSite       = format.RSite  // a = allocation site address, b = its id
-	REpoch      = format.REpoch // ts = TSEpoch | epoch: the thread's compact records that follow belong to it
-	RStack      = format.RStack // a = stack id; payload: a C stack's frames, which MALLOCs with FStackID name by id
-)
+// Record kinds and flags are format's (R_* and F_* in format/records.def).
 
-// Record flags (F_* in format/records.def).
 const (
-	FSubMask = format.FSubMask
-	FHost    = format.FHost
-	FMmap    = format.FMmap
-	FOff     = format.FOff
-	FCStack  = format.FCStack
-	FText    = format.FText
-	FUndo    = format.FUndo
-	FEpoch   = format.FEpoch   // on RCalib: a drain epoch starts here
-	FInherit = format.FInherit // on RMalloc: a block a rotated log inherited (capture.Rotator)
-	FStackID = format.FStackID // on RMalloc with FCStack: the payload is an RStack's id (the reader expands it)
-
 	// TSEpoch marks a record stamped with its drain epoch only (low bits);
 	// the reader interpolates its time (see libmemscope/internal.h, ev_stamp).
 	TSEpoch = format.TSEpoch
@@ -151,15 +121,15 @@ func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 		r := Rec{TS: TSEpoch | epoch, A: w & compactMask, Flags: uint16(w>>48) & format.CompactFlags}
 		switch {
 		case w&compactFree != 0:
-			r.Kind = RFree
+			r.Kind = format.RFree
 		case w&compactShort != 0:
-			r.Kind, r.A, r.B, r.Site, r.Flags = RMalloc, (w&(1<<format.CompactShortShift-1))<<4, (w>>format.CompactShortShift)&(format.CompactShortSize-1), site, FHost
+			r.Kind, r.A, r.B, r.Site, r.Flags = format.RMalloc, (w&(1<<format.CompactShortShift-1))<<4, (w>>format.CompactShortShift)&(format.CompactShortSize-1), site, format.FHost
 			if w&compactOff != 0 {
-				r.Flags |= FOff
+				r.Flags |= format.FOff
 			}
 		default:
 			w1 := binary.LittleEndian.Uint64(b[8:])
-			r.Kind, r.B, r.Site = RMalloc, w1&compactMask, uint32(w1>>48)
+			r.Kind, r.B, r.Site = format.RMalloc, w1&compactMask, uint32(w1>>48)
 			if size == 3*UnitSize {
 				r.Payload = b[2*UnitSize : 3*UnitSize] // the stack's id
 			}
@@ -206,12 +176,12 @@ func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 			case w&pairSecond != 0:
 				size, d.half = 0, true
 			}
-			r := Rec{TS: TSEpoch | d.Epoch, Flags: FHost}
+			r := Rec{TS: TSEpoch | d.Epoch, Flags: format.FHost}
 			if h&pairMalloc != 0 {
-				r.Kind, r.B, r.Site = RMalloc, h>>pairMShift&(1<<11-1), d.Site
+				r.Kind, r.B, r.Site = format.RMalloc, h>>pairMShift&(1<<11-1), d.Site
 				r.A = d.Ptr + uint64(int64(h<<47)>>43) // 17-bit signed delta, in 16-byte steps
 			} else {
-				r.Kind = RFree
+				r.Kind = format.RFree
 				r.A = d.Ptr + uint64(int64(h<<36)>>32) // 28-bit signed delta
 			}
 			d.Ptr = r.A
@@ -225,7 +195,7 @@ func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 	if b[UnitSize-1]&0x80 != 0 {
 		d.Ptr = r.A // a compact record
 	}
-	if r.Kind == RMalloc {
+	if r.Kind == format.RMalloc {
 		d.Site = r.Site
 	}
 	if r.TS&TSEpoch != 0 {
@@ -251,7 +221,7 @@ func compactSize(w uint64) int {
 	switch {
 	case w&(compactFree|compactShort) != 0:
 		return UnitSize
-	case uint16(w>>48)&FStackID != 0:
+	case uint16(w>>48)&format.FStackID != 0:
 		return 3 * UnitSize
 	}
 	return 2 * UnitSize
@@ -408,7 +378,7 @@ func (s *Spool) index() error {
 				break
 			}
 			whole += size
-			if !(r.Kind == RMalloc && r.Flags&FInherit != 0) && r.Kind != RCalib {
+			if !(r.Kind == format.RMalloc && r.Flags&format.FInherit != 0) && r.Kind != format.RCalib {
 				if r.TS&TSEpoch != 0 {
 					if e := r.TS &^ TSEpoch; s.minEpoch == 0 || e < s.minEpoch {
 						s.minEpoch = e
@@ -418,22 +388,22 @@ func (s *Spool) index() error {
 				}
 			}
 			switch r.Kind {
-			case REpoch:
+			case format.REpoch:
 				continue // not an event
-			case RCalib:
+			case format.RCalib:
 				s.calib = append(s.calib, calibPoint{r.TS, r.A})
-				if r.Flags&FEpoch != 0 {
+				if r.Flags&format.FEpoch != 0 {
 					s.epochNs[r.B] = r.A
 				}
-			case RStep:
+			case format.RStep:
 				s.HasStep = true
-			case ROpStart, RTag:
+			case format.ROpStart, format.RTag:
 				s.HasTorch = true
-			case RSite:
+			case format.RSite:
 				s.Sites[uint32(r.B)] = r.A
-			case RStack:
+			case format.RStack:
 				s.stacks[uint32(r.A)] = append([]byte(nil), r.Payload...)
-			case RPyCode, RPySkip, RConfig:
+			case format.RPyCode, format.RPySkip, format.RConfig:
 				s.Py.note(r.Kind, r.TS, r.A, r.B, r.Payload)
 			}
 			s.Records++
@@ -539,16 +509,16 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 	}
 	c.pos += size
 	rec.Tid = c.tid
-	if rec.Kind == RMalloc {
-		if rec.Flags&FStackID != 0 && len(rec.Payload) >= UnitSize {
+	if rec.Kind == format.RMalloc {
+		if rec.Flags&format.FStackID != 0 && len(rec.Payload) >= UnitSize {
 			// The stack named by id, as if it had come whole (none if unknown: a killed run).
 			rec.Payload = c.stacks[uint32(binary.LittleEndian.Uint64(rec.Payload))]
-			if rec.Flags &^= FStackID; len(rec.Payload) == 0 {
-				rec.Flags &^= FCStack
+			if rec.Flags &^= format.FStackID; len(rec.Payload) == 0 {
+				rec.Flags &^= format.FCStack
 			}
 		}
 	}
-	if rec.Kind == REpoch || rec.Kind == RStack {
+	if rec.Kind == format.REpoch || rec.Kind == format.RStack {
 		return c.raw(f) // not events
 	}
 	return rec, true, nil
@@ -579,7 +549,7 @@ func (c *threadCursor) load(s *Spool) (bool, error) {
 	}
 	c.cur, c.ns = c.q[c.qi], c.qns[c.qi]
 	c.qi++
-	if c.cur.Kind == RMalloc && c.cur.Flags&FInherit != 0 && s.firstNs > 0 {
+	if c.cur.Kind == format.RMalloc && c.cur.Flags&format.FInherit != 0 && s.firstNs > 0 {
 		c.ns = s.firstNs - 1 // live before anything in this log happened
 	}
 	if c.ns < c.floor {
@@ -588,7 +558,7 @@ func (c *threadCursor) load(s *Spool) (bool, error) {
 	// A thread's records are in program order, but their stamps need not be
 	// (an R_SITE stamped after the MALLOC that follows it): never go back in
 	// time within a thread, so the merged stream stays ordered (SPEC §2.1).
-	if c.cur.Kind == RCalib {
+	if c.cur.Kind == format.RCalib {
 		return true, nil // not an event: its time stays its own
 	}
 	if c.ns < c.prevNs {

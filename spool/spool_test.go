@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"msmemscope/format"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,7 +60,7 @@ func (sb *spoolBuilder) open(t *testing.T) *Spool {
 
 // epoch-start calibration with ticks == ns, so times are easy to read.
 func calib(tick, epoch uint64) rec {
-	return rec{ts: tick, a: tick, b: epoch, kind: RCalib, flags: FEpoch}
+	return rec{ts: tick, a: tick, b: epoch, kind: format.RCalib, flags: format.FEpoch}
 }
 
 func ep(e uint64) uint64 { return TSEpoch | e }
@@ -89,7 +90,7 @@ func eachRec(t *testing.T, r *Reader, f func(rc *Rec, ns uint64)) {
 		if rc == nil {
 			return
 		}
-		if rc.Kind != RCalib {
+		if rc.Kind != format.RCalib {
 			f(rc, ns)
 		}
 	}
@@ -99,16 +100,16 @@ func TestSpoolInterpolatesEpochStamps(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2), calib(3000, 3))
 	sb.chunk(5,
-		rec{ts: 1100, a: 1, kind: RMalloc, b: 8},
-		rec{ts: ep(1), a: 2, kind: RMalloc, b: 8},
-		rec{ts: ep(1), a: 3, kind: RMalloc, b: 8},
-		rec{ts: ep(1), a: 4, kind: RMalloc, b: 8},
-		rec{ts: 1500, a: 5, kind: RMalloc, b: 8},
+		rec{ts: 1100, a: 1, kind: format.RMalloc, b: 8},
+		rec{ts: ep(1), a: 2, kind: format.RMalloc, b: 8},
+		rec{ts: ep(1), a: 3, kind: format.RMalloc, b: 8},
+		rec{ts: ep(1), a: 4, kind: format.RMalloc, b: 8},
+		rec{ts: 1500, a: 5, kind: format.RMalloc, b: 8},
 		// two epoch-1 records, then the next precise stamp lies in epoch 2:
 		// their times stay inside epoch 1 (before 2000).
-		rec{ts: ep(1), a: 6, kind: RMalloc, b: 8},
-		rec{ts: ep(1), a: 7, kind: RMalloc, b: 8},
-		rec{ts: 2900, a: 8, kind: RMalloc, b: 8},
+		rec{ts: ep(1), a: 6, kind: format.RMalloc, b: 8},
+		rec{ts: ep(1), a: 7, kind: format.RMalloc, b: 8},
+		rec{ts: 2900, a: 8, kind: format.RMalloc, b: 8},
 	)
 	s := sb.open(t)
 	want := []uint64{1100, 1200, 1300, 1400, 1500, 1666, 1833, 2900}
@@ -126,9 +127,9 @@ func TestSpoolInterpolatesEpochStamps(t *testing.T) {
 func TestSpoolMergesThreadsByTime(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(5000, 2))
-	sb.chunk(1, rec{ts: 1100, a: 1, kind: RMalloc}, rec{ts: 1300, a: 3, kind: RMalloc})
-	sb.chunk(2, rec{ts: 1200, a: 2, kind: RMalloc}, rec{ts: 1400, a: 4, kind: RMalloc})
-	sb.chunk(1, rec{ts: 1500, a: 5, kind: RMalloc})
+	sb.chunk(1, rec{ts: 1100, a: 1, kind: format.RMalloc}, rec{ts: 1300, a: 3, kind: format.RMalloc})
+	sb.chunk(2, rec{ts: 1200, a: 2, kind: format.RMalloc}, rec{ts: 1400, a: 4, kind: format.RMalloc})
+	sb.chunk(1, rec{ts: 1500, a: 5, kind: format.RMalloc})
 	g := readSpool(t, sb.open(t).Reader())
 	for i, r := range g {
 		if r.a != uint64(i+1) {
@@ -155,9 +156,9 @@ func TestSpoolSkipsPaddingChunks(t *testing.T) {
 	}
 	sb.chunk(0, calib(1000, 1), calib(5000, 2))
 	pad(0)
-	sb.chunk(1, rec{ts: 1100, a: 1, kind: RMalloc}, rec{ts: 1300, a: 3, kind: RMalloc})
+	sb.chunk(1, rec{ts: 1100, a: 1, kind: format.RMalloc}, rec{ts: 1300, a: 3, kind: format.RMalloc})
 	pad(509)
-	sb.chunk(2, rec{ts: 1200, a: 2, kind: RMalloc})
+	sb.chunk(2, rec{ts: 1200, a: 2, kind: format.RMalloc})
 	pad(3)
 	s := sb.open(t)
 	g := readSpool(t, s.Reader())
@@ -166,7 +167,7 @@ func TestSpoolSkipsPaddingChunks(t *testing.T) {
 	}
 
 	// A run killed while writing a padded segment: the padding runs past the end.
-	sb.chunk(1, rec{ts: 1400, a: 4, kind: RMalloc})
+	sb.chunk(1, rec{ts: 1400, a: 4, kind: format.RMalloc})
 	pad(100)
 	sb.b.Truncate(sb.b.Len() - 80)
 	s = sb.open(t)
@@ -178,10 +179,10 @@ func TestSpoolSkipsPaddingChunks(t *testing.T) {
 func TestSpoolParkUntilFree(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2))
-	sb.chunk(1, rec{ts: 1100, a: 0xA0, b: 16, kind: RMalloc, flags: FHost}, rec{ts: 1600, a: 0xA0, kind: RFree, flags: FHost})
-	sb.chunk(2, rec{ts: 1200, a: 0xB0, b: 16, kind: RMalloc, flags: FHost},
-		rec{ts: ep(1), a: 0xA0, b: 32, kind: RMalloc, flags: FHost}, // interpolated to ~1400: too early
-		rec{ts: 1700, a: 0xC0, b: 16, kind: RMalloc, flags: FHost})
+	sb.chunk(1, rec{ts: 1100, a: 0xA0, b: 16, kind: format.RMalloc, flags: format.FHost}, rec{ts: 1600, a: 0xA0, kind: format.RFree, flags: format.FHost})
+	sb.chunk(2, rec{ts: 1200, a: 0xB0, b: 16, kind: format.RMalloc, flags: format.FHost},
+		rec{ts: ep(1), a: 0xA0, b: 32, kind: format.RMalloc, flags: format.FHost},
+		rec{ts: 1700, a: 0xC0, b: 16, kind: format.RMalloc, flags: format.FHost})
 	r := sb.open(t).Reader()
 	live := map[BlockKey]int32{}
 	var order []uint64
@@ -194,15 +195,15 @@ func TestSpoolParkUntilFree(t *testing.T) {
 		if rc == nil {
 			break
 		}
-		k := BlockKey{rc.Flags & FSubMask, rc.A}
+		k := BlockKey{rc.Flags & format.FSubMask, rc.A}
 		switch rc.Kind {
-		case RMalloc:
+		case format.RMalloc:
 			if owner, ok := live[k]; ok && owner != rc.Tid && !rc.Forced {
 				r.Park(k)
 				continue
 			}
 			live[k] = rc.Tid
-		case RFree:
+		case format.RFree:
 			delete(live, k)
 			r.Wake(k, ns)
 		default:
@@ -236,14 +237,14 @@ func TestSpoolParkUntilFree(t *testing.T) {
 func TestSpoolParkedWithoutFreeKeepsOrder(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2))
-	sb.chunk(1, rec{ts: 1100, a: 0xA0, b: 16, kind: RMalloc, flags: FHost}, rec{ts: 1900, a: 0xD0, b: 16, kind: RMalloc, flags: FHost})
-	sb.chunk(2, rec{ts: 1200, a: 0xA0, b: 32, kind: RMalloc, flags: FHost})
+	sb.chunk(1, rec{ts: 1100, a: 0xA0, b: 16, kind: format.RMalloc, flags: format.FHost}, rec{ts: 1900, a: 0xD0, b: 16, kind: format.RMalloc, flags: format.FHost})
+	sb.chunk(2, rec{ts: 1200, a: 0xA0, b: 32, kind: format.RMalloc, flags: format.FHost})
 	r := sb.open(t).Reader()
 	live := map[BlockKey]int32{}
 	var got []string
 	var prev uint64
 	eachRec(t, r, func(rc *Rec, ns uint64) {
-		k := BlockKey{rc.Flags & FSubMask, rc.A}
+		k := BlockKey{rc.Flags & format.FSubMask, rc.A}
 		if owner, ok := live[k]; ok && owner != rc.Tid && !rc.Forced {
 			r.Park(k)
 			return
@@ -263,7 +264,7 @@ func TestSpoolParkedWithoutFreeKeepsOrder(t *testing.T) {
 func TestSpoolTruncatedChunkKeepsWholeEvents(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1))
-	sb.chunk(3, rec{ts: 1100, a: 1, kind: RMalloc}, rec{ts: 1200, a: 2, kind: RMark, b: 40, flags: FText, payload: bytes.Repeat([]byte("x"), 40)}, rec{ts: 1300, a: 3, kind: RMalloc})
+	sb.chunk(3, rec{ts: 1100, a: 1, kind: format.RMalloc}, rec{ts: 1200, a: 2, kind: format.RMark, b: 40, flags: format.FText, payload: bytes.Repeat([]byte("x"), 40)}, rec{ts: 1300, a: 3, kind: format.RMalloc})
 	full := sb.b.Bytes()
 	// Cut inside the mark's payload: only the first MALLOC survives.
 	sb.b.Truncate(len(full) - RecSize - RecSize/2 - RecSize)
@@ -297,25 +298,25 @@ func TestSpoolRejectsForeignFiles(t *testing.T) {
 func TestSpoolCompactRecordsTakeTheThreadsEpoch(t *testing.T) {
 	compactMalloc := func(ptr, size uint64, site uint32) []byte {
 		var b [16]byte
-		binary.LittleEndian.PutUint64(b[0:], ptr|compactBit|uint64(FHost)<<48)
+		binary.LittleEndian.PutUint64(b[0:], ptr|compactBit|uint64(format.FHost)<<48)
 		binary.LittleEndian.PutUint64(b[8:], size|uint64(site)<<48)
 		return b[:]
 	}
 	compactFree := func(ptr uint64) []byte {
 		var b [8]byte
-		binary.LittleEndian.PutUint64(b[0:], ptr|compactBit|compactFree|uint64(FHost|FOff)<<48)
+		binary.LittleEndian.PutUint64(b[0:], ptr|compactBit|compactFree|uint64(format.FHost|format.FOff)<<48)
 		return b[:]
 	}
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2), calib(3000, 3))
-	body := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
-	body = AppendRec(body, &Rec{Kind: RMalloc, TS: 1100, A: 0x10, B: 1, Flags: FHost, Site: 3})
+	body := AppendRec(nil, &Rec{Kind: format.REpoch, TS: ep(1)})
+	body = AppendRec(body, &Rec{Kind: format.RMalloc, TS: 1100, A: 0x10, B: 1, Flags: format.FHost, Site: 3})
 	body = append(body, compactMalloc(0x20, 2, 9)...)
 	body = append(body, compactFree(0x10)...)
 	sb.units(5, body)
 	// The next drain's chunk continues epoch 1, then the thread enters epoch 2.
-	body = append(compactMalloc(0x30, 1<<40, 65535), AppendRec(nil, &Rec{Kind: REpoch, TS: ep(2)})...)
-	body = AppendRec(body, &Rec{Kind: RFree, TS: 2200, A: 0x20, Flags: FHost})
+	body = append(compactMalloc(0x30, 1<<40, 65535), AppendRec(nil, &Rec{Kind: format.REpoch, TS: ep(2)})...)
+	body = AppendRec(body, &Rec{Kind: format.RFree, TS: 2200, A: 0x20, Flags: format.FHost})
 	body = append(body, compactFree(0x30)...)
 	sb.units(5, body)
 	s := sb.open(t)
@@ -330,12 +331,12 @@ func TestSpoolCompactRecordsTakeTheThreadsEpoch(t *testing.T) {
 		nsLo, nsH uint64
 	}
 	wants := []want{
-		{RMalloc, 0x10, 1, FHost, 3, 1100, 1100},
-		{RMalloc, 0x20, 2, FHost, 9, 1101, 1999},
-		{RFree, 0x10, 0, FHost | FOff, 0, 1101, 1999},
-		{RMalloc, 0x30, 1 << 40, FHost, 65535, 1101, 1999},
-		{RFree, 0x20, 0, FHost, 0, 2200, 2200},
-		{RFree, 0x30, 0, FHost | FOff, 0, 2201, 2999},
+		{format.RMalloc, 0x10, 1, format.FHost, 3, 1100, 1100},
+		{format.RMalloc, 0x20, 2, format.FHost, 9, 1101, 1999},
+		{format.RFree, 0x10, 0, format.FHost | format.FOff, 0, 1101, 1999},
+		{format.RMalloc, 0x30, 1 << 40, format.FHost, 65535, 1101, 1999},
+		{format.RFree, 0x20, 0, format.FHost, 0, 2200, 2200},
+		{format.RFree, 0x30, 0, format.FHost | format.FOff, 0, 2201, 2999},
 	}
 	rd := s.Reader()
 	var prev uint64
@@ -350,7 +351,7 @@ func TestSpoolCompactRecordsTakeTheThreadsEpoch(t *testing.T) {
 			}
 			break
 		}
-		if r.Kind == RCalib {
+		if r.Kind == format.RCalib {
 			continue
 		}
 		w := wants[i]
@@ -370,7 +371,7 @@ func TestSpoolCompactRecordsTakeTheThreadsEpoch(t *testing.T) {
 func TestSpoolShortMallocTakesThePreviousSite(t *testing.T) {
 	unit := func(w uint64) []byte { return binary.LittleEndian.AppendUint64(nil, w) }
 	long := func(ptr, size uint64, site uint32) []byte {
-		return append(unit(ptr|compactBit|uint64(FHost)<<48), unit(size|uint64(site)<<48)...)
+		return append(unit(ptr|compactBit|uint64(format.FHost)<<48), unit(size|uint64(site)<<48)...)
 	}
 	short := func(ptr, size uint64, off bool) []byte {
 		w := compactBit | compactShort | size<<43 | ptr>>4
@@ -381,13 +382,13 @@ func TestSpoolShortMallocTakesThePreviousSite(t *testing.T) {
 	}
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2))
-	body := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
-	body = AppendRec(body, &Rec{Kind: RMalloc, TS: 1100, A: 0x10, B: 1, Flags: FHost, Site: 3})
+	body := AppendRec(nil, &Rec{Kind: format.REpoch, TS: ep(1)})
+	body = AppendRec(body, &Rec{Kind: format.RMalloc, TS: 1100, A: 0x10, B: 1, Flags: format.FHost, Site: 3})
 	body = append(body, short(0x20, 16, false)...)
 	body = append(body, long(0x30, 8, 9)...)
 	body = append(body, short(0x40, 1<<17-1, true)...)
 	sb.units(5, body)
-	body = AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
+	body = AppendRec(nil, &Rec{Kind: format.REpoch, TS: ep(1)})
 	body = append(body, long(0x100, 8, 4)...)
 	body = append(body, short(0x110, 1, false)...)
 	sb.units(6, body)
@@ -402,12 +403,12 @@ func TestSpoolShortMallocTakesThePreviousSite(t *testing.T) {
 		flags uint16
 	}
 	want := map[int32][]ev{
-		5: {{0x10, 1, 3, FHost}, {0x20, 16, 3, FHost}, {0x30, 8, 9, FHost}, {0x40, 1<<17 - 1, 9, FHost | FOff}, {1<<47 - 16, 5, 9, FHost}},
-		6: {{0x100, 8, 4, FHost}, {0x110, 1, 4, FHost}},
+		5: {{0x10, 1, 3, format.FHost}, {0x20, 16, 3, format.FHost}, {0x30, 8, 9, format.FHost}, {0x40, 1<<17 - 1, 9, format.FHost | format.FOff}, {1<<47 - 16, 5, 9, format.FHost}},
+		6: {{0x100, 8, 4, format.FHost}, {0x110, 1, 4, format.FHost}},
 	}
 	got := map[int32][]ev{}
 	eachRec(t, s.Reader(), func(r *Rec, _ uint64) {
-		if r.Kind == RMalloc {
+		if r.Kind == format.RMalloc {
 			got[r.Tid] = append(got[r.Tid], ev{r.A, r.B, r.Site, r.Flags})
 		}
 	})
@@ -426,7 +427,7 @@ func TestSpoolShortMallocTakesThePreviousSite(t *testing.T) {
 func TestSpoolPairUnits(t *testing.T) {
 	unit := func(w uint64) []byte { return binary.LittleEndian.AppendUint64(nil, w) }
 	long := func(ptr, size uint64, site uint32) []byte {
-		return append(unit(ptr|compactBit|uint64(FHost)<<48), unit(size|uint64(site)<<48)...)
+		return append(unit(ptr|compactBit|uint64(format.FHost)<<48), unit(size|uint64(site)<<48)...)
 	}
 	free := func(d int64) uint64 { return uint64(d>>4) & (1<<28 - 1) }
 	malloc := func(size uint64, d int64) uint64 { return pairMalloc | size<<pairMShift | uint64(d>>4)&(1<<17-1) }
@@ -439,12 +440,12 @@ func TestSpoolPairUnits(t *testing.T) {
 	}
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2))
-	body := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
+	body := AppendRec(nil, &Rec{Kind: format.REpoch, TS: ep(1)})
 	body = append(body, long(0x7f0000100000, 64, 3)...)
 	body = append(body, pair(malloc(2047, 0x1000), free(-0x1000), true)...)  // MALLOC at +0x1000, FREE at base
 	body = append(body, pair(malloc(16, -(1<<20)), free(1<<31-16), true)...) // the farthest each half reaches
 	sb.units(5, body)
-	other := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
+	other := AppendRec(nil, &Rec{Kind: format.REpoch, TS: ep(1)})
 	other = append(other, long(0x5000, 8, 4)...)
 	sb.units(6, other)
 	sb.units(5, pair(free(0x20), 0, false)) // one event: the second half is empty
@@ -459,14 +460,14 @@ func TestSpoolPairUnits(t *testing.T) {
 	}
 	base := uint64(0x7f0000100000)
 	want := map[int32][]ev{
-		5: {{RMalloc, base, 64, 3}, {RMalloc, base + 0x1000, 2047, 3}, {RFree, base, 0, 0},
-			{RMalloc, base - 1<<20, 16, 3}, {RFree, base - 1<<20 + 1<<31 - 16, 0, 0}, {RFree, base - 1<<20 + 1<<31 + 0x10, 0, 0}},
-		6: {{RMalloc, 0x5000, 8, 4}},
+		5: {{format.RMalloc, base, 64, 3}, {format.RMalloc, base + 0x1000, 2047, 3}, {format.RFree, base, 0, 0},
+			{format.RMalloc, base - 1<<20, 16, 3}, {format.RFree, base - 1<<20 + 1<<31 - 16, 0, 0}, {format.RFree, base - 1<<20 + 1<<31 + 0x10, 0, 0}},
+		6: {{format.RMalloc, 0x5000, 8, 4}},
 	}
 	got := map[int32][]ev{}
 	eachRec(t, s.Reader(), func(r *Rec, _ uint64) {
-		if r.Kind == RMalloc || r.Kind == RFree {
-			if r.Flags != FHost {
+		if r.Kind == format.RMalloc || r.Kind == format.RFree {
+			if r.Flags != format.FHost {
 				t.Errorf("flags %#x, want FHost", r.Flags)
 			}
 			got[r.Tid] = append(got[r.Tid], ev{r.Kind, r.A, r.B, r.Site})
@@ -492,13 +493,13 @@ func TestSpoolExpandsStackIDs(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2))
 	sb.chunk(5,
-		rec{ts: 1100, a: 7, b: 2, kind: RStack, flags: FCStack, payload: frames},
-		rec{ts: 1200, a: 0x10, b: 8, kind: RMalloc, flags: FHost | FCStack | FStackID, payload: id(7)})
-	sb.chunk(6, rec{ts: 1300, a: 0x20, b: 8, kind: RMalloc, flags: FHost | FCStack | FStackID, payload: id(7)},
-		rec{ts: 1400, a: 0x30, b: 8, kind: RMalloc, flags: FHost | FCStack | FStackID, payload: id(9)})
+		rec{ts: 1100, a: 7, b: 2, kind: format.RStack, flags: format.FCStack, payload: frames},
+		rec{ts: 1200, a: 0x10, b: 8, kind: format.RMalloc, flags: format.FHost | format.FCStack | format.FStackID, payload: id(7)})
+	sb.chunk(6, rec{ts: 1300, a: 0x20, b: 8, kind: format.RMalloc, flags: format.FHost | format.FCStack | format.FStackID, payload: id(7)},
+		rec{ts: 1400, a: 0x30, b: 8, kind: format.RMalloc, flags: format.FHost | format.FCStack | format.FStackID, payload: id(9)})
 	// The compact form: {ptr | flags << 48, size | site << 48, id}, in epoch 1.
-	body := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
-	body = binary.LittleEndian.AppendUint64(body, 0x40|compactBit|uint64(FHost|FCStack|FStackID)<<48)
+	body := AppendRec(nil, &Rec{Kind: format.REpoch, TS: ep(1)})
+	body = binary.LittleEndian.AppendUint64(body, 0x40|compactBit|uint64(format.FHost|format.FCStack|format.FStackID)<<48)
 	body = binary.LittleEndian.AppendUint64(body, 24|3<<48)
 	body = append(body, id(7)...)
 	sb.units(8, body)
@@ -508,10 +509,10 @@ func TestSpoolExpandsStackIDs(t *testing.T) {
 		got = append(got, fmt.Sprintf("%d %#x %#x %x", r.Kind, r.A, r.Flags, c))
 	})
 	want := []string{
-		fmt.Sprintf("%d 0x10 %#x [401000 402000]", RMalloc, FHost|FCStack),
-		fmt.Sprintf("%d 0x20 %#x [401000 402000]", RMalloc, FHost|FCStack),
-		fmt.Sprintf("%d 0x30 %#x []", RMalloc, FHost),
-		fmt.Sprintf("%d 0x40 %#x [401000 402000]", RMalloc, FHost|FCStack),
+		fmt.Sprintf("%d 0x10 %#x [401000 402000]", format.RMalloc, format.FHost|format.FCStack),
+		fmt.Sprintf("%d 0x20 %#x [401000 402000]", format.RMalloc, format.FHost|format.FCStack),
+		fmt.Sprintf("%d 0x30 %#x []", format.RMalloc, format.FHost),
+		fmt.Sprintf("%d 0x40 %#x [401000 402000]", format.RMalloc, format.FHost|format.FCStack),
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("records:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -519,12 +520,12 @@ func TestSpoolExpandsStackIDs(t *testing.T) {
 }
 
 func TestDecodeRecRefusesCutEvents(t *testing.T) {
-	full := AppendRec(nil, &Rec{Kind: RMark, TS: 5, A: 1, B: 3, Flags: FText, Payload: []byte("abc")})
+	full := AppendRec(nil, &Rec{Kind: format.RMark, TS: 5, A: 1, B: 3, Flags: format.FText, Payload: []byte("abc")})
 	if len(full) != RecSize+UnitSize {
 		t.Fatalf("full record with 3 payload bytes is %d bytes, want %d", len(full), RecSize+UnitSize)
 	}
 	r, n, ok := DecodeRec(full, 0, 0)
-	if !ok || n != len(full) || r.Text() != "abc" || r.Kind != RMark || r.TS != 5 {
+	if !ok || n != len(full) || r.Text() != "abc" || r.Kind != format.RMark || r.TS != 5 {
 		t.Fatalf("round trip: %+v %d %v", r, n, ok)
 	}
 	for cut := 0; cut < len(full); cut += UnitSize {
@@ -544,10 +545,10 @@ func TestDecodeRecRefusesCutEvents(t *testing.T) {
 func FuzzSpool(f *testing.F) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2))
-	body := AppendRec(nil, &Rec{Kind: REpoch, TS: ep(1)})
-	body = AppendRec(body, &Rec{Kind: RMalloc, TS: 1100, A: 0x10, B: 1, Flags: FHost, Site: 3, Payload: []byte{1, 2, 3}})
+	body := AppendRec(nil, &Rec{Kind: format.REpoch, TS: ep(1)})
+	body = AppendRec(body, &Rec{Kind: format.RMalloc, TS: 1100, A: 0x10, B: 1, Flags: format.FHost, Site: 3, Payload: []byte{1, 2, 3}})
 	var c [24]byte
-	binary.LittleEndian.PutUint64(c[0:], 0x20|compactBit|uint64(FHost)<<48)
+	binary.LittleEndian.PutUint64(c[0:], 0x20|compactBit|uint64(format.FHost)<<48)
 	binary.LittleEndian.PutUint64(c[8:], 2|9<<48)
 	binary.LittleEndian.PutUint64(c[16:], 0x20|compactBit|compactFree)
 	sb.units(5, append(body, c[:]...))

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"msmemscope/config"
+	"msmemscope/format"
 	"msmemscope/trace"
 )
 
@@ -89,7 +90,7 @@ func (d *Decoder) lookupBlock(addr uint64) *block {
 	if addr == 0 {
 		return nil
 	}
-	return d.live[BlockKey{Sub: FHost, Ptr: addr}]
+	return d.live[BlockKey{Sub: format.FHost, Ptr: addr}]
 }
 
 // torchRecord handles a PyTorch record: the first row it makes is returned,
@@ -100,16 +101,16 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 		return nil
 	}
 	switch r.Kind {
-	case ROpStart, ROpEnd:
+	case format.ROpStart, format.ROpEnd:
 		text := r.Text()
 		name, lines, _ := strings.Cut(text, "\n")
-		if r.Kind == ROpStart {
+		if r.Kind == format.ROpStart {
 			t.depth[r.Tid]++
 		} else if t.depth[r.Tid] > 0 {
 			t.depth[r.Tid]--
 		}
 		var rows []*trace.Event
-		if r.Kind == ROpStart && t.launch {
+		if r.Kind == format.ROpStart && t.launch {
 			rows = append(rows, &trace.Event{Kind: trace.KindOpLaunch, Type: trace.TypeAtenStart, Name: name,
 				Timestamp: e.Timestamp, Tid: e.Tid, Device: trace.DeviceHost})
 		}
@@ -153,11 +154,11 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 				a.Extra = append(a.Extra, trace.KV{Key: "allocation_id", Value: strconv.FormatUint(b.id, 10)})
 			}
 		}
-		if r.Kind == ROpEnd && t.launch {
+		if r.Kind == format.ROpEnd && t.launch {
 			rows = append(rows, &trace.Event{Kind: trace.KindOpLaunch, Type: trace.TypeAtenEnd, Name: name,
 				Timestamp: e.Timestamp, Tid: e.Tid, Device: trace.DeviceHost})
 		}
-		if r.Kind == ROpStart && !t.pre && !d.fast { // for the watch report
+		if r.Kind == format.ROpStart && !t.pre && !d.fast { // for the watch report
 			t.launchOp[r.A] = name
 			if len(rows) > 0 && rows[0].Kind == trace.KindOpLaunch {
 				rows[0].MstxID = r.A // for the watch report (not written: only MSTX rows show it)
@@ -168,18 +169,18 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 		}
 		d.pending = append(d.pending, rows[1:]...)
 		return rows[0]
-	case RTag:
+	case format.RTag:
 		if b := d.lookupBlock(r.A); b != nil && t.pre {
 			t.pta[b.id] = true
 			if k := catRank[r.Text()]; k > t.cat[b.id] {
 				t.cat[b.id] = k
 			}
 		}
-	case RDescribe:
+	case format.RDescribe:
 		if b := d.lookupBlock(r.A); b != nil && t.pre {
 			t.tag[b.id] = trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_"))
 		}
-	case RSnapshot:
+	case format.RSnapshot:
 		if t.pre {
 			return nil
 		}
@@ -192,7 +193,7 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 			}
 		}
 		return e
-	case RWatch:
+	case format.RWatch:
 		if t.pre {
 			return nil
 		}

@@ -387,3 +387,57 @@ func TestThreadExitKeepsOrder(t *testing.T) {
 		t.Errorf("%d MALLOC and %d FREE rows of %d bytes, want %d each", len(mallocs), frees, size, threads)
 	}
 }
+
+// TestAnalysesOnEveryInput: the step/exit leaks, decompose and the timeline
+// give the same answer on every input that holds one capture: the capture
+// folder, its spool/ folder, its spool file, a copy of that spool outside
+// the folder, the dump CSV and a DB written from it.
+func TestAnalysesOnEveryInput(t *testing.T) {
+	src := filepath.Join(repoRoot, "examples", "leak_demo.c")
+	bin := compile(t, src, "", append([]string{"-fno-omit-frame-pointer"}, linkMemscope()...)...)
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, bin)
+	mp := readManifest(t, out).main(t)
+	spoolFile := filepath.Join(mp.Folder, "spool", "spool.bin")
+	b, err := os.ReadFile(spoolFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone := filepath.Join(t.TempDir(), "lone.bin")
+	if err := os.WriteFile(lone, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, 0, out, "--input="+mp.Dump, "--data-format=db", "--analysis=leaks")
+	db := strings.TrimSuffix(mp.Dump, ".csv") + ".db"
+	summary := func(stderr string) []string { // the analyses' console lines, without paths
+		var lines []string
+		for _, l := range stderrLines(stderr) {
+			if strings.HasPrefix(l, " ") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+		return lines
+	}
+	var wantSummary []string
+	var wantTimeline string
+	for _, in := range []string{mp.Folder, filepath.Dir(spoolFile), spoolFile, lone, mp.Dump, db} {
+		r := mustRun(t, 0, filepath.Join(t.TempDir(), "o"), "--input="+in, "--analysis=leaks,decompose")
+		got := summary(r.Stderr)
+		if wantSummary == nil {
+			wantSummary = got
+			if !slices.ContainsFunc(got, func(l string) bool { return strings.HasPrefix(l, "HOST") && strings.Contains(l, "peak") }) ||
+				!slices.ContainsFunc(got, func(l string) bool { return l == "7.9 KiB in 5 blocks  (no stack)" }) {
+				t.Fatalf("no decompose or leak summary for the capture:\n%s", r.Stderr)
+			}
+		} else if !slices.Equal(got, wantSummary) {
+			t.Errorf("--input=%s: analyses say\n%q\nthe capture folder gave\n%q", in, got, wantSummary)
+		}
+		tl := mustRun(t, 0, filepath.Join(t.TempDir(), "o"), "--timeline", "--input="+in)
+		peaks, _, _ := strings.Cut(tl.Stdout, "\n\n") // the sites below need the capture's maps to be named
+		if wantTimeline == "" {
+			wantTimeline = peaks
+		} else if peaks != wantTimeline {
+			t.Errorf("--timeline --input=%s:\n%s\nthe capture folder gave\n%s", in, peaks, wantTimeline)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
+	"msmemscope/trace"
 )
 
 // ensureOutput creates the output folder and proves it writable before the
@@ -117,7 +118,9 @@ func offline(inv *cli.Invocation) int {
 	if err != nil {
 		return usage(fmt.Errorf("--input %s: %v", in, err))
 	}
-	if !fi.IsDir() {
+	if found, err := spool.Find(in); err == nil && found.Capture != "" && (fi.IsDir() || !isDump(in)) {
+		in = found.Capture // a capture's spool/ folder, its spool file or one of its logs: the capture
+	} else if !fi.IsDir() {
 		return offlineFile(inv, in) // a dump file: analyses (and --data-format) on it
 	}
 	dirs := []string{in}
@@ -163,4 +166,10 @@ func offline(inv *cli.Invocation) int {
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: %d rows (%s) -> %s\n", d, res.Rows, state, res.DumpPath)
 	}
 	return rc
+}
+
+// isDump reports whether path is a dump file (CSV or DB), not a spool or log.
+func isDump(path string) bool {
+	_, err := trace.DetectFormat(path)
+	return err == nil
 }

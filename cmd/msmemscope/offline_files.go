@@ -111,6 +111,9 @@ func offlineFile(inv *cli.Invocation, path string) int {
 	if err != nil {
 		return usage(fmt.Errorf("--input %s: %v", path, errors.Unwrap(err)))
 	}
+	if spool.IsSpoolFile(path) {
+		format = spool.FormatSpool // a spool or rotated log outside its capture folder
+	}
 	// Reports go to the capture's analysis folder when the file is in a
 	// capture's dump folder, else to --output.
 	outDir := filepath.Join(inv.Config.Output, spool.AnalysisDir)
@@ -149,6 +152,9 @@ func offlineFile(inv *cli.Invocation, path string) int {
 		}
 	}
 	for _, s := range annotators {
+		if format == spool.FormatSpool {
+			return usage(fmt.Errorf("--input %s: --analysis=%s adds its results to a dump's rows: give the capture folder or its dump file, not a lone spool", path, s.Option))
+		}
 		r, err := analyzer.RunAnalyzer(s.Offline, map[string]any{spec.InputParam: path}, analyzer.NewProgress(analyzer.Label(s.Offline)))
 		if err != nil {
 			return exitFor(badInput(err))
@@ -184,7 +190,7 @@ func fileReports(path, outDir string, options []string, specs []*spec.Analysis, 
 
 // exportDump writes a copy of a dump file in the other format beside it.
 func exportDump(path, format string) (string, uint64, error) {
-	in, err := trace.Open(path, trace.OpenOptions{Reuse: true})
+	in, err := spool.Open(path, trace.OpenOptions{Reuse: true})
 	if err != nil {
 		return "", 0, badInput(err)
 	}

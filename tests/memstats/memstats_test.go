@@ -13,6 +13,7 @@ import (
 
 	"msmemscope/analyzer"
 	"msmemscope/capture"
+	"msmemscope/format"
 	"msmemscope/spool"
 	"msmemscope/trace"
 )
@@ -267,11 +268,11 @@ func TestRotatingLogs(t *testing.T) {
 			if r == nil {
 				break
 			}
-			k := spool.BlockKey{Sub: r.Flags & spool.FSubMask, Ptr: r.A}
+			k := spool.BlockKey{Sub: r.Flags & format.FSubMask, Ptr: r.A}
 			switch r.Kind {
-			case spool.RMalloc:
+			case format.RMalloc:
 				live[k]++
-			case spool.RFree:
+			case format.RFree:
 				if live[k] <= 0 {
 					t.Fatalf("%s: a FREE of %#x by thread %d at %d ns without its block", f, r.A, r.Tid, ns)
 				}
@@ -307,7 +308,7 @@ func TestRotatingLogs(t *testing.T) {
 		if r == nil {
 			break
 		}
-		if r.Kind == spool.RMalloc || r.Kind == spool.RFree {
+		if r.Kind == format.RMalloc || r.Kind == format.RFree {
 			t.Fatalf("the late spool holds a %v of %#x (size %d) by thread %d: the logs missed it", r.Kind, r.A, r.B, r.Tid)
 		}
 	}
