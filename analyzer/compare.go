@@ -67,14 +67,7 @@ func NewComparer() *Comparer {
 func (c *Comparer) Launches(s trace.Stream, name string) (*LaunchSeq, error) {
 	seq := &LaunchSeq{Name: name}
 	curOp, curKernel := -1, -1
-	for {
-		e, err := s.Next()
-		if err != nil {
-			return nil, err
-		}
-		if e == nil {
-			return seq, nil
-		}
+	err := trace.Each(s, func(e *trace.Event) error {
 		seq.Rows++
 		switch e.Kind {
 		case trace.KindOpLaunch:
@@ -97,7 +90,12 @@ func (c *Comparer) Launches(s trace.Stream, name string) (*LaunchSeq, error) {
 				seq.kernel[curKernel].net += d
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return seq, nil
 }
 
 // CompareRow is one line of the comparison.

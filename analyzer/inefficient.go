@@ -474,15 +474,8 @@ func runInefficient(path string, opt IneffOptions, prog *Progress, write bool) (
 		a.w, a.in = trace.NewIneffWriter(path), in
 		defer a.w.Abort()
 	}
-	for {
-		e, err := in.Next()
-		if err != nil {
-			return nil, err
-		}
-		if e == nil {
-			break
-		}
-		a.Observe(e)
+	if err := trace.Each(in, func(e *trace.Event) error { a.Observe(e); return nil }); err != nil {
+		return nil, err
 	}
 	r := a.Finish()
 	r.Input = path

@@ -151,15 +151,14 @@ func CheckLeaks(path string, opt MarkLeakOptions, prog *Progress) (*MarkLeakRepo
 	defer prog.Done()
 	prog.Track(in)
 	a := NewMarkLeakAnalyzer(opt)
-	for !a.Done() {
-		e, err := in.Next()
-		if err != nil {
-			return nil, err
+	err = trace.Each(in, func(e *trace.Event) error {
+		if a.Observe(e); a.Done() {
+			return trace.ErrStop
 		}
-		if e == nil {
-			break
-		}
-		a.Observe(e)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	r, err := a.Finish()
 	if err != nil {

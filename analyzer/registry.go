@@ -203,19 +203,16 @@ func RunFileAll(path string, specs []*spec.Analysis, as []Analysis, prog *Progre
 	if steps {
 		s = trace.WithSteps(in, &trace.StepTracker{UseStepCalls: stepCalls})
 	}
-	for {
-		e, err := s.Next()
-		if err != nil {
-			return nil, err
-		}
-		if e == nil {
-			break
-		}
+	err = trace.Each(s, func(e *trace.Event) error {
 		for i, a := range as {
 			if specs[i].Reads(e.Kind) {
 				a.Observe(e)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	prog.Done()
 	out := make([]*Result, len(as))

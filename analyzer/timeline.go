@@ -169,14 +169,7 @@ func BuildTimeline(s trace.Stream, intervalMs uint64) (*Timeline, error) {
 	step := intervalMs * 1e6
 	var pos uint64
 	started := false
-	for {
-		e, err := s.Next()
-		if err != nil {
-			return nil, err
-		}
-		if e == nil {
-			break
-		}
+	err := trace.Each(s, func(e *trace.Event) error {
 		pos++
 		if !started {
 			started = true
@@ -198,6 +191,10 @@ func BuildTimeline(s trace.Stream, intervalMs uint64) (*Timeline, error) {
 		if live.Total > p.MaxLive || p.atEvent == 0 && live.Total == p.MaxLive {
 			p.MaxLive, p.atEvent = live.Total, pos
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return tl, nil
 }

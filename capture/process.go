@@ -1,6 +1,7 @@
-// Package capture manages one traced process image's folder (SPEC §2): it
-// creates the folder and spool when collection begins, records what the
-// process was, and turns the spool into the files users read (Convert).
+// Package capture manages one traced process image's folder (SPEC §2) while
+// it runs: it creates the folder and spool when collection begins, records
+// what the process was, and rotates the logs (rotate.go). Package collect
+// turns the spool into the files users read; package spool reads it back.
 package capture
 
 import (

@@ -1,6 +1,6 @@
 // Package format is the spool's record format as Go constants, generated from
 // records.def, the one table that the C hook (libmemscope/records_gen.h), the
-// Go reader (trace, capture) and the Python package (msmemscope/_records.py)
+// Go reader (spool, capture) and the Python package (msmemscope/_records.py)
 // share. Edit records.def and run `make generate`.
 package format
 

@@ -2,7 +2,7 @@
 // buffer (a thread's ring, a direct write's buffer, a test's array). Every
 // writer of records uses these, the hot path included (they inline to what
 // it wrote by hand), and format/cenc calls them to test the Go decoder
-// (trace/spool.go) against them. The layout itself, and every constant, is
+// (spool/spool.go) against them. The layout itself, and every constant, is
 // format/records.def's (records_gen.h).
 #ifndef MEMSCOPE_RECORDS_H
 #define MEMSCOPE_RECORDS_H

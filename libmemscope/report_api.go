@@ -5,8 +5,8 @@ import (
 	"os"
 
 	"msmemscope/analyzer"
-	"msmemscope/capture"
 	"msmemscope/spool"
+	"msmemscope/trace"
 )
 
 // The live per-site memory report (SPEC §7): what is allocated now, and
@@ -36,30 +36,19 @@ func MemReport() (analyzer.MemReport, error) {
 	}
 	defer closeFn()
 	live := analyzer.NewLiveSet()
-	for {
-		e, err := s.Next()
-		if err != nil {
-			return analyzer.MemReport{}, err
-		}
-		if e == nil {
-			break
-		}
-		live.Observe(e)
+	if err := trace.Each(s, func(e *trace.Event) error { live.Observe(e); return nil }); err != nil {
+		return analyzer.MemReport{}, err
 	}
 	return live.Report(), nil
 }
 
-// AllTimeSize is [[t_ms, max_live_bytes], ...] for the capture at input (a
-// capture folder, or an output folder holding one).
+// AllTimeSize is [[t_ms, max_live_bytes], ...] for input: a capture or
+// output folder, a dump CSV or DB, a spool or rotated log.
 func AllTimeSize(input string, intervalMs int) (any, error) {
 	if intervalMs < 1 {
 		return nil, fmt.Errorf("interval_ms must be at least 1, not %d", intervalMs)
 	}
-	dir, err := spool.FindCapture(input)
-	if err != nil {
-		return nil, err
-	}
-	tl, err := capture.Timeline(dir, uint64(intervalMs), 0)
+	tl, err := analyzer.TimelineOf(input, uint64(intervalMs))
 	if err != nil {
 		return nil, err
 	}
@@ -72,9 +61,5 @@ func ReportWithTime(input string, tMs int64, intervalMs int) (any, error) {
 	if intervalMs < 1 || tMs < 0 {
 		return nil, fmt.Errorf("need t_ms >= 0 and interval_ms >= 1")
 	}
-	dir, err := spool.FindCapture(input)
-	if err != nil {
-		return nil, err
-	}
-	return capture.ReportWithTime(dir, uint64(intervalMs), uint64(tMs))
+	return analyzer.ReportAtTime(input, nil, uint64(intervalMs), uint64(tMs))
 }

@@ -3,8 +3,8 @@
 //
 //   - spool.go: the spool file (header, per-thread chunks, full, compact and
 //     pair records) read in time order across threads (Reader); the record
-//     kinds and flags mirror libmemscope/hook.h (records_torch.go and
-//     pycode.go hold those of the Python side);
+//     kinds, flags and layouts are package format's (format/records.def);
+//     pycode.go reads the Python side's code objects;
 //   - decode.go: what each record means (Decoder): rows numbered, FREEs
 //     paired with their MALLOCs, shadow MALLOCs, mstx ranges, steps, stacks
 //     and sites symbolized; torch.go: the PyTorch records;
@@ -14,7 +14,7 @@
 //     folder, a capture folder, a spool or log file, a dump CSV or DB) and
 //     give one trace.Input.
 //
-// The writing side (the capture folder's creation, rotation, the conversion
-// to the dump) is package capture's; the event model and the dump formats
-// are package trace's.
+// The writing side (the capture folder's creation, rotation) is package
+// capture's, the conversion to the dump package collect's; the event model
+// and the dump formats are package trace's.
 package spool

@@ -60,22 +60,6 @@ func Find(path string) (Found, error) {
 	return Found{Capture: d}, nil
 }
 
-// FindCapture is Find for what needs a capture's spool (the timeline and
-// reports of a capture): the capture folder.
-func FindCapture(path string) (string, error) {
-	f, err := Find(path)
-	if err != nil {
-		return "", err
-	}
-	if f.File != "" {
-		return "", fmt.Errorf("%s is not a folder: expected a capture folder (msmemscope_{pid}_{timestamp})", path)
-	}
-	if !IsCapture(f.Capture) {
-		return "", fmt.Errorf("%s is not a capture folder: it has no %s", f.Capture, filepath.Join(SpoolDir, ProcessFile))
-	}
-	return f.Capture, nil
-}
-
 // mainCapture picks the capture of an output folder: the only one (a folder
 // with a spool or with dump files), or the main process of its newest run
 // manifest.
@@ -132,12 +116,6 @@ func Open(path string, opt trace.OpenOptions) (trace.Input, error) {
 		return openSpoolInput(f, opt)
 	}
 	return trace.Open(f.File, opt)
-}
-
-// OpenSpool opens a capture's spool (or rotated logs) as a stream even when
-// the capture has dump files.
-func OpenSpool(dir string, opt trace.OpenOptions) (trace.Input, error) {
-	return openSpoolInput(Found{Capture: dir}, opt)
 }
 
 // IsSpoolFile tells a raw spool or a rotated log by its first bytes.

@@ -267,7 +267,7 @@ type Spool struct {
 	slope             float64 // ns per tick outside the calibrated span
 	Records           uint64  // events (not continuation records)
 	HasStep           bool    // the process called step()
-	HasTorch          bool    // operator launches or tensor owner tags (records_torch.go)
+	HasTorch          bool    // operator launches or tensor owner tags (format.ROpStart..RTag)
 	Bytes             int64
 	PadBytes          int64  // padding chunks (direct writes keep 4 KiB alignment)
 	Truncated         bool   // the file ended inside a chunk (a killed run)

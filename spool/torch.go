@@ -9,7 +9,7 @@ import (
 	"msmemscope/trace"
 )
 
-// PyTorch records (records_torch.go) become OP_LAUNCH, ACCESS and SNAPSHOT
+// PyTorch records (format.ROpStart..RTag) become OP_LAUNCH, ACCESS and SNAPSHOT
 // rows, and turn HOST blocks into PTA blocks with owners (SPEC §2.1, §4.2,
 // §5.5). Owners and PTA-ness are often learnt after a block's MALLOC (a
 // parameter is tagged when the optimizer steps), so a capture holding
@@ -71,14 +71,8 @@ func torchPrepass(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) (
 	d := NewDecoder(sp, dir, meta, cfg)
 	d.fast = true
 	d.torch = newTorchDec(cfg, true)
-	for {
-		e, err := d.Next()
-		if err != nil {
-			return nil, err
-		}
-		if e == nil {
-			break
-		}
+	if err := trace.Each(d, func(*trace.Event) error { return nil }); err != nil {
+		return nil, err
 	}
 	t := newTorchDec(cfg, false)
 	t.pta, t.cat, t.tag = d.torch.pta, d.torch.cat, d.torch.tag

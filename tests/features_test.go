@@ -420,8 +420,14 @@ func TestAnalysesOnEveryInput(t *testing.T) {
 	}
 	var wantSummary []string
 	var wantTimeline string
-	for _, in := range []string{mp.Folder, filepath.Dir(spoolFile), spoolFile, lone, mp.Dump, db} {
+	for i, in := range []string{mp.Folder, filepath.Dir(spoolFile), spoolFile, lone, mp.Dump, db} {
+		dumps, _ := filepath.Glob(filepath.Join(mp.Folder, "dump", "memscope_dump_*.csv"))
 		r := mustRun(t, 0, filepath.Join(t.TempDir(), "o"), "--input="+in, "--analysis=leaks,decompose")
+		// The capture folder, its spool/ folder and its spool file convert the capture again.
+		after, _ := filepath.Glob(filepath.Join(mp.Folder, "dump", "memscope_dump_*.csv"))
+		if converted := len(after) == len(dumps)+1; converted != (i < 3) {
+			t.Errorf("--input=%s: %d dumps before, %d after", in, len(dumps), len(after))
+		}
 		got := summary(r.Stderr)
 		if wantSummary == nil {
 			wantSummary = got

@@ -6,6 +6,7 @@
 package trace
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 )
@@ -215,15 +216,30 @@ type Stream interface {
 	Next() (*Event, error)
 }
 
+// ErrStop, returned by Each's function, ends Each early without an error.
+var ErrStop = errors.New("stop")
+
+// Each calls fn on every event of s in order, until s ends or fails or fn
+// returns an error (ErrStop: stop there, no error).
+func Each(s Stream, fn func(*Event) error) error {
+	for {
+		e, err := s.Next()
+		if err != nil || e == nil {
+			return err
+		}
+		if err := fn(e); err != nil {
+			if err == ErrStop {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
 // ReadAll reads s to its end; the events are copies (an Input may reuse its
 // own).
 func ReadAll(s Stream) ([]Event, error) {
 	var evs []Event
-	for {
-		e, err := s.Next()
-		if e == nil || err != nil {
-			return evs, err
-		}
-		evs = append(evs, *e)
-	}
+	err := Each(s, func(e *Event) error { evs = append(evs, *e); return nil })
+	return evs, err
 }

@@ -118,15 +118,14 @@ func HasStepCalls(events []Event) bool {
 // ScanStepCalls reads s until its first step() boundary and reports whether
 // there is one: the pre-scan for a stream that can be opened twice (a file).
 func ScanStepCalls(s Stream) (bool, error) {
-	for {
-		e, err := s.Next()
-		if err != nil || e == nil {
-			return false, err
+	found := false
+	err := Each(s, func(e *Event) error {
+		if found = IsStepCall(e); found {
+			return ErrStop
 		}
-		if IsStepCall(e) {
-			return true, nil
-		}
-	}
+		return nil
+	})
+	return found, err
 }
 
 // WithSteps returns a Stream that passes every event of s through t.Observe,

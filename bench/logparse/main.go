@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"msmemscope/capture"
+	"msmemscope/analyzer"
 	"msmemscope/spool"
 )
 
@@ -28,7 +28,7 @@ func main() {
 	var events uint64
 	for _, workers := range []int{1, 2, 1, 2, 1, 2, 1, 2} { // alternate, keep the best of four
 		t0 := time.Now()
-		st, err := capture.ParseLogs(dir, 100, workers)
+		st, err := analyzer.ParseLogs(dir, 100, workers)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

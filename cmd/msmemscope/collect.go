@@ -14,7 +14,6 @@ import (
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
-	"msmemscope/trace"
 )
 
 // ensureOutput creates the output folder and proves it writable before the
@@ -118,7 +117,7 @@ func offline(inv *cli.Invocation) int {
 	if err != nil {
 		return usage(fmt.Errorf("--input %s: %v", in, err))
 	}
-	if found, err := spool.Find(in); err == nil && found.Capture != "" && (fi.IsDir() || !isDump(in)) {
+	if found, err := spool.Find(in); err == nil && found.Capture != "" && (fi.IsDir() || spool.IsSpoolFile(in)) {
 		in = found.Capture // a capture's spool/ folder, its spool file or one of its logs: the capture
 	} else if !fi.IsDir() {
 		return offlineFile(inv, in) // a dump file: analyses (and --data-format) on it
@@ -166,10 +165,4 @@ func offline(inv *cli.Invocation) int {
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: %d rows (%s) -> %s\n", d, res.Rows, state, res.DumpPath)
 	}
 	return rc
-}
-
-// isDump reports whether path is a dump file (CSV or DB), not a spool or log.
-func isDump(path string) bool {
-	_, err := trace.DetectFormat(path)
-	return err == nil
 }

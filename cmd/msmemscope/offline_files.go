@@ -19,8 +19,9 @@ import (
 	"msmemscope/trace"
 )
 
-// Offline work on dump files (SPEC §5, §5.2): --compare of two captures, and
-// --input=FILE (a memscope_dump CSV or DB) with --analysis and --data-format.
+// Offline work on files (SPEC §5, §5.2): --compare of two captures, and
+// --input=FILE (a memscope_dump CSV or DB, or a spool or log outside its
+// capture folder) with --analysis and --data-format.
 // Every input is found and opened by spool.Open, as one trace.Input.
 
 // inputError is a bad input (a path, a malformed file): a usage error.
@@ -146,15 +147,15 @@ func offlineFile(inv *cli.Invocation, path string) int {
 		}
 		readers, as = append(readers, s), append(as, a)
 	}
+	if len(annotators) > 0 && format == spool.FormatSpool {
+		return usage(fmt.Errorf("--input %s: --analysis=%s adds its results to a dump's rows: give the capture folder or its dump file, not a lone spool", path, annotators[0].Option))
+	}
 	if len(as) > 0 {
 		if err := fileReports(path, outDir, options, readers, as); err != nil {
 			return exitFor(err)
 		}
 	}
 	for _, s := range annotators {
-		if format == spool.FormatSpool {
-			return usage(fmt.Errorf("--input %s: --analysis=%s adds its results to a dump's rows: give the capture folder or its dump file, not a lone spool", path, s.Option))
-		}
 		r, err := analyzer.RunAnalyzer(s.Offline, map[string]any{spec.InputParam: path}, analyzer.NewProgress(analyzer.Label(s.Offline)))
 		if err != nil {
 			return exitFor(badInput(err))

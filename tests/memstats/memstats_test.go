@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"msmemscope/analyzer"
-	"msmemscope/capture"
 	"msmemscope/format"
 	"msmemscope/spool"
 	"msmemscope/trace"
@@ -131,7 +130,7 @@ func TestLiveReportAndTimeline(t *testing.T) {
 	if len(dirs) != 1 {
 		t.Fatalf("captures: %v", dirs)
 	}
-	tl, err := capture.Timeline(dirs[0], 100, 0)
+	tl, err := analyzer.CaptureTimeline(dirs[0], 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +167,7 @@ func TestLiveReportAndTimeline(t *testing.T) {
 	if peak.MaxLive != 6*mib {
 		t.Fatalf("peak %d, want %d", peak.MaxLive, 6*mib)
 	}
-	rep, err := capture.ReportWithTime(dirs[0], 100, peak.Ms)
+	rep, err := analyzer.CaptureReportAt(dirs[0], 100, peak.Ms)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,11 +335,11 @@ func TestRotatingLogs(t *testing.T) {
 		t.Errorf("the dump is empty")
 	}
 	// Parsing in parallel gives the same timeline as one goroutine.
-	one, err := capture.ParseLogs(dirs[0], 100, 1)
+	one, err := analyzer.ParseLogs(dirs[0], 100, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, err := capture.ParseLogs(dirs[0], 100, 2)
+	two, err := analyzer.ParseLogs(dirs[0], 100, 2)
 	if err != nil || one != two || one.Events == 0 {
 		t.Errorf("parse with 1 worker %+v, with 2 %+v (%v)", one, two, err)
 	}

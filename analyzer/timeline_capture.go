@@ -1,11 +1,10 @@
-package capture
+package analyzer
 
 import (
 	"fmt"
 	"runtime"
 	"sync"
 
-	"msmemscope/analyzer"
 	"msmemscope/format"
 	"msmemscope/spool"
 	"msmemscope/trace"
@@ -16,9 +15,9 @@ import (
 // rotating logs, which are parsed in parallel, one goroutine per file: each
 // log is self-contained, so each gives the exact live bytes of its span.
 
-// Timeline returns the local maximum of live bytes in each interval.
+// CaptureTimeline returns the local maximum of live bytes in each interval.
 // workers <= 0 uses one goroutine per CPU.
-func Timeline(dir string, intervalMs uint64, workers int) (*analyzer.Timeline, error) {
+func CaptureTimeline(dir string, intervalMs uint64, workers int) (*Timeline, error) {
 	if intervalMs == 0 {
 		return nil, fmt.Errorf("interval must be at least 1 ms")
 	}
@@ -31,26 +30,26 @@ func Timeline(dir string, intervalMs uint64, workers int) (*analyzer.Timeline, e
 		return nil, err
 	}
 	defer closeFn()
-	return analyzer.BuildTimeline(s, intervalMs)
+	return BuildTimeline(s, intervalMs)
 }
 
-// ReportWithTime returns the live bytes per site at the maximum of the
+// CaptureReportAt returns the live bytes per site at the maximum of the
 // interval holding tMs (ms from the timeline's start).
-func ReportWithTime(dir string, intervalMs, tMs uint64) (analyzer.MemReport, error) {
+func CaptureReportAt(dir string, intervalMs, tMs uint64) (MemReport, error) {
 	files := spool.LogFiles(dir)
-	var tl *analyzer.Timeline
+	var tl *Timeline
 	var spans []logSpan
 	var err error
 	if len(files) > 0 {
 		tl, spans, err = logTimeline(files, intervalMs, 0) // the spans pick the log below
 	} else {
-		tl, err = Timeline(dir, intervalMs, 0)
+		tl, err = CaptureTimeline(dir, intervalMs, 0)
 	}
 	if err != nil {
-		return analyzer.MemReport{}, err
+		return MemReport{}, err
 	}
 	if tMs/intervalMs >= uint64(len(tl.Points)) {
-		return analyzer.MemReport{}, fmt.Errorf("%d ms is past the end of the capture (%d ms)", tMs, uint64(len(tl.Points))*intervalMs)
+		return MemReport{}, fmt.Errorf("%d ms is past the end of the capture (%d ms)", tMs, uint64(len(tl.Points))*intervalMs)
 	}
 	target := tl.StartNs + tMs/intervalMs*intervalMs*1_000_000
 	open := func() (trace.Stream, func() error, error) { return spool.OpenStream(dir) }
@@ -67,25 +66,25 @@ func ReportWithTime(dir string, intervalMs, tMs uint64) (analyzer.MemReport, err
 			}
 		}
 		if file == "" {
-			return analyzer.MemReport{}, fmt.Errorf("no kept log covers %d ms", tMs)
+			return MemReport{}, fmt.Errorf("no kept log covers %d ms", tMs)
 		}
 		open = func() (trace.Stream, func() error, error) { return spool.OpenLogStream(dir, file) }
 	}
 	s, closeFn, err := open()
 	if err != nil {
-		return analyzer.MemReport{}, err
+		return MemReport{}, err
 	}
-	local, err := analyzer.BuildTimeline(s, intervalMs)
+	local, err := BuildTimeline(s, intervalMs)
 	closeFn()
 	if err != nil {
-		return analyzer.MemReport{}, err
+		return MemReport{}, err
 	}
 	if target < local.StartNs {
-		return analyzer.MemReport{}, fmt.Errorf("no events at %d ms", tMs)
+		return MemReport{}, fmt.Errorf("no events at %d ms", tMs)
 	}
 	s, closeFn, err = open()
 	if err != nil {
-		return analyzer.MemReport{}, err
+		return MemReport{}, err
 	}
 	defer closeFn()
 	return local.ReportAt(s, (target-local.StartNs)/1_000_000)
@@ -115,7 +114,7 @@ func ParseLogs(dir string, intervalMs uint64, workers int) (LogParseStats, error
 	return st, err
 }
 
-func logTimeline(files []string, intervalMs uint64, workers int) (*analyzer.Timeline, []logSpan, error) {
+func logTimeline(files []string, intervalMs uint64, workers int) (*Timeline, []logSpan, error) {
 	if workers <= 0 {
 		workers = runtime.NumCPU()
 	}
@@ -133,7 +132,7 @@ func logTimeline(files []string, intervalMs uint64, workers int) (*analyzer.Time
 		}(i, f)
 	}
 	wg.Wait()
-	tl := &analyzer.Timeline{IntervalMs: intervalMs}
+	tl := &Timeline{IntervalMs: intervalMs}
 	first := true
 	var start uint64
 	for _, s := range spans {
@@ -161,7 +160,7 @@ func logTimeline(files []string, intervalMs uint64, workers int) (*analyzer.Time
 		}
 	}
 	for j, v := range max {
-		tl.Points = append(tl.Points, analyzer.TimePoint{Ms: uint64(j) * intervalMs, MaxLive: v})
+		tl.Points = append(tl.Points, TimePoint{Ms: uint64(j) * intervalMs, MaxLive: v})
 	}
 	return tl, spans, nil
 }
@@ -233,4 +232,47 @@ func parseLog(path string, step uint64) logSpan {
 		}
 	}
 	return span
+}
+
+// TimelineOf is the peak timeline of any input spool.Find takes: a capture
+// from its spool (rotating logs parsed in parallel), anything else (a dump
+// CSV or DB, a lone spool or log) from the stream spool.Open gives.
+func TimelineOf(in string, intervalMs uint64) (*Timeline, error) {
+	found, err := spool.Find(in)
+	if err != nil {
+		return nil, err
+	}
+	if found.HasSpool() {
+		return CaptureTimeline(found.Capture, intervalMs, 0)
+	}
+	f, err := spool.Open(in, trace.OpenOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return BuildTimeline(f, intervalMs)
+}
+
+// ReportAtTime is the per-site report at the maximum of the interval
+// holding tMs (ms from the timeline's start) of any input, as TimelineOf
+// reads it; tl is that timeline when the caller has it already (else nil).
+func ReportAtTime(in string, tl *Timeline, intervalMs, tMs uint64) (MemReport, error) {
+	found, err := spool.Find(in)
+	if err != nil {
+		return MemReport{}, err
+	}
+	if found.HasSpool() {
+		return CaptureReportAt(found.Capture, intervalMs, tMs)
+	}
+	if tl == nil {
+		if tl, err = TimelineOf(in, intervalMs); err != nil {
+			return MemReport{}, err
+		}
+	}
+	f, err := spool.Open(in, trace.OpenOptions{})
+	if err != nil {
+		return MemReport{}, err
+	}
+	defer f.Close()
+	return tl.ReportAt(f, tMs)
 }
