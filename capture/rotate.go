@@ -146,10 +146,10 @@ func (r *Rotator) open() error {
 
 func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
 	var h [spool.ChunkHdrSize]byte
-	binary.LittleEndian.PutUint32(h[0:], format.ChunkMagic)
-	binary.LittleEndian.PutUint32(h[4:], nrec)
-	binary.LittleEndian.PutUint32(h[8:], uint32(tid))
-	binary.LittleEndian.PutUint32(h[12:], uint32(pid))
+	binary.LittleEndian.PutUint32(h[format.ChunkMagicOff:], format.ChunkMagic)
+	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], nrec)
+	binary.LittleEndian.PutUint32(h[format.ChunkTidOff:], uint32(tid))
+	binary.LittleEndian.PutUint32(h[format.ChunkPidOff:], uint32(pid))
 	w.Write(h[:])
 }
 
@@ -198,8 +198,8 @@ func (r *Rotator) observe(b []byte) ([]byte, error) {
 		if len(b) < spool.ChunkHdrSize || binary.LittleEndian.Uint32(b) != format.ChunkMagic {
 			return nil, fmt.Errorf("rotate: bad chunk")
 		}
-		nunit := int(binary.LittleEndian.Uint32(b[4:]))
-		tid := int32(binary.LittleEndian.Uint32(b[8:]))
+		nunit := int(binary.LittleEndian.Uint32(b[format.ChunkNUnitOff:]))
+		tid := int32(binary.LittleEndian.Uint32(b[format.ChunkTidOff:]))
 		start := len(out)
 		out = append(out, b[:spool.ChunkHdrSize]...)
 		b = b[spool.ChunkHdrSize:]

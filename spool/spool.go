@@ -128,7 +128,7 @@ func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 				r.Flags |= format.FOff
 			}
 		default:
-			w1 := binary.LittleEndian.Uint64(b[8:])
+			w1 := binary.LittleEndian.Uint64(b[UnitSize:])
 			r.Kind, r.B, r.Site = format.RMalloc, w1&compactMask, uint32(w1>>48)
 			if size == 3*UnitSize {
 				r.Payload = b[2*UnitSize : 3*UnitSize] // the stack's id
@@ -136,17 +136,17 @@ func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
 		}
 		return r, size, true
 	}
-	size := RecSize + UnitSize*int(w&0xffff)
+	size := RecSize + UnitSize*int(w&format.RecNMask)
 	if len(b) < size {
 		return Rec{}, 0, false
 	}
 	return Rec{
-		TS:      binary.LittleEndian.Uint64(b[8:]),
-		A:       binary.LittleEndian.Uint64(b[16:]),
-		B:       binary.LittleEndian.Uint64(b[24:]),
-		Kind:    uint16(w >> 48),
-		Flags:   uint16(w >> 32),
-		Site:    uint32(w>>16) & 0xffff,
+		TS:      binary.LittleEndian.Uint64(b[format.RecTSOff:]),
+		A:       binary.LittleEndian.Uint64(b[format.RecAOff:]),
+		B:       binary.LittleEndian.Uint64(b[format.RecBOff:]),
+		Kind:    binary.LittleEndian.Uint16(b[format.RecKindOff:]),
+		Flags:   binary.LittleEndian.Uint16(b[format.RecFlagsOff:]),
+		Site:    uint32(binary.LittleEndian.Uint16(b[format.RecNOff+2:])), // n's high half
 		Payload: b[RecSize:size],
 	}, size, true
 }
@@ -178,7 +178,7 @@ func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 			}
 			r := Rec{TS: TSEpoch | d.Epoch, Flags: format.FHost}
 			if h&pairMalloc != 0 {
-				r.Kind, r.B, r.Site = format.RMalloc, h>>pairMShift&(1<<11-1), d.Site
+				r.Kind, r.B, r.Site = format.RMalloc, h>>pairMShift&(format.PairMSize-1), d.Site
 				r.A = d.Ptr + uint64(int64(h<<47)>>43) // 17-bit signed delta, in 16-byte steps
 			} else {
 				r.Kind = format.RFree
@@ -231,10 +231,12 @@ func compactSize(w uint64) int {
 func AppendRec(dst []byte, r *Rec) []byte {
 	n := (len(r.Payload) + UnitSize - 1) / UnitSize
 	var h [RecSize]byte
-	binary.LittleEndian.PutUint64(h[0:], uint64(n)|uint64(r.Site&0xffff)<<16|uint64(r.Flags)<<32|uint64(r.Kind)<<48)
-	binary.LittleEndian.PutUint64(h[8:], r.TS)
-	binary.LittleEndian.PutUint64(h[16:], r.A)
-	binary.LittleEndian.PutUint64(h[24:], r.B)
+	binary.LittleEndian.PutUint32(h[format.RecNOff:], uint32(n)|(r.Site&format.RecNMask)<<16)
+	binary.LittleEndian.PutUint16(h[format.RecFlagsOff:], r.Flags)
+	binary.LittleEndian.PutUint16(h[format.RecKindOff:], r.Kind)
+	binary.LittleEndian.PutUint64(h[format.RecTSOff:], r.TS)
+	binary.LittleEndian.PutUint64(h[format.RecAOff:], r.A)
+	binary.LittleEndian.PutUint64(h[format.RecBOff:], r.B)
 	dst = append(dst, h[:]...)
 	dst = append(dst, r.Payload...)
 	for i := len(r.Payload); i < n*UnitSize; i++ {
@@ -330,8 +332,8 @@ func (s *Spool) index() error {
 		if _, err := s.f.ReadAt(ch[:], off); err != nil {
 			return err
 		}
-		want := binary.LittleEndian.Uint32(ch[4:])
-		if magic := binary.LittleEndian.Uint32(ch[0:]); magic == padMagic {
+		want := binary.LittleEndian.Uint32(ch[format.ChunkNUnitOff:])
+		if magic := binary.LittleEndian.Uint32(ch[format.ChunkMagicOff:]); magic == padMagic {
 			s.PadBytes += ChunkHdrSize + int64(want)*UnitSize
 			if off += ChunkHdrSize + int64(want)*UnitSize; off > size {
 				s.Truncated = true // killed while a padded segment was written
@@ -340,7 +342,7 @@ func (s *Spool) index() error {
 		} else if magic != chunkMagic {
 			return fmt.Errorf("corrupt chunk header at byte %d", off)
 		}
-		tid := int32(binary.LittleEndian.Uint32(ch[8:]))
+		tid := int32(binary.LittleEndian.Uint32(ch[format.ChunkTidOff:]))
 		data := off + ChunkHdrSize
 		nunit := want
 		if avail := (size - data) / UnitSize; int64(nunit) > avail {

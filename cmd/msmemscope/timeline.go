@@ -7,6 +7,7 @@ import (
 	"msmemscope/analyzer"
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/spool"
+	"msmemscope/trace"
 )
 
 // timeline prints the peak timeline of an input and the per-site report at
@@ -14,8 +15,16 @@ import (
 func timeline(inv *cli.Invocation) int {
 	iv := uint64(inv.IntervalMs)
 	in := inv.Inputs[0]
-	if _, err := spool.Find(in); err != nil {
+	found, err := spool.Find(in)
+	if err != nil {
 		return usage(fmt.Errorf("--input %v", err))
+	}
+	if !found.HasSpool() { // a file: one that is not an input is a usage error
+		f, err := spool.Open(in, trace.OpenOptions{Lean: true})
+		if err != nil {
+			return usage(fmt.Errorf("--input %v", err))
+		}
+		f.Close()
 	}
 	tl, err := analyzer.TimelineOf(in, iv)
 	if err != nil {
