@@ -51,8 +51,8 @@ int msmemscope_step(void);
  * largest site first. */
 char *msmemscope_get_mem_report(void);
 
-/* The peak timeline of a finished capture (a capture folder, or an output
- * folder holding one). result: [[t_ms, max_live_bytes], ...]; and the
+/* The peak timeline of a finished capture (a capture or output folder, a
+ * dump CSV or DB, a spool file or one rotated log). result: [[t_ms, max_live_bytes], ...]; and the
  * per-site report (as msmemscope_get_mem_report) at the maximum of the
  * interval holding t_ms. Errors are ValueError. */
 char *msmemscope_get_all_time_size(const char *input, int interval_ms);

@@ -117,8 +117,8 @@ func offline(inv *cli.Invocation) int {
 	if err != nil {
 		return usage(fmt.Errorf("--input %s: %v", in, err))
 	}
-	if found, err := spool.Find(in); err == nil && found.Capture != "" && (fi.IsDir() || spool.IsSpoolFile(in)) {
-		in = found.Capture // a capture's spool/ folder, its spool file or one of its logs: the capture
+	if found, err := spool.Find(in); err == nil && found.Capture != "" && (fi.IsDir() || filepath.Base(in) == spool.FileName) {
+		in = found.Capture // a capture's spool/ folder or its spool file: the capture (a rotated log is read alone)
 	} else if !fi.IsDir() {
 		return offlineFile(inv, in) // a dump file: analyses (and --data-format) on it
 	}
