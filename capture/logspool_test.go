@@ -34,6 +34,7 @@ func spoolRecs(t *testing.T, sp *spool.Spool) [][5]uint64 {
 func combined(t *testing.T, capDir string) [][5]uint64 {
 	t.Helper()
 	var all []byte
+	var later []int64
 	for i, f := range spool.LogFiles(capDir) {
 		b, err := spool.ReadLog(f)
 		if err != nil {
@@ -41,13 +42,14 @@ func combined(t *testing.T, capDir string) [][5]uint64 {
 		}
 		if i > 0 {
 			b = b[spool.HdrSize:]
+			later = append(later, int64(len(all)))
 		}
 		all = append(all, b...)
 	}
 	if late, err := os.ReadFile(filepath.Join(capDir, spool.SpoolDir, spool.LateFile)); err == nil {
 		all = append(all, late[spool.HdrSize:]...)
 	}
-	sp, err := spool.New(bytes.NewReader(all), int64(len(all)))
+	sp, err := spool.NewLogs(bytes.NewReader(all), int64(len(all)), later)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +106,26 @@ func TestOpenCaptureReadsLogsInPlace(t *testing.T) {
 		}
 	}
 	check("whole")
+	// Every block is MALLOCed once in the kept logs' records (the first
+	// log's inherited ones included; the later logs' repeats left out):
+	// 200 of every 20,000 stay live, less the one late.bin frees.
+	sp, err := spool.OpenCapture(capDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := 0
+	for _, r := range spoolRecs(t, sp) {
+		switch r[1] {
+		case format.RMalloc:
+			live++
+		case format.RFree:
+			live--
+		}
+	}
+	sp.Close()
+	if live != 30*200-1 {
+		t.Fatalf("%d blocks live at the end of the logs, want %d", live, 30*200-1)
+	}
 	// A kill cuts the last log inside a frame.
 	last := logs[len(logs)-1]
 	b, _ := os.ReadFile(last)

@@ -72,7 +72,7 @@ func OpenCapture(dir string) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := New(ls, ls.size)
+	s, err := NewLogs(ls, ls.size, ls.laterLogs)
 	if err != nil {
 		ls.Close()
 		return nil, fmt.Errorf("%s: %v", filepath.Join(dir, SpoolDir), err)

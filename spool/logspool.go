@@ -24,6 +24,9 @@ type logSpool struct {
 	parts []logPart
 	size  int64
 	files []*os.File
+	// Where each log after the first begins: its prologue repeats the
+	// blocks live then, which the logs before it already hold (NewLogs).
+	laterLogs []int64
 
 	mu    sync.Mutex
 	cache [logCacheFrames]struct {
@@ -52,6 +55,9 @@ func openLogSpool(dir string) (*logSpool, error) {
 		ls.cache[i].part = -1
 	}
 	for i, path := range LogFiles(dir) {
+		if i > 0 {
+			ls.laterLogs = append(ls.laterLogs, ls.size)
+		}
 		if err := ls.addLog(path, i > 0); err != nil {
 			ls.Close()
 			return nil, err

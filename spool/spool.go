@@ -246,8 +246,9 @@ func AppendRec(dst []byte, r *Rec) []byte {
 }
 
 type chunkRef struct {
-	off   int64 // of the first unit
-	nunit uint32
+	off     int64 // of the first unit
+	nunit   uint32
+	repeats bool // a later rotated log's prologue: its inherited blocks are known already
 }
 
 // calibPoint pairs a raw tick with CLOCK_MONOTONIC ns.
@@ -257,6 +258,7 @@ type calibPoint struct{ tick, ns uint64 }
 type Spool struct {
 	f                 io.ReaderAt
 	closer            io.Closer
+	repeats           map[int64]bool // chunk offsets where a later rotated log begins (newSpool)
 	size              int64
 	Pid               int
 	threads           map[int32][]chunkRef
@@ -299,8 +301,24 @@ func OpenFile(path string) (*Spool, error) {
 
 // New indexes a spool held in memory or elsewhere (a decompressed
 // rotated log, say).
-func New(ra io.ReaderAt, size int64) (*Spool, error) {
-	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}}
+func New(ra io.ReaderAt, size int64) (*Spool, error) { return newSpool(ra, size, nil) }
+
+// NewLogs indexes rotated logs read one after the other as one spool (each
+// after the first without its header): laterLogs are the offsets where each
+// log after the first begins. The blocks such a log's prologue inherits are
+// live already in the logs before it, so the reader leaves those records
+// out: dated at the start of the whole stream, they would come before the
+// FREEs the earlier logs hold and invent blocks.
+func NewLogs(ra io.ReaderAt, size int64, laterLogs []int64) (*Spool, error) {
+	repeats := make(map[int64]bool, len(laterLogs))
+	for _, off := range laterLogs {
+		repeats[off] = true
+	}
+	return newSpool(ra, size, repeats)
+}
+
+func newSpool(ra io.ReaderAt, size int64, repeats map[int64]bool) (*Spool, error) {
+	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats}
 	if err := s.index(); err != nil {
 		return nil, err
 	}
@@ -411,7 +429,7 @@ func (s *Spool) index() error {
 			s.Records++
 		}
 		if whole > 0 {
-			s.threads[tid] = append(s.threads[tid], chunkRef{data, uint32(whole / UnitSize)})
+			s.threads[tid] = append(s.threads[tid], chunkRef{data, uint32(whole / UnitSize), s.repeats[off]})
 		}
 		off = data + int64(nunit)*UnitSize
 		if nunit < want {
@@ -487,11 +505,26 @@ type threadCursor struct {
 	prevNs uint64 // time of the last record handed out
 	floor  uint64 // no record of this thread is earlier (ordering repair)
 	parkNs uint64
+	repeat bool // the chunk at hand is a later log's prologue (chunkRef.repeats)
 }
 
 // raw reads the next record of the thread; its payload stays valid because
 // every chunk gets a fresh buffer.
 func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
+	for {
+		rec, ok, err := c.next(f)
+		if !ok || err != nil {
+			return rec, ok, err
+		}
+		if c.repeat && rec.Kind == format.RMalloc && rec.Flags&format.FInherit != 0 {
+			continue // live already in the logs before this one
+		}
+		return rec, true, nil
+	}
+}
+
+// next is raw without leaving out a later log's inherited blocks.
+func (c *threadCursor) next(f io.ReaderAt) (Rec, bool, error) {
 	for c.pos >= len(c.buf) {
 		if len(c.chunks) == 0 {
 			return Rec{}, false, nil
@@ -502,12 +535,12 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 		if _, err := f.ReadAt(c.buf, ch.off); err != nil {
 			return Rec{}, false, err
 		}
-		c.pos = 0
+		c.pos, c.repeat = 0, ch.repeats
 	}
 	rec, size, ok := c.dec.Next(c.buf[c.pos:]) // the index kept whole events only
 	if !ok {
 		c.pos = len(c.buf) // cannot happen for an indexed chunk; never loop on it
-		return c.raw(f)
+		return c.next(f)
 	}
 	c.pos += size
 	rec.Tid = c.tid
@@ -521,7 +554,7 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 		}
 	}
 	if rec.Kind == format.REpoch || rec.Kind == format.RStack {
-		return c.raw(f) // not events
+		return c.next(f) // not events
 	}
 	return rec, true, nil
 }
