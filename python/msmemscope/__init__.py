@@ -26,7 +26,13 @@ from . import _lib, mstx, torch_hooks, tracer
 from ._describe import describe
 from .torch_hooks import watch
 
-__all__ = ["config", "start", "stop", "step", "tracer", "mstx", "describe", "watch", "__version__"]
+__all__ = [
+    "config", "start", "stop", "step", "tracer", "mstx", "describe", "watch", "__version__",
+    # where memory is now, and the peak timeline of a finished capture
+    "get_mem_report", "get_all_time_size", "get_mem_report_with_time",
+    # offline analyses of a dump
+    "list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "check_inefficient", "analyzer",
+]
 __version__ = _lib.version()
 
 _cfg: Optional[Dict[str, Any]] = None  # the effective configuration, as the library has it

@@ -268,3 +268,18 @@ def test_bad_inputs(tmp_path):
         msmemscope.check_inefficient(bad, mem_size=1.5)
     with pytest.raises(TypeError):
         msmemscope.check_inefficient(bad, idle_threshold=True)
+
+
+def test_help_lists_the_whole_api():
+    """help(msmemscope) shows what `__all__` names: every public function,
+    the offline analyses and the reports included, and each name exists."""
+    import pydoc
+    want = {"config", "start", "stop", "step", "tracer", "mstx", "describe", "watch",
+            "get_mem_report", "get_all_time_size", "get_mem_report_with_time",
+            "list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "check_inefficient"}
+    assert want <= set(msmemscope.__all__)
+    for name in msmemscope.__all__:
+        assert hasattr(msmemscope, name), name
+    text = pydoc.render_doc(msmemscope, renderer=pydoc.plaintext)
+    for name in ("check_leaks", "check_inefficient", "analyze", "get_all_time_size"):
+        assert name in text, name
