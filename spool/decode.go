@@ -193,17 +193,23 @@ func (d *Decoder) cstack(r *Rec) string {
 	if r.Flags&format.FCStack == 0 {
 		return ""
 	}
-	key := string(r.Payload)
-	if s, ok := d.stackMemo[key]; ok {
+	return memo(d.stackMemo, r.Payload, func() string {
+		cframes, _ := r.Stacks()
+		frames := d.symbolizer().Frames(cframes)
+		for i := range frames {
+			frames[i] = strings.ReplaceAll(frames[i], ";", ",")
+		}
+		return strings.Join(frames, ";")
+	})
+}
+
+// memo names a stack payload once: a loop's blocks share their stacks.
+func memo(m map[string]string, payload []byte, name func() string) string {
+	if s, ok := m[string(payload)]; ok {
 		return s
 	}
-	cframes, _ := r.Stacks()
-	frames := d.symbolizer().Frames(cframes)
-	for i := range frames {
-		frames[i] = strings.ReplaceAll(frames[i], ";", ",")
-	}
-	s := strings.Join(frames, ";")
-	d.stackMemo[key] = s
+	s := name()
+	m[string(payload)] = s
 	return s
 }
 
@@ -212,14 +218,10 @@ func (d *Decoder) pystack(r *Rec) string {
 	if r.Flags&format.FPyStack == 0 {
 		return ""
 	}
-	key := string(r.Payload)
-	if s, ok := d.pyMemo[key]; ok {
-		return s
-	}
-	_, frames := r.Stacks()
-	s := d.sp.Py.FormatPyStack(frames, d.pyLines)
-	d.pyMemo[key] = s
-	return s
+	return memo(d.pyMemo, r.Payload, func() string {
+		_, frames := r.Stacks()
+		return d.sp.Py.FormatPyStack(frames, d.pyLines)
+	})
 }
 
 func (d *Decoder) emit(e *trace.Event) *trace.Event {
