@@ -181,6 +181,7 @@ func parseLog(path string, step uint64) logSpan {
 	}
 	rd := sp.Reader()
 	live := map[spool.BlockKey]liveRec{}
+	rd.SetLive(func(k spool.BlockKey) bool { _, ok := live[k]; return ok })
 	var total uint64
 	for {
 		r, ns, err := rd.Next()
@@ -213,19 +214,13 @@ func parseLog(path string, step uint64) logSpan {
 				continue
 			}
 			if old, ok := live[k]; ok {
-				if old.tid != r.Tid && !r.Forced && r.Flags&format.FInherit == 0 {
-					rd.Park(k) // another thread's FREE of this address is just ahead
-					span.events--
-					continue
-				}
-				total -= old.size
+				total -= old.size // its FREE was never recorded
 			}
 			live[k] = liveRec{r.B, r.Tid}
 			total += r.B
 		} else if old, ok := live[k]; ok {
 			delete(live, k)
 			total -= old.size
-			rd.Wake(k, ns)
 		}
 		if m := &span.max[bucket-span.startBucket]; total > *m {
 			*m = total

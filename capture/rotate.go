@@ -226,7 +226,7 @@ func (r *Rotator) observe(b []byte) ([]byte, error) {
 			} else {
 				out = append(out, ev...)
 			}
-			if rec.Kind == format.REpoch {
+			if rec.Kind == format.REpoch || rec.Kind == spool.NoEvent {
 				continue // not an event
 			}
 			r.Events++

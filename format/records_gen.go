@@ -5,7 +5,7 @@ package format
 // Constants of the spool and its records.
 const (
 	SpoolMagic      = "MSSPOOL1"                 // SPOOL_MAGIC: the spool file's first 8 bytes
-	SpoolVersion    = 4                          // SPOOL_VERSION: 4: pair units; 3: short MALLOCs, padding chunks
+	SpoolVersion    = 5                          // SPOOL_VERSION: 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
 	SpoolMinVersion = 2                          // SPOOL_MIN_VERSION: the oldest version still read
 	SpoolHdrSize    = 32                         // SPOOL_HDR_SIZE: bytes before the first chunk
 	UnitSize        = 8                          // UNIT_SIZE: bytes in a unit
@@ -45,6 +45,13 @@ const (
 	PairMSize  = 0x800                      // P_MSIZE: 1<<11: a MALLOC half's sizes are below this
 	PairMNear  = 0x100000                   // P_MNEAR: 1<<20: a MALLOC half's address lies within +-P_MNEAR bytes of the last
 	PairFNear  = uint64(0x80000000)         // P_FNEAR: 1<<31: a FREE half's
+
+	// A stamp unit (C_PAIR with P_STAMP): no event, the precise stamp (TSC ticks
+	// or ns, see R_CALIB) of the thread's next event, in 59 bits: bits 0-29 hold
+	// its low 30 bits, bits 32-60 the next 29. Written before each hot MALLOC and
+	// FREE while two threads record (see libmemscope/ring.c, ms_precise).
+	PairStamp    = 0x40000000                // P_STAMP: 1<<30: the unit is a stamp
+	PairStampMax = uint64(0x7ffffffffffffff) // P_STAMP_MAX: (1<<59)-1: the largest stamp a stamp unit holds
 )
 
 // Record kinds.
@@ -65,6 +72,7 @@ const (
 	RSite       = 14 // R_SITE: a = allocation site (return address), b = its id
 	REpoch      = 15 // R_EPOCH: ts = TS_EPOCH | epoch: this thread's compact records that follow belong to it
 	RStack      = 16 // R_STACK: a = stack id, b = frames; payload: a C stack's return addresses (see F_STACKID)
+	RPrecise    = 17 // R_PRECISE: every MALLOC and FREE has a precise stamp from here on (two threads record); its stamp is taken once they do
 
 	// Python (libmemscope/pystack.c, libmemscope/api.go)
 	RPyCode    = 32 // R_PYCODE: a = code id; payload: ms_pycode, then file, name, qualname, line table

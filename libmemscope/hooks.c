@@ -59,13 +59,20 @@ static void rec_free(void *p, size_t size, uint16_t sub) {
 // Runs only while the gate's tag is on; returns 0 whenever the general path must
 // run instead (a precise stamp is due, a new site, no ring yet, inside
 // msmemscope). Takes no guard: it calls nothing that allocates.
+// The tag is computed inside the exchange loop: two threads changing the
+// state at once (precise stamps switched on by one, off by the drain) both
+// retry until the gate says what the state says last.
 void ms_fast_update(void) {
-	int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && cfg_cstack <= 0 &&
-	        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child && atomic_load(&site_tab);
-	uint16_t fl = F_HOST | (atomic_load(&ms_collecting) ? 0 : F_OFF);
-	// C_SHORT: the forms that need their reader to know the thread's past
-	// (short MALLOCs, pair halves: F_HOST alone) may be written.
-	gate_set(G_EPOCH, f ? enc_tag(fl) | (ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) : 0);
+	uint64_t g = atomic_load(&ms_gate), n;
+	do {
+		int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && cfg_cstack <= 0 &&
+		        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child && atomic_load(&site_tab);
+		uint16_t fl = F_HOST | (atomic_load(&ms_collecting) ? 0 : F_OFF);
+		// C_SHORT: the forms that need their reader to know the thread's past
+		// (short MALLOCs, pair halves: F_HOST alone) may be written.
+		int precise = atomic_load(&ms_precise);
+		n = (g & G_EPOCH) | (f ? enc_tag(fl) | (precise ? G_PRECISE : ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) : 0);
+	} while (!atomic_compare_exchange_weak(&ms_gate, &g, n));
 }
 
 // Short MALLOCs and stack ids need their reader to know what came before
@@ -112,8 +119,15 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p,
 	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
 	uint32_t site = site_hash(ra);
 	if (unlikely(tab[site] != ra)) return 0;
-	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
+	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 3)) return 0;
 	t->last_ra = ra;
+	if (g & G_PRECISE) { // after the malloc: never earlier than its work
+		uint64_t ts = stamp_fast();
+		if (unlikely(ts > P_STAMP_MAX)) return 0;
+		enc_stamp(w, ts);
+		publish(t, w, (uint64_t)p, 1 + enc_malloc(w + 1, g & ~(C_SHORT | G_PRECISE | G_EPOCH), (uint64_t)p, n, site));
+		return 1;
+	}
 	publish(t, w, (uint64_t)p, enc_malloc(w, g & ~(C_SHORT | G_EPOCH), (uint64_t)p, n, site));
 	return 1;
 }
@@ -130,7 +144,14 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t g, void *p) 
 		return 1;
 	}
 	if (unlikely((uintptr_t)p > C_MAX)) return 0;
-	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
+	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
+	if (g & G_PRECISE) { // before the free: never later than its work
+		uint64_t ts = stamp_fast();
+		if (unlikely(ts > P_STAMP_MAX)) return 0;
+		enc_stamp(w, ts);
+		publish(t, w, (uint64_t)p, 1 + enc_free(w + 1, g & ~(C_SHORT | G_PRECISE | G_EPOCH), (uint64_t)p));
+		return 1;
+	}
 	publish(t, w, (uint64_t)p, enc_free(w, g & ~(C_SHORT | G_EPOCH), (uint64_t)p));
 	return 1;
 }

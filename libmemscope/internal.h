@@ -63,6 +63,7 @@ extern HIDDEN _Atomic int ms_active;     // hooks record (heap events wanted, no
 extern HIDDEN _Atomic int ms_collecting; // collection switched on
 extern HIDDEN _Atomic int ms_direct;     // after the final drain: write straight to the spool
 extern HIDDEN int ms_rotating;           // rotating logs (ms_set_rotating): no short MALLOCs, no stack ids
+extern HIDDEN _Atomic int ms_precise;    // two threads record: every MALLOC and FREE has a precise stamp (ring.c)
 extern HIDDEN _Atomic uint64_t ms_fork_count;
 extern HIDDEN _Atomic uint64_t ms_mstx_next;
 extern HIDDEN int ms_use_tsc;
@@ -89,6 +90,7 @@ extern HIDDEN _Atomic uint64_t ms_lost_count;
 // taken in the general path): one test for both.
 extern HIDDEN _Atomic uint64_t ms_gate;
 #define G_EPOCH ((1ull << 48) - 1)
+#define G_PRECISE C_FREE // in the tag: a stamp unit goes before each fast record (ms_precise)
 #define STAMP_UNITS 256
 
 // ---- per-thread state: keep the TLS block small (DESIGN: < 1 KiB free after torch) ----
@@ -141,6 +143,7 @@ typedef struct ms_thr {
 	_Alignas(64) struct ms_thr *next_all; // registry, push-only
 	uintptr_t stack_hi;  // frame-pointer walks stay below this (the owner's, set once)
 	uint64_t last_epoch; // the owner's: the epoch its last R_EPOCH said
+	int precise_seen;    // the owner's: ms_precise as its last stamp saw it
 	_Atomic int state;   // 0 owned, 1 dead (drain releases; its thread may take it back), 2 free for reuse, 3 being released
 	ms_seg *rseg;        // drain's current segment
 	_Atomic uint64_t segs; // segments allocated and not yet released
@@ -226,27 +229,44 @@ HIDDEN long write_direct(const uint64_t *u, uint32_t n, int32_t tid);
 // fast path, which checks room against flim alone, stops there. So a
 // position check it makes anyway replaces a count of events since a stamp.
 // flim is a unit short of that end: w < flim leaves room for 2 units.
+// While stamp units go out, flim leaves room for 3 units (a stamp, then a
+// 2-unit MALLOC).
 static inline void stamp_rearm(ms_thr *t) {
 	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
 	uint64_t *end = wp && t->wend - wp > STAMP_UNITS ? wp + STAMP_UNITS : t->wend;
-	t->flim = end ? end - 1 : NULL;
+	t->flim = end ? end - 2 : NULL;
 }
-// The stamp of a hot event: precise on the first event of a drain epoch and
-// once flim is near, else the epoch alone. A thread entering a new epoch says
-// so first (R_EPOCH): its compact records carry no stamp.
+HIDDEN void precise_check(ms_thr *t, uint64_t e);
+
+// The stamp of a hot event: precise on the first event of a drain epoch, once
+// flim is near, and always while two threads record (ms_precise); else the
+// epoch alone. A thread entering a new epoch says so first (R_EPOCH): its
+// compact records carry no stamp.
 static inline uint64_t ev_stamp(ms_thr *t, int after) {
 	uint64_t g = atomic_load_explicit(&ms_gate, memory_order_relaxed);
 	uint64_t e = g & G_EPOCH;
 	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
 	t->gate = g & C_COMPACT ? g : 0;
-	if (likely(t->last_epoch == e && (uintptr_t)wp + 2 * 8 <= (uintptr_t)t->flim)) return TS_EPOCH | e;
+	int precise = atomic_load_explicit(&ms_precise, memory_order_relaxed);
+	// The first event after precise stamps stopped is stamped too: the
+	// reader bounds the epoch-only events that follow by it (spool/order.go).
+	if (likely(t->last_epoch == e && (uintptr_t)wp + 2 * 8 <= (uintptr_t)t->flim) && !precise &&
+	    !t->precise_seen)
+		return TS_EPOCH | e;
+	t->precise_seen = precise;
 	if (t->last_epoch != e) {
 		t->last_epoch = e;
 		emit_n(R_EPOCH, 0, TS_EPOCH | e, 0, 0, NULL, 0, 0);
+		precise_check(t, e);
 	}
 	stamp_rearm(t);
 	return after ? stamp_after() : stamp_before();
 }
+
+// The precise stamp of a fast record while two threads record: the TSC
+// unfenced (a fence would double the cost); the reader allows for its
+// jitter (spool/order.go).
+static inline uint64_t stamp_fast(void) { return __rdtsc(); }
 
 static inline uint64_t epoch_now(void) { return atomic_load(&ms_gate) & G_EPOCH; }
 
@@ -322,16 +342,21 @@ static inline __attribute__((always_inline)) void put_half(ms_thr *t, uint64_t *
 // fit (see records.def).
 static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site, uint64_t id) {
 	uint64_t *w = half_close(t);
-	if (likely((ts & TS_EPOCH) && a <= C_MAX && !(flags & ~C_FLAGS) &&
+	// A precise stamp goes in a stamp unit before the compact record while
+	// two threads record (most events then have one).
+	int stamp = !(ts & TS_EPOCH) && ts <= P_STAMP_MAX && atomic_load_explicit(&ms_precise, memory_order_relaxed);
+	if (likely(((ts & TS_EPOCH) || stamp) && a <= C_MAX && !(flags & ~C_FLAGS) &&
 	           !atomic_load_explicit(&ms_direct, memory_order_relaxed))) {
-		int units = id ? 3 : 2;
+		int units = (id ? 3 : 2) + stamp;
 		if (kind == R_MALLOC && b <= C_MAX && ring_room(t, w, units)) {
 			uint64_t tag = enc_tag(flags);
-			publish(t, w, a, id ? enc_malloc_id(w, tag, a, b, site, id) : enc_malloc(w, tag, a, b, site));
+			if (stamp) enc_stamp(w, ts);
+			publish(t, w, a, stamp + (id ? enc_malloc_id(w + stamp, tag, a, b, site, id) : enc_malloc(w + stamp, tag, a, b, site)));
 			return;
 		}
-		if (kind == R_FREE && b == 0 && !id && ring_room(t, w, 1)) {
-			publish(t, w, a, enc_free(w, enc_tag(flags), a));
+		if (kind == R_FREE && b == 0 && !id && ring_room(t, w, 1 + stamp)) {
+			if (stamp) enc_stamp(w, ts);
+			publish(t, w, a, stamp + enc_free(w + stamp, enc_tag(flags), a));
 			return;
 		}
 	}

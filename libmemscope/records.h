@@ -86,6 +86,12 @@ ENC void enc_pair_second(uint64_t *w, uint32_t h) {
 	((uint32_t *)w)[0] = h | P_SECOND; // little-endian: the unit's low half
 }
 
+// A stamp unit: the precise stamp of the thread's next event (ts <= P_STAMP_MAX).
+ENC uint32_t enc_stamp(uint64_t *w, uint64_t ts) {
+	w[0] = C_PAIR | P_STAMP | (ts & (P_STAMP - 1)) | (ts >> 30 & ((1ull << 29) - 1)) << 32;
+	return 1;
+}
+
 // Units the event starting at u spans (a pair unit: 1).
 ENC uint32_t rec_units(const uint64_t *u) {
 	if (u[0] & C_COMPACT) return (u[0] & (C_FREE | C_SHORT)) ? 1 : (u[0] >> 48 & F_STACKID) ? 3 : 2;

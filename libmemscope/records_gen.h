@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #define SPOOL_MAGIC "MSSPOOL1" // the spool file's first 8 bytes
-#define SPOOL_VERSION 4 // 4: pair units; 3: short MALLOCs, padding chunks
+#define SPOOL_VERSION 5 // 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
 #define SPOOL_MIN_VERSION 2 // the oldest version still read
 #define SPOOL_HDR_SIZE 32 // bytes before the first chunk
 #define UNIT_SIZE 8 // bytes in a unit
@@ -48,6 +48,13 @@
 #define P_MNEAR 0x100000 // 1<<20: a MALLOC half's address lies within +-P_MNEAR bytes of the last
 #define P_FNEAR 0x80000000ull // 1<<31: a FREE half's
 
+// A stamp unit (C_PAIR with P_STAMP): no event, the precise stamp (TSC ticks
+// or ns, see R_CALIB) of the thread's next event, in 59 bits: bits 0-29 hold
+// its low 30 bits, bits 32-60 the next 29. Written before each hot MALLOC and
+// FREE while two threads record (see libmemscope/ring.c, ms_precise).
+#define P_STAMP 0x40000000 // 1<<30: the unit is a stamp
+#define P_STAMP_MAX 0x7ffffffffffffffull // (1<<59)-1: the largest stamp a stamp unit holds
+
 // Record kinds.
 enum {
 	R_MALLOC = 1, // a = address, b = size; n's high 16 bits: the site id (R_SITE)
@@ -66,6 +73,7 @@ enum {
 	R_SITE = 14, // a = allocation site (return address), b = its id
 	R_EPOCH = 15, // ts = TS_EPOCH | epoch: this thread's compact records that follow belong to it
 	R_STACK = 16, // a = stack id, b = frames; payload: a C stack's return addresses (see F_STACKID)
+	R_PRECISE = 17, // every MALLOC and FREE has a precise stamp from here on (two threads record); its stamp is taken once they do
 
 	// Python (libmemscope/pystack.c, libmemscope/api.go)
 	R_PYCODE = 32, // a = code id; payload: ms_pycode, then file, name, qualname, line table

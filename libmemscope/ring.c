@@ -40,6 +40,36 @@ static void thr_stack_bounds(ms_thr *t) {
 	if (t->stack_hi < sp) t->stack_hi = sp + 64 * 1024; // unknown: stay near the current frame
 }
 
+// While two threads record, every MALLOC and FREE carries a precise stamp
+// taken inside the allocator call's window (before free, after malloc):
+// two threads' events on one address are then in the order the allocator
+// gave them, and the reader repairs only the stamps' jitter with the
+// allocator's rules (spool/order.go). A thread alone needs none: its ring is
+// in program order. Two threads record when a second one enters an epoch
+// another thread recorded in (precise_check); after PRECISE_IDLE epochs with
+// one thread the stamps stop (drain.c, precise_idle).
+HIDDEN _Atomic int ms_precise;
+HIDDEN _Atomic uint64_t ms_epoch_owner; // epoch (low 32 bits) << 32 | the first thread to record in it
+HIDDEN _Atomic uint64_t ms_epoch_shared; // the last epoch two threads recorded in
+
+HIDDEN void precise_check(ms_thr *t, uint64_t e) {
+	uint64_t mine = (e & 0xffffffffu) << 32 | (uint32_t)t->tid;
+	uint64_t o = atomic_load_explicit(&ms_epoch_owner, memory_order_relaxed);
+	while (o >> 32 != (e & 0xffffffffu)) {
+		if (atomic_compare_exchange_weak(&ms_epoch_owner, &o, mine)) return;
+	}
+	if ((uint32_t)o == (uint32_t)t->tid) return;
+	atomic_store_explicit(&ms_epoch_shared, e, memory_order_relaxed);
+	if (!atomic_load_explicit(&ms_precise, memory_order_relaxed)) {
+		atomic_store(&ms_precise, 1);
+		ms_fast_update();
+		// Stamped once every thread's fast path sees the change: each event
+		// without a precise stamp happened before this one (the reader
+		// bounds their times by it).
+		emit(R_PRECISE, 0, stamp_after(), 0, 0, NULL, 0);
+	}
+}
+
 HIDDEN ms_thr *thr_acquire(void) {
 	ms_thr *t = ms_tls.prev;
 	if (t) {
@@ -68,6 +98,7 @@ HIDDEN ms_thr *thr_acquire(void) {
 	t->wseg = NULL;
 	t->gate = 0;
 	t->last_epoch = 0;
+	t->precise_seen = 0;
 	t->last_ra = 0;
 	t->half = 0;
 	t->last_ptr = 1; // no pair half before a compact record names an address

@@ -69,6 +69,7 @@ func NewDecoder(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) *De
 		sp: sp, pyMemo: map[string]string{}, pyLines: map[PyFrame]int{}, scopes: map[int32][]string{},
 	}
 	d.steps.UseStepCalls = sp.HasStep
+	d.r.SetLive(func(k BlockKey) bool { _, ok := d.live[k]; return ok })
 	return d
 }
 
@@ -324,13 +325,6 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	if _, ok := d.live[key]; ok && inherited {
 		return nil // a later rotated log repeats a block already live
 	}
-	if old, ok := d.live[key]; ok && old.tid != r.Tid && !r.Forced && !inherited {
-		// Another thread has not freed this address yet in merged order:
-		// its FREE is just ahead (sampled times). Hold this thread back.
-		d.r.Park(key)
-		d.records--
-		return nil
-	}
 	d.nextAID++
 	b := &block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid}
 	d.live[key] = b // replaces a block whose FREE was never seen
@@ -368,7 +362,6 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 		return nil // freed memory we never saw allocated (or a file mapping)
 	}
 	delete(d.live, key)
-	d.r.Wake(key, e.Timestamp)
 	d.lastFree[r.Tid], d.lastSize[r.Tid] = key, b.size
 	if r.Flags&format.FOff != 0 {
 		return nil

@@ -1,12 +1,13 @@
 package spool
 
 import (
-	"container/heap"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"sort"
 
 	"msmemscope/format"
@@ -159,8 +160,18 @@ type RecDecoder struct {
 	Epoch uint64
 	Site  uint32
 	Ptr   uint64
-	half  bool // the first half of the pair unit at hand was handed out
+	half  bool   // the first half of the pair unit at hand was handed out
+	stamp uint64 // a stamp unit's stamp for the next event (0: none)
 }
+
+// NoEvent is the kind of what RecDecoder.Next returns for a stamp unit.
+const NoEvent = 0
+
+// IsStamp reports whether unit w is a stamp unit (format.PairStamp).
+func IsStamp(w uint64) bool { return w&pairBits == pairBits && w&format.PairStamp != 0 }
+
+// stampOf decodes a stamp unit.
+func stampOf(w uint64) uint64 { return w&(format.PairStamp-1) | (w>>32&(1<<29-1))<<30 }
 
 // Next decodes the event at the start of b (whole units) and moves the
 // decoder past it. It returns the event, the bytes it ends b's use of (0
@@ -168,7 +179,10 @@ type RecDecoder struct {
 // when b ends inside the event.
 func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 	if len(b) >= UnitSize {
-		if w := binary.LittleEndian.Uint64(b); w&pairBits == pairBits {
+		if w := binary.LittleEndian.Uint64(b); IsStamp(w) {
+			d.stamp = stampOf(w)
+			return Rec{Kind: NoEvent}, UnitSize, true
+		} else if w&pairBits == pairBits {
 			h, size := w>>32, UnitSize
 			switch {
 			case d.half:
@@ -200,7 +214,11 @@ func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 	}
 	if r.TS&TSEpoch != 0 {
 		d.Epoch = r.TS &^ TSEpoch
+		if d.stamp != 0 && b[UnitSize-1]&0x80 != 0 {
+			r.TS = d.stamp // a compact record after a stamp unit
+		}
 	}
+	d.stamp = 0
 	return r, size, true
 }
 
@@ -212,7 +230,7 @@ func NeedsPast(b []byte) bool {
 		return false
 	}
 	w := binary.LittleEndian.Uint64(b)
-	return w&pairBits == pairBits || w&(compactBit|compactFree|compactShort) == compactBit|compactShort
+	return w&pairBits == pairBits && !IsStamp(w) || w&(compactBit|compactFree|compactShort) == compactBit|compactShort
 }
 
 // compactSize is the size in bytes of the compact record whose first unit
@@ -264,6 +282,7 @@ type Spool struct {
 	threads           map[int32][]chunkRef
 	calib             []calibPoint
 	epochNs           map[uint64]uint64 // epoch -> CLOCK_MONOTONIC ns at its start
+	preciseOn         []uint64          // when precise stamps began (R_PRECISE), in ns
 	Sites             map[uint32]uint64 // site id -> return address of the allocator's caller
 	stacks            map[uint32][]byte // stack id -> an RStack's payload (its frames)
 	firstNs           uint64            // the earliest record that is not inherited (0: unknown)
@@ -386,6 +405,9 @@ func (s *Spool) index() error {
 					s.Truncated = true
 					break
 				}
+				if IsStamp(w) {
+					continue // not an event
+				}
 				s.Records++
 				if w&pairBits == pairBits && w&pairSecond != 0 {
 					s.Records++
@@ -415,6 +437,8 @@ func (s *Spool) index() error {
 				if r.Flags&format.FEpoch != 0 {
 					s.epochNs[r.B] = r.A
 				}
+			case format.RPrecise:
+				s.preciseOn = append(s.preciseOn, r.TS)
 			case format.RStep:
 				s.HasStep = true
 			case format.ROpStart, format.RTag:
@@ -447,6 +471,10 @@ func (s *Spool) index() error {
 	if s.minTick != 0 {
 		s.firstNs = s.Ns(s.minTick)
 	}
+	for i, t := range s.preciseOn {
+		s.preciseOn[i] = s.Ns(t)
+	}
+	slices.Sort(s.preciseOn)
 	if ns, ok := s.epochNs[s.minEpoch]; ok && (s.firstNs == 0 || ns < s.firstNs) {
 		s.firstNs = ns
 	}
@@ -504,8 +532,18 @@ type threadCursor struct {
 	qi     int
 	prevNs uint64 // time of the last record handed out
 	floor  uint64 // no record of this thread is earlier (ordering repair)
-	parkNs uint64
-	repeat bool // the chunk at hand is a later log's prologue (chunkRef.repeats)
+	repeat bool   // the chunk at hand is a later log's prologue (chunkRef.repeats)
+
+	// Bounds on when the current record truly happened (its hook's
+	// stamp): between the thread's precise stamps around it, within its
+	// epoch. The merge orders by the estimate ns; the bounds say when
+	// another thread's record cannot come before it (order.go).
+	lo, hi      uint64
+	qlo, qhi    uint64 // the bounds of the queued epoch-only records
+	lastPrecise uint64 // the thread's last precise stamp, in ns
+
+	heapIdx int      // position in the merge heap, -1 when out of it
+	park    parkInfo // why it is held back (order.go)
 }
 
 // raw reads the next record of the thread; its payload stays valid because
@@ -553,7 +591,7 @@ func (c *threadCursor) next(f io.ReaderAt) (Rec, bool, error) {
 			}
 		}
 	}
-	if rec.Kind == format.REpoch || rec.Kind == format.RStack {
+	if rec.Kind == format.REpoch || rec.Kind == format.RStack || rec.Kind == NoEvent {
 		return c.next(f) // not events
 	}
 	return rec, true, nil
@@ -584,8 +622,14 @@ func (c *threadCursor) load(s *Spool) (bool, error) {
 	}
 	c.cur, c.ns = c.q[c.qi], c.qns[c.qi]
 	c.qi++
+	if c.cur.TS&TSEpoch != 0 {
+		c.lo, c.hi = c.qlo, c.qhi
+	} else {
+		c.lo, c.hi = c.ns-min(c.ns, stampJitter), c.ns+stampJitter
+	}
 	if c.cur.Kind == format.RMalloc && c.cur.Flags&format.FInherit != 0 && s.firstNs > 0 {
 		c.ns = s.firstNs - 1 // live before anything in this log happened
+		c.lo, c.hi = c.ns, c.ns
 	}
 	if c.ns < c.floor {
 		c.ns = c.floor
@@ -617,6 +661,12 @@ func (c *threadCursor) times(s *Spool) {
 		q = s.Ns(last.TS)
 	}
 	if m > 0 {
+		c.bounds(s, c.q[0].TS&^TSEpoch, hasQ, q)
+	}
+	if hasQ {
+		c.lastPrecise = max(c.lastPrecise, q)
+	}
+	if m > 0 {
 		e := c.q[0].TS &^ TSEpoch
 		lo := c.prevNs
 		if st, ok := s.epochNs[e]; ok && st > lo {
@@ -628,6 +678,9 @@ func (c *threadCursor) times(s *Spool) {
 		hi, ok := s.epochEnd(e)
 		if hasQ && (!ok || q < hi) {
 			hi, ok = q, true
+		}
+		if c.qhi < hi || !ok && c.qhi != math.MaxUint64 {
+			hi, ok = c.qhi, true // precise stamps began before that (bounds)
 		}
 		if !ok || hi < lo {
 			hi = lo + uint64(m) + 1 // unknown end: keep order, 1 ns apart
@@ -644,158 +697,37 @@ func (c *threadCursor) times(s *Spool) {
 	}
 }
 
-type cursorHeap []*threadCursor
+// epochSlack covers the drain's calibration of an epoch's end, taken just
+// before the epoch moves on (drain.c, epoch_start): a record of the old
+// epoch may come a moment after it.
+const epochSlack = 100_000
 
-func (h cursorHeap) Len() int { return len(h) }
-func (h cursorHeap) Less(i, j int) bool {
-	if h[i].ns != h[j].ns {
-		return h[i].ns < h[j].ns
-	}
-	if h[i].tid != h[j].tid {
-		return h[i].tid < h[j].tid
-	}
-	return h[i].seq < h[j].seq
-}
-func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*threadCursor)) }
-func (h *cursorHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
+// stampJitter is how far a precise stamp may lie from its event: the hot
+// path reads the TSC unfenced, so the read may move by what the core has in
+// flight (a few hundred cycles).
+const stampJitter = 1_000
 
-// BlockKey names a live block for ordering repair.
-type BlockKey struct {
-	Sub uint16
-	Ptr uint64
-}
-
-// parkLimit is how far (ns) the merge may run past a parked record before
-// the record is delivered anyway (its FREE never came: a lost event).
-const parkLimit = 50_000_000
-
-// Reader yields every record of a spool, threads merged by time; each
-// thread's own order is kept.
-type Reader struct {
-	s      *Spool
-	h      cursorHeap
-	last   *threadCursor
-	init   bool
-	parked map[BlockKey][]*threadCursor
-	nPark  int
-	lastNs uint64 // time of the last record handed out
-}
-
-// Reader starts a time-ordered pass over the spool.
-func (s *Spool) Reader() *Reader {
-	return &Reader{s: s, parked: map[BlockKey][]*threadCursor{}}
-}
-
-// Park holds back the thread of the record just returned until Wake(k): a
-// MALLOC of an address another thread has not freed yet in merged order
-// (interpolated times can put it a little early). The record is returned
-// again after the FREE, with a time no earlier than the FREE's.
-func (r *Reader) Park(k BlockKey) {
-	c := r.last
-	if c == nil {
-		return
+// bounds sets qlo and qhi for epoch-only records of epoch e: no earlier than
+// the thread's last precise stamp or the epoch's start, no later than the
+// precise stamp q that follows them (when hasQ) or the epoch's end.
+func (c *threadCursor) bounds(s *Spool, e uint64, hasQ bool, q uint64) {
+	c.qlo, c.qhi = c.lastPrecise-min(c.lastPrecise, stampJitter), math.MaxUint64
+	if st, ok := s.epochNs[e]; ok && st > c.qlo {
+		c.qlo = st
 	}
-	r.last = nil // its record stays current: Wake puts it back in the merge
-	c.parkNs = c.ns
-	r.parked[k] = append(r.parked[k], c)
-	r.nPark++
-}
-
-// Wake releases threads parked on k; ns is the time of the FREE.
-func (r *Reader) Wake(k BlockKey, ns uint64) {
-	cs, ok := r.parked[k]
-	if !ok {
-		return
+	if end, ok := s.epochEnd(e); ok {
+		c.qhi = end + epochSlack
 	}
-	delete(r.parked, k)
-	for _, c := range cs {
-		r.resume(c, ns)
+	if hasQ && q+stampJitter < c.qhi {
+		c.qhi = q + stampJitter
 	}
-}
-
-// resume puts parked c back in the merge, its record and the thread's later
-// ones no earlier than ns.
-func (r *Reader) resume(c *threadCursor, ns uint64) {
-	r.nPark--
-	if c.floor < ns {
-		c.floor = ns
+	// Written while precise stamps were off (the thread's first event after
+	// they stop is stamped, so qlo is after that): before they next began.
+	on := s.preciseOn
+	if i, _ := slices.BinarySearch(on, c.qlo); i < len(on) && on[i]+stampJitter < c.qhi {
+		c.qhi = on[i] + stampJitter
 	}
-	if c.ns < ns {
-		c.ns = ns
+	if c.qhi < c.qlo {
+		c.qhi = c.qlo
 	}
-	heap.Push(&r.h, c)
-}
-
-// releaseStale delivers parked records whose FREE is not coming.
-func (r *Reader) releaseStale() {
-	for k, cs := range r.parked {
-		keep := cs[:0]
-		for _, c := range cs {
-			if len(r.h) == 0 || r.h[0].ns > c.parkNs+parkLimit {
-				// Its FREE never came (the other thread's stream ended, or
-				// it lost the record): deliver it now, not back in time.
-				c.cur.Forced = true
-				r.resume(c, r.lastNs)
-			} else {
-				keep = append(keep, c)
-			}
-		}
-		if len(keep) == 0 {
-			delete(r.parked, k)
-		} else {
-			r.parked[k] = keep
-		}
-	}
-}
-
-// Next returns the next record and its time in ns, or nil at the end.
-func (r *Reader) Next() (*Rec, uint64, error) {
-	if !r.init {
-		r.init = true
-		tids := make([]int32, 0, len(r.s.threads))
-		for t := range r.s.threads {
-			tids = append(tids, t)
-		}
-		sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
-		for _, t := range tids {
-			c := &threadCursor{tid: t, chunks: r.s.threads[t], stacks: r.s.stacks}
-			ok, err := c.load(r.s)
-			if err != nil {
-				return nil, 0, err
-			}
-			if ok {
-				r.h = append(r.h, c)
-			}
-		}
-		heap.Init(&r.h)
-	} else if r.last != nil {
-		c := r.last
-		r.last = nil
-		ok, err := c.load(r.s)
-		if err != nil {
-			return nil, 0, err
-		}
-		if ok {
-			c.seq++
-			heap.Push(&r.h, c)
-		}
-	}
-	if r.nPark > 0 {
-		r.releaseStale()
-	}
-	if len(r.h) == 0 {
-		return nil, 0, nil
-	}
-	c := heap.Pop(&r.h).(*threadCursor)
-	r.last = c
-	if c.ns > r.lastNs {
-		r.lastNs = c.ns
-	}
-	return &c.cur, c.ns, nil
 }

@@ -5,7 +5,7 @@ from typing import Final
 
 # Constants of the spool and its records.
 SPOOL_MAGIC: Final[bytes] = b"MSSPOOL1"  # the spool file's first 8 bytes
-SPOOL_VERSION: Final[int] = 4  # 4: pair units; 3: short MALLOCs, padding chunks
+SPOOL_VERSION: Final[int] = 5  # 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
 SPOOL_MIN_VERSION: Final[int] = 2  # the oldest version still read
 SPOOL_HDR_SIZE: Final[int] = 32  # bytes before the first chunk
 UNIT_SIZE: Final[int] = 8  # bytes in a unit
@@ -46,6 +46,13 @@ P_MSIZE: Final[int] = 0x800  # 1<<11: a MALLOC half's sizes are below this
 P_MNEAR: Final[int] = 0x100000  # 1<<20: a MALLOC half's address lies within +-P_MNEAR bytes of the last
 P_FNEAR: Final[int] = 0x80000000  # 1<<31: a FREE half's
 
+# A stamp unit (C_PAIR with P_STAMP): no event, the precise stamp (TSC ticks
+# or ns, see R_CALIB) of the thread's next event, in 59 bits: bits 0-29 hold
+# its low 30 bits, bits 32-60 the next 29. Written before each hot MALLOC and
+# FREE while two threads record (see libmemscope/ring.c, ms_precise).
+P_STAMP: Final[int] = 0x40000000  # 1<<30: the unit is a stamp
+P_STAMP_MAX: Final[int] = 0x7ffffffffffffff  # (1<<59)-1: the largest stamp a stamp unit holds
+
 # Record kinds.
 R_MALLOC: Final[int] = 1  # a = address, b = size; n's high 16 bits: the site id (R_SITE)
 R_FREE: Final[int] = 2  # a = address (b = length of an MMAP)
@@ -63,6 +70,7 @@ R_LOST: Final[int] = 13  # a = events lost
 R_SITE: Final[int] = 14  # a = allocation site (return address), b = its id
 R_EPOCH: Final[int] = 15  # ts = TS_EPOCH | epoch: this thread's compact records that follow belong to it
 R_STACK: Final[int] = 16  # a = stack id, b = frames; payload: a C stack's return addresses (see F_STACKID)
+R_PRECISE: Final[int] = 17  # every MALLOC and FREE has a precise stamp from here on (two threads record); its stamp is taken once they do
 
 # Python (libmemscope/pystack.c, libmemscope/api.go)
 R_PYCODE: Final[int] = 32  # a = code id; payload: ms_pycode, then file, name, qualname, line table

@@ -1,0 +1,359 @@
+package spool
+
+import (
+	"container/heap"
+	"math"
+	"sort"
+
+	"msmemscope/format"
+)
+
+// The merge of the threads' records into one stream, in an order the
+// allocator allows (SPEC §2.1): for every block its MALLOC, then its FREE;
+// a FREE before another thread's MALLOC of the same address.
+//
+// Each thread's records are in program order. Across threads the recorder
+// gives each event either a precise stamp or only its drain epoch, and the
+// merge estimates the time of the latter between the precise stamps around
+// it. Estimates can put two threads' events on one address in the wrong
+// order: a FREE ahead of the other thread's MALLOC it frees (a block handed
+// through a queue), or a MALLOC ahead of the other thread's FREE whose
+// memory it reuses. The consumer's allocator state (Reader.SetLive) decides:
+// a record that the state does not allow yet — a FREE of an address not
+// live, a MALLOC of an address another thread holds — is held back, with the
+// rest of its thread, until a record on that address changes the state.
+//
+// Held back for how long is exact, not a time-out: the record truly
+// happened by its bound hi (cursor.hi: the next precise stamp of its thread,
+// or its epoch's end), and a record of another thread that can come before
+// it must have its own lower bound lo below that. Once no other thread's
+// next record has lo < hi, nothing can make the record valid: it is
+// delivered as it is (Rec.Forced), and counted (OrderStats). Two records of
+// one kind on one address whose bounds overlap (four threads touching an
+// address within one stamp's window) admit two pairings: the merge takes
+// the one its estimates give, and counts it as ambiguous.
+
+// BlockKey names a block: its kind (format.FHost, FMmap) and address.
+type BlockKey struct {
+	Sub uint16
+	Ptr uint64
+}
+
+// OrderStats counts what the ordering repair did and could not do.
+type OrderStats struct {
+	Reordered    uint64 // records held back until another thread's record on their address
+	UnpairedFree uint64 // FREEs of an address no thread had allocated (before recording began, or a lost MALLOC)
+	LostFree     uint64 // MALLOCs of an address another thread still held (that thread's FREE was never recorded)
+	Ambiguous    uint64 // records whose order on their address the stamps did not settle
+}
+
+// parkInfo is why a cursor is held back.
+type parkInfo struct {
+	key    BlockKey
+	parked bool
+}
+
+type cursorHeap []*threadCursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	if h[i].ns != h[j].ns {
+		return h[i].ns < h[j].ns
+	}
+	if h[i].tid != h[j].tid {
+		return h[i].tid < h[j].tid
+	}
+	return h[i].seq < h[j].seq
+}
+func (h cursorHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *cursorHeap) Push(x any) {
+	c := x.(*threadCursor)
+	c.heapIdx = len(*h)
+	*h = append(*h, c)
+}
+func (h *cursorHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	x.heapIdx = -1
+	*h = old[:len(old)-1]
+	return x
+}
+
+// lastOn is the last record delivered on an address (a small direct-mapped
+// cache: ambiguity needs only the recent past).
+type lastOn struct {
+	key    BlockKey
+	tid    int32
+	kind   uint16
+	lo, hi uint64
+}
+
+const lastOnSlots = 1 << 14
+
+// Reader yields every record of a spool, threads merged by time; each
+// thread's own order is kept.
+type Reader struct {
+	s       *Spool
+	h       cursorHeap
+	last    *threadCursor
+	init    bool
+	live    func(BlockKey) bool
+	parked  map[BlockKey][]*threadCursor
+	nPark   int
+	wake    *BlockKey // the address of the record last delivered: its waiters may go on
+	wakeKey BlockKey
+	lastNs  uint64 // time of the last record handed out
+	recent  []lastOn
+	Stats   OrderStats
+}
+
+// Reader starts a time-ordered pass over the spool.
+func (s *Spool) Reader() *Reader {
+	return &Reader{s: s, parked: map[BlockKey][]*threadCursor{}}
+}
+
+// SetLive gives the reader the consumer's allocator state: whether an
+// address is live. The consumer updates it from each record before asking
+// for the next. Without it the records come in estimated time order only.
+func (r *Reader) SetLive(live func(BlockKey) bool) {
+	r.live = live
+	r.recent = make([]lastOn, lastOnSlots)
+}
+
+func keyOf(rec *Rec) BlockKey { return BlockKey{Sub: rec.Flags & format.FSubMask, Ptr: rec.A} }
+
+func recentSlot(k BlockKey) int {
+	return int((k.Ptr>>4 ^ uint64(k.Sub)*0x9E3779B97F4A7C15) * 0x9E3779B97F4A7C15 >> 50)
+}
+
+// ordered reports whether rec is a MALLOC or FREE whose order the
+// allocator's state checks (a failed realloc's or an inherited block's
+// MALLOC is not a new allocation).
+func ordered(rec *Rec) bool {
+	switch rec.Kind {
+	case format.RMalloc:
+		return rec.Flags&(format.FUndo|format.FInherit) == 0
+	case format.RFree:
+		return true
+	}
+	return false
+}
+
+// blocked reports whether the allocator's state does not allow c's record
+// yet, and counts an ambiguity when the record it would follow on its
+// address was of its own kind, from another thread, with overlapping bounds.
+func (r *Reader) blocked(c *threadCursor) bool {
+	rec := &c.cur
+	if r.live == nil || rec.Forced || !ordered(rec) {
+		return false
+	}
+	k := keyOf(rec)
+	// A MALLOC of a live address waits for its FREE (from any thread: the
+	// holder may have handed the block on); a FREE for its MALLOC.
+	wait := r.live(k) == (rec.Kind == format.RMalloc)
+	if wait {
+		lo, hi := c.tight()
+		if p := &r.recent[recentSlot(k)]; p.key == k && p.kind == rec.Kind && p.tid != rec.Tid && p.lo <= hi && lo <= p.hi {
+			r.Stats.Ambiguous++
+		}
+	}
+	return wait
+}
+
+// orderJitter is how far apart two precise stamps must be for their order
+// to count as settled: what an unfenced TSC read moves by in practice.
+const orderJitter = 200
+
+// tight is where c's record lies for counting ambiguities: its precise stamp
+// give or take orderJitter, else its bounds.
+func (c *threadCursor) tight() (lo, hi uint64) {
+	if c.cur.TS&TSEpoch == 0 && c.hi-c.lo == 2*stampJitter {
+		mid := c.lo + stampJitter
+		return mid - min(mid, orderJitter), mid + orderJitter
+	}
+	return c.lo, c.hi
+}
+
+// park holds c back until a record on its address is delivered.
+func (r *Reader) park(c *threadCursor) {
+	k := keyOf(&c.cur)
+	c.park = parkInfo{key: k, parked: true}
+	r.parked[k] = append(r.parked[k], c)
+	r.nPark++
+	r.Stats.Reordered++
+}
+
+// unpark puts c back in the merge, its record no earlier than the stream.
+func (r *Reader) unpark(c *threadCursor) {
+	c.park.parked = false
+	r.nPark--
+	if c.ns < r.lastNs {
+		c.ns = r.lastNs
+	}
+	if c.floor < c.ns {
+		c.floor = c.ns
+	}
+	heap.Push(&r.h, c)
+}
+
+// wakeOn releases the cursors waiting on k: a record on k was delivered.
+func (r *Reader) wakeOn(k BlockKey) {
+	cs, ok := r.parked[k]
+	if !ok {
+		return
+	}
+	delete(r.parked, k)
+	for _, c := range cs {
+		r.unpark(c)
+	}
+}
+
+// releaseStale delivers held-back records that nothing can make valid any
+// more: no other thread's next record can have happened before them. When
+// every cursor is held back (each waiting for a record behind another's),
+// the one that happened earliest goes first.
+func (r *Reader) releaseStale() {
+	minHi := uint64(math.MaxUint64)
+	for _, cs := range r.parked {
+		for _, c := range cs {
+			minHi = min(minHi, c.hi)
+		}
+	}
+	// The heap's least estimate is no lower than its least lower bound:
+	// nothing to do while it has not passed every held record's bound.
+	if len(r.h) > 0 && r.h[0].ns <= minHi {
+		return
+	}
+	activeLo := uint64(math.MaxUint64)
+	for _, c := range r.h {
+		activeLo = min(activeLo, c.lo)
+	}
+	var stale []*threadCursor
+	for _, cs := range r.parked {
+		for _, c := range cs {
+			if activeLo > c.hi {
+				stale = append(stale, c)
+			}
+		}
+	}
+	// A held record is released only when no other held record that may
+	// still become valid could precede it.
+	sort.Slice(stale, func(i, j int) bool { return stale[i].lo < stale[j].lo })
+	for _, c := range stale {
+		free := true
+		for _, cs := range r.parked {
+			for _, o := range cs {
+				if o != c && o.park.parked && o.lo < c.hi && activeLo <= o.hi {
+					free = false
+				}
+			}
+		}
+		if !free {
+			continue
+		}
+		r.release(c)
+	}
+	if len(r.h) == 0 && r.nPark > 0 {
+		var first *threadCursor
+		for _, cs := range r.parked {
+			for _, c := range cs {
+				if first == nil || c.lo < first.lo || c.lo == first.lo && c.tid < first.tid {
+					first = c
+				}
+			}
+		}
+		r.release(first)
+	}
+}
+
+// release delivers held-back c as it is.
+func (r *Reader) release(c *threadCursor) {
+	k := c.park.key
+	cs := r.parked[k]
+	for i, o := range cs {
+		if o == c {
+			cs = append(cs[:i], cs[i+1:]...)
+			break
+		}
+	}
+	if len(cs) == 0 {
+		delete(r.parked, k)
+	} else {
+		r.parked[k] = cs
+	}
+	c.cur.Forced = true
+	if c.cur.Kind == format.RFree {
+		r.Stats.UnpairedFree++
+	} else {
+		r.Stats.LostFree++
+	}
+	r.unpark(c)
+}
+
+// Next returns the next record and its time in ns, or nil at the end. Times
+// never decrease.
+func (r *Reader) Next() (*Rec, uint64, error) {
+	if !r.init {
+		r.init = true
+		tids := make([]int32, 0, len(r.s.threads))
+		for t := range r.s.threads {
+			tids = append(tids, t)
+		}
+		sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
+		for _, t := range tids {
+			c := &threadCursor{tid: t, chunks: r.s.threads[t], stacks: r.s.stacks, heapIdx: -1}
+			ok, err := c.load(r.s)
+			if err != nil {
+				return nil, 0, err
+			}
+			if ok {
+				heap.Push(&r.h, c)
+			}
+		}
+	} else if r.last != nil {
+		c := r.last
+		r.last = nil
+		ok, err := c.load(r.s)
+		if err != nil {
+			return nil, 0, err
+		}
+		if ok {
+			c.seq++
+			heap.Push(&r.h, c)
+		}
+	}
+	if r.wake != nil {
+		r.wake = nil
+		r.wakeOn(r.wakeKey)
+	}
+	for {
+		if r.nPark > 0 {
+			r.releaseStale()
+		}
+		if len(r.h) == 0 {
+			return nil, 0, nil
+		}
+		c := heap.Pop(&r.h).(*threadCursor)
+		if r.blocked(c) {
+			r.park(c)
+			continue
+		}
+		if c.ns < r.lastNs {
+			c.ns = r.lastNs
+		}
+		r.lastNs = c.ns
+		r.last = c
+		if r.live != nil && ordered(&c.cur) {
+			k := keyOf(&c.cur)
+			lo, hi := c.tight()
+			r.recent[recentSlot(k)] = lastOn{key: k, tid: c.tid, kind: c.cur.Kind, lo: lo, hi: hi}
+			if _, ok := r.parked[k]; ok {
+				r.wakeKey, r.wake = k, &r.wakeKey
+			}
+		}
+		return &c.cur, c.ns, nil
+	}
+}
