@@ -302,12 +302,9 @@ static int drain_thread(int fd, ms_thr *t) {
 
 // One pass: every thread's published events to the spool; with dio, by
 // direct I/O where it may, leaving young partial segments for later (their
-// undrained events are counted in pass_waiting).
-static long drain_pass(int dio) {
-	int fd = atomic_load(&ms_spool_fd);
-	if (fd < 0 || ms_child) return -1;
-	guard_up();
-	pthread_mutex_lock(&ms_drain_lock);
+// undrained events are counted in pass_waiting). The caller holds the drain
+// lock and the guard.
+static long drain_locked(int fd, int dio) {
 	long before = drained_bytes;
 	pass_dio = dio && dio_fd >= 0 && !atomic_load(&ms_direct);
 	pass_now = pass_dio ? mono_ns() : 0;
@@ -318,10 +315,40 @@ static long drain_pass(int dio) {
 		rc = drain_thread(fd, t);
 	}
 	if (iov_flush(fd)) rc = -1;
-	long out = rc ? -1 : drained_bytes - before;
 	pass_dio = 0;
+	return rc ? -1 : drained_bytes - before;
+}
+
+static long drain_pass(int dio) {
+	int fd = atomic_load(&ms_spool_fd);
+	if (fd < 0 || ms_child) return -1;
+	guard_up();
+	pthread_mutex_lock(&ms_drain_lock);
+	long out = drain_locked(fd, dio);
 	pthread_mutex_unlock(&ms_drain_lock);
 	guard_down();
+	return out;
+}
+
+// The drain of a crash handler (crash.c): everything published, through the
+// page cache, after a clock calibration point (as at the exit). The drain
+// thread runs on while the crashed thread is in its handler and may hold the
+// lock, in the middle of a pass: it is waited for at most wait_ns. The
+// caller holds the guard.
+HIDDEN long ms_drain_crash(uint64_t wait_ns) {
+	int fd = atomic_load(&ms_spool_fd);
+	if (fd < 0 || ms_child) return -1;
+	uint64_t until = mono_ns() + wait_ns;
+	while (pthread_mutex_trylock(&ms_drain_lock)) {
+		if (mono_ns() > until) return -2;
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+	uint64_t r[REC_UNITS];
+	uint32_t n = enc_full(r, R_CALIB, 0, stamp_after(), mono_ns(), epoch_now(), 0, NULL, 0);
+	write_direct(r, n, 0);
+	long out = drain_locked(fd, 0);
+	pthread_mutex_unlock(&ms_drain_lock);
 	return out;
 }
 
