@@ -70,7 +70,7 @@ type ConfigJSON struct {
 	EventsLost             uint64           `json:"events_lost"`
 	ForkedChildrenUntraced int              `json:"forked_children_untraced"`
 	Complete               bool             `json:"complete"`
-	Ended                  string           `json:"ended"` // exit, crash (the final drain ran in a crash handler) or killed
+	Ended                  string           `json:"ended"` // exit, crash (the final drain ran in a crash handler), exec or killed
 	Crash                  *spool.CrashMeta `json:"crash,omitempty"`
 	Exec                   string           `json:"exec,omitempty"`
 	SpoolBytes             int64            `json:"spool_bytes"`
@@ -184,6 +184,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 		res.Lost = end.Lost
 	}
 	res.Exec = dec.Exec()
+	if res.Exec != "" && res.Ended == spool.EndedKilled {
+		res.Ended = spool.EndedExec
+	}
 	res.Forks = dec.Forks()
 	for _, c := range res.Forks {
 		if !opt.TracedChildren[c] {

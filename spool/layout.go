@@ -102,6 +102,7 @@ func ReadCrash(dir string) *CrashMeta {
 const (
 	EndedExit   = "exit"   // normally: exit or return from main (end.json)
 	EndedCrash  = "crash"  // of a crash signal, after the final drain (crash.json)
+	EndedExec   = "exec"   // it exec'd another program (whose image has a capture of its own)
 	EndedKilled = "killed" // otherwise (SIGKILL, say): the spool ends at the drain's last pass
 )
 
@@ -174,7 +175,7 @@ type ManifestProcess struct {
 	Rows           uint64   `json:"rows_written"`
 	Lost           uint64   `json:"events_lost"`
 	Complete       bool     `json:"complete"`
-	Ended          string   `json:"ended,omitempty"` // exit, crash or killed (see Ended)
+	Ended          string   `json:"ended,omitempty"` // exit, crash, exec or killed (see Ended)
 	ExitStatus     *int     `json:"exit_status,omitempty"`
 	Exec           string   `json:"exec,omitempty"`
 	ForkedUntraced int      `json:"forked_children_untraced"`

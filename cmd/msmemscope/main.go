@@ -162,7 +162,7 @@ func runProgram(inv *cli.Invocation) int {
 func howEnded(sig syscall.Signal, man *spool.Manifest) string {
 	ended := ""
 	for _, p := range man.Processes {
-		if p.Main {
+		if p.ExitStatus != nil { // the main program's last image (it may have exec'd)
 			ended = p.Ended
 		}
 	}
