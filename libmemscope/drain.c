@@ -435,6 +435,11 @@ uint64_t ms_drainer_stop(void) {
 	return atomic_load(&drain_errs);
 }
 
+// Set while a batch drained into memory is not yet in its log (the Go
+// engine clears it after writing): a crash handler waits for that.
+HIDDEN _Atomic int ms_sink_busy;
+void ms_sink_done(void) { atomic_store(&ms_sink_busy, 0); }
+
 // Drains into buf (cap bytes, at least 64 KiB) instead of the spool file, in
 // the spool's chunk format, whole events only. Returns the bytes written;
 // when close to cap, call again: the rest is still in the rings.
@@ -442,6 +447,7 @@ long ms_drain_into(void *buf, long cap) {
 	if (ms_child || cap < 4096) return -1;
 	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
+	atomic_store(&ms_sink_busy, 1);
 	sink = buf;
 	sink_cap = (size_t)cap;
 	sink_used = iov_pending = 0;

@@ -165,6 +165,9 @@ const idleBytes = 16 + 32
 func drainRotate() bool {
 	eng.rotMu.Lock() // the drain loop and get_mem_report both drain
 	defer eng.rotMu.Unlock()
+	// Until the batch is in the log, a crash handler waits (crash.c): its
+	// events have left the rings.
+	defer C.ms_sink_done()
 	n := C.ms_drain_into(unsafe.Pointer(&eng.buf[0]), C.long(len(eng.buf)))
 	if n < 0 {
 		eng.proc.NoteDrainErrors(1)
