@@ -41,6 +41,21 @@ static int pass_waiting;      // this pass left young events in a ring
 static int pass_direct;       // segments this pass wrote from memory
 static _Atomic uint64_t drain_errs; // passes that failed to write
 #define DIO_WAIT_NS 20000000ull
+// The drain thread polls every 1 ms, and every DRAIN_IDLE_MAX ms at most
+// once passes find nothing (see drainer_main).
+#define DRAIN_IDLE_SHIFT 3
+#define DRAIN_IDLE_MAX (1 << DRAIN_IDLE_SHIFT)
+
+// What SIGKILL may take (DESIGN rule 10: at most the last ~100 ms): an event
+// published at time t is seen by the pass after it, at most DRAIN_IDLE_MAX ms
+// later (a pass that leaves young events behind keeps the poll at 1 ms), and
+// written through the page cache, where a killed process cannot take it
+// back, once DIO_WAIT_NS have passed since that pass: by t + ~30 ms (plus
+// the time of the pass's writes) while the drain thread gets a core and the
+// disk keeps up. A filled segment goes out in the first pass after it
+// filled. Not published, and so not bounded: a thread's one pending pair half
+// (records.def), its last event while it records nothing more.
+_Static_assert(DIO_WAIT_NS / 1000000 + DRAIN_IDLE_MAX <= 50, "SIGKILL must lose at most ~50 ms of published events");
 
 static int write_all(int fd, const void *buf, size_t n) {
 	const char *p = buf;
@@ -381,7 +396,7 @@ static void *drainer_main(void *arg) {
 		if (n < 0) atomic_fetch_add(&drain_errs, 1);
 		// A pass that found no events wrote only its calibration point.
 		if (n > (long)(sizeof(ms_chunk) + sizeof(ms_rec)) || pass_waiting) idle = 0;
-		else if (idle < 3) idle++;
+		else if (idle < DRAIN_IDLE_SHIFT) idle++;
 		if (pass_direct) {
 			// The disk took whole segments, and that took a while: more are
 			// likely full. Keep it busy rather than sleep.
