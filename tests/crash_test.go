@@ -39,8 +39,8 @@ func crashBlocks(t *testing.T, dump string) {
 }
 
 // TestCrashSignals: a program that allocates five blocks and crashes at
-// once, with no pause (raise(SIGSEGV), a null pointer write, abort(), a stack
-// overflow). The CLI exits with the program's status, says it crashed, and
+// once, with no pause (raise(SIGSEGV), a null pointer write, abort(), glibc
+// aborting in free on a double free, a stack overflow). The CLI exits with the program's status, says it crashed, and
 // the capture holds every MALLOC: the library's crash handler drained the
 // rings before the process died, waiting for the capture folder when the
 // crash came before the engine had made it. config.json says the capture is
@@ -54,6 +54,7 @@ func TestCrashSignals(t *testing.T) {
 		{"segv", syscall.SIGSEGV},
 		{"fault", syscall.SIGSEGV},
 		{"abort", syscall.SIGABRT},
+		{"double", syscall.SIGABRT},
 		{"stack", syscall.SIGSEGV},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
@@ -98,6 +99,34 @@ func TestCrashOwnHandler(t *testing.T) {
 		t.Errorf("config.json: ended %q, want %q (the program's handler exited)", cfg.Ended, spool.EndedExit)
 	}
 	crashBlocks(t, mp.Dump)
+}
+
+// TestCrashPythonFaulthandler: Python's faulthandler installs its SIGSEGV
+// handler with sigaction after msmemscope's; on a crash it still prints the
+// Python traceback, restores the previous handler and raises the signal
+// again, and the process dies of SIGSEGV with every allocation in the
+// capture (three bytearrays of 777,777 bytes: blocks of 777,778).
+func TestCrashPythonFaulthandler(t *testing.T) {
+	py := pythonPath(t)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, 60*time.Second, "", "--output="+out, py, "-X", "faulthandler", "-c",
+		"import ctypes\nx = [bytearray(777777) for i in range(3)]\nctypes.string_at(0)")
+	if r.Code != 128+int(syscall.SIGSEGV) || !strings.Contains(r.Stderr, "Fatal Python error: Segmentation fault") {
+		t.Fatalf("msmemscope: exit %d, want 139 and faulthandler's report\n%s", r.Code, r.Stderr)
+	}
+	mp := readManifest(t, out).main(t)
+	if cfg := readConfig(t, mp.Folder); cfg.Ended != spool.EndedCrash || cfg.Crash == nil || !cfg.Crash.Drained {
+		t.Errorf("config.json: ended %q, crash %+v; want %q, drained", cfg.Ended, cfg.Crash, spool.EndedCrash)
+	}
+	n := 0
+	scanDump(t, mp.Dump, true, func(e *trace.Event) {
+		if e.Kind == trace.KindMalloc && e.Type == trace.TypeHost && e.Size == 777778 {
+			n++
+		}
+	})
+	if n != 3 {
+		t.Errorf("%d MALLOCs of 777,778 bytes in the dump, want 3", n)
+	}
 }
 
 // TestSIGKILLBound: progs/steady.c allocating its known sequence every

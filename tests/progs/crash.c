@@ -3,6 +3,7 @@
  *   segv   raise(SIGSEGV)
  *   fault  a write through a null pointer
  *   abort  abort()
+ *   double a double free: glibc's malloc aborts (SIGABRT inside free)
  *   stack  infinite recursion (a stack overflow)
  *   own    its own SIGSEGV handler (sigaction, SA_SIGINFO) prints
  *          "handled 11" and exits 3; then raise(SIGSEGV)
@@ -49,6 +50,10 @@ int main(int argc, char **argv) {
 	for (int k = 0; k < NBLK; k++) sink[k] = malloc(BASE + 1000 * (size_t)k);
 	if (!strcmp(mode, "fault")) *(volatile int *)(sink[0] ? NULL : sink[1]) = 1;
 	if (!strcmp(mode, "abort")) abort();
+	if (!strcmp(mode, "double")) {
+		free(sink[0]);
+		free(sink[0]);
+	}
 	if (!strcmp(mode, "stack")) return recurse(0);
 	raise(SIGSEGV);
 	return 6;
