@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <ucontext.h>
 
 extern int __sigaction(int, const struct sigaction *, struct sigaction *);
 extern __sighandler_t bsd_signal(int, __sighandler_t);
@@ -195,21 +196,26 @@ static void die_default(int sig) {
 	syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
 }
 
-// Calls the program's handler as the kernel would have: its mask added,
-// the signal unblocked with SA_NODEFER, reset first with SA_RESETHAND.
+// Calls the program's handler as the kernel would have: with the mask of
+// the interrupted code, its sa_mask and the signal itself (not with
+// SA_NODEFER) blocked; reset first with SA_RESETHAND (crash_handler).
 static void call_prog(const struct sigaction *p, int sig, siginfo_t *si, void *uc) {
 	sigset_t m, old;
-	sigprocmask(SIG_BLOCK, &p->sa_mask, &old);
-	if (p->sa_flags & SA_NODEFER) {
-		sigemptyset(&m);
+	if (uc)
+		m = ((ucontext_t *)uc)->uc_sigmask;
+	else
+		pthread_sigmask(SIG_SETMASK, NULL, &m);
+	sigorset(&m, &m, &p->sa_mask);
+	if (p->sa_flags & SA_NODEFER)
+		sigdelset(&m, sig);
+	else
 		sigaddset(&m, sig);
-		sigprocmask(SIG_UNBLOCK, &m, NULL);
-	}
+	pthread_sigmask(SIG_SETMASK, &m, &old);
 	if (p->sa_flags & SA_SIGINFO)
 		p->sa_sigaction(sig, si, uc);
 	else
 		p->sa_handler(sig);
-	sigprocmask(SIG_SETMASK, &old, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 static void crash_handler(int sig, siginfo_t *si, void *uc) {

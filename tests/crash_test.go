@@ -83,22 +83,26 @@ func TestCrashSignals(t *testing.T) {
 	}
 }
 
-// TestCrashOwnHandler: a program with its own SIGSEGV handler (sigaction,
-// SA_SIGINFO, installed before it allocates) that prints a line and exits 3.
-// Its handler still runs after msmemscope's (the line, exit 3), and the
-// capture, ended by that exit, holds its events.
+// TestCrashOwnHandler: a program with its own SIGSEGV handler (sigaction
+// with SA_SIGINFO, or signal(), installed before it allocates) that prints a
+// line and exits 3. Its handler still runs after msmemscope's (the line,
+// exit 3), and the capture, ended by that exit, holds its events.
 func TestCrashOwnHandler(t *testing.T) {
 	bin := compile(t, "crash.c", "")
-	out := filepath.Join(t.TempDir(), "out")
-	r := runCLI(t, 60*time.Second, "", "--output="+out, bin, "own")
-	if r.Code != 3 || !strings.Contains(r.Stdout, "handled 11") {
-		t.Fatalf("msmemscope: exit %d, stdout %q; want 3 and the program's handler's line\n%s", r.Code, r.Stdout, r.Stderr)
+	for _, mode := range []string{"own", "signal"} {
+		t.Run(mode, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			r := runCLI(t, 60*time.Second, "", "--output="+out, bin, mode)
+			if r.Code != 3 || !strings.Contains(r.Stdout, "handled 11") {
+				t.Fatalf("msmemscope: exit %d, stdout %q; want 3 and the program's handler's line\n%s", r.Code, r.Stdout, r.Stderr)
+			}
+			mp := readManifest(t, out).main(t)
+			if cfg := readConfig(t, mp.Folder); cfg.Ended != spool.EndedExit {
+				t.Errorf("config.json: ended %q, want %q (the program's handler exited)", cfg.Ended, spool.EndedExit)
+			}
+			crashBlocks(t, mp.Dump)
+		})
 	}
-	mp := readManifest(t, out).main(t)
-	if cfg := readConfig(t, mp.Folder); cfg.Ended != spool.EndedExit {
-		t.Errorf("config.json: ended %q, want %q (the program's handler exited)", cfg.Ended, spool.EndedExit)
-	}
-	crashBlocks(t, mp.Dump)
 }
 
 // TestCrashPythonFaulthandler: Python's faulthandler installs its SIGSEGV

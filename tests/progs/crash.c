@@ -7,6 +7,7 @@
  *   stack  infinite recursion (a stack overflow)
  *   own    its own SIGSEGV handler (sigaction, SA_SIGINFO) prints
  *          "handled 11" and exits 3; then raise(SIGSEGV)
+ *   signal the same handler installed with signal()
  * No stdio before the crash. */
 #include <signal.h>
 #include <stdlib.h>
@@ -29,6 +30,8 @@ static void on_segv(int sig, siginfo_t *info, void *uc) {
 	exit(3);
 }
 
+static void on_segv_plain(int sig) { on_segv(sig, NULL, NULL); }
+
 #pragma GCC diagnostic ignored "-Winfinite-recursion"
 static int recurse(int n) {
 	volatile char frame[256];
@@ -47,6 +50,7 @@ int main(int argc, char **argv) {
 		sigemptyset(&sa.sa_mask);
 		if (sigaction(SIGSEGV, &sa, NULL)) return 5;
 	}
+	if (!strcmp(mode, "signal") && signal(SIGSEGV, on_segv_plain) == SIG_ERR) return 5;
 	for (int k = 0; k < NBLK; k++) sink[k] = malloc(BASE + 1000 * (size_t)k);
 	if (!strcmp(mode, "fault")) *(volatile int *)(sink[0] ? NULL : sink[1]) = 1;
 	if (!strcmp(mode, "abort")) abort();
