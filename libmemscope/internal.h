@@ -6,6 +6,7 @@
 //   drain.c       the drain (rings -> spool or memory) and its thread
 //   lifecycle.c   init, pthread_create/fork/exec wrappers, the run's end
 //   crash.c       crash signals: the final drain in a handler, then the program's
+//                 own handler or the default action
 //   capi_shims.c  the public C functions that never enter Go
 //   records.h     the record encoders (the layout: format/records.def)
 //
