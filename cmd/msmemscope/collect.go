@@ -162,7 +162,10 @@ func offline(inv *cli.Invocation) int {
 			continue
 		}
 		state := "complete"
-		if !res.Complete {
+		switch {
+		case res.Crash != nil && !res.Complete:
+			state = fmt.Sprintf("incomplete: the process crashed with signal %d; every event recorded before the crash is in", res.Crash.Signal)
+		case !res.Complete:
 			state = "incomplete: the process did not end normally"
 		}
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: %d rows (%s) -> %s\n", d, res.Rows, state, res.DumpPath)
