@@ -183,6 +183,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if end != nil && end.Lost > res.Lost {
 		res.Lost = end.Lost
 	}
+	if res.Crash != nil && res.Crash.Lost > res.Lost {
+		res.Lost = res.Crash.Lost
+	}
 	res.Exec = dec.Exec()
 	if res.Exec != "" && res.Ended == spool.EndedKilled {
 		res.Ended = spool.EndedExec
