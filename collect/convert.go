@@ -41,6 +41,8 @@ type Result struct {
 	Rows      uint64 // rows written to the dump
 	Lost      uint64
 	Complete  bool   // the image ended normally (not killed)
+	Ended     string // how: spool.EndedExit, EndedCrash or EndedKilled
+	Crash     *spool.CrashMeta
 	Exec      string // the program this image exec'd into, if any
 	Forks     []int  // children forked by this image
 	Untraced  int    // forked children that were not traced
@@ -56,20 +58,22 @@ type Result struct {
 
 // ConfigJSON is the config.json of SPEC §2.
 type ConfigJSON struct {
-	Version                string        `json:"version"`
-	Config                 config.Config `json:"config"`
-	Pid                    int           `json:"pid"`
-	Ppid                   int           `json:"ppid"`
-	Cmdline                []string      `json:"cmdline"`
-	Clock                  string        `json:"clock"`
-	UnixOffsetNs           int64         `json:"clock_unix_offset_ns"` // add to Timestamp(ns) for Unix time
-	EventsRecorded         uint64        `json:"events_recorded"`
-	EventsWritten          uint64        `json:"events_written"`
-	EventsLost             uint64        `json:"events_lost"`
-	ForkedChildrenUntraced int           `json:"forked_children_untraced"`
-	Complete               bool          `json:"complete"`
-	Exec                   string        `json:"exec,omitempty"`
-	SpoolBytes             int64         `json:"spool_bytes"`
+	Version                string           `json:"version"`
+	Config                 config.Config    `json:"config"`
+	Pid                    int              `json:"pid"`
+	Ppid                   int              `json:"ppid"`
+	Cmdline                []string         `json:"cmdline"`
+	Clock                  string           `json:"clock"`
+	UnixOffsetNs           int64            `json:"clock_unix_offset_ns"` // add to Timestamp(ns) for Unix time
+	EventsRecorded         uint64           `json:"events_recorded"`
+	EventsWritten          uint64           `json:"events_written"`
+	EventsLost             uint64           `json:"events_lost"`
+	ForkedChildrenUntraced int              `json:"forked_children_untraced"`
+	Complete               bool             `json:"complete"`
+	Ended                  string           `json:"ended"` // exit, crash (the final drain ran in a crash handler), exec or killed
+	Crash                  *spool.CrashMeta `json:"crash,omitempty"`
+	Exec                   string           `json:"exec,omitempty"`
+	SpoolBytes             int64            `json:"spool_bytes"`
 }
 
 // Convert turns the spool of a process folder into the dump, config.json and
@@ -111,6 +115,8 @@ func Convert(dir string, opt Options) (*Result, error) {
 	res := &Result{Dir: dir, Meta: meta, Truncated: sp.Truncated}
 	end := spool.ReadEnd(dir)
 	res.Complete = end != nil
+	res.Crash = spool.ReadCrash(dir)
+	res.Ended = spool.Ended(end, res.Crash)
 	if res.Complete && sp.Truncated && len(spool.LogFiles(dir)) == 0 {
 		// A process that ended normally flushed whole chunks: a cut-off
 		// chunk means the file was damaged, not that the run was killed.
@@ -177,7 +183,13 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if end != nil && end.Lost > res.Lost {
 		res.Lost = end.Lost
 	}
+	if res.Crash != nil && res.Crash.Lost > res.Lost {
+		res.Lost = res.Crash.Lost
+	}
 	res.Exec = dec.Exec()
+	if res.Exec != "" && res.Ended == spool.EndedKilled {
+		res.Ended = spool.EndedExec
+	}
 	res.Forks = dec.Forks()
 	for _, c := range res.Forks {
 		if !opt.TracedChildren[c] {
@@ -189,7 +201,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		Version: version.Version, Config: cfg, Pid: meta.Pid, Ppid: meta.Ppid, Cmdline: meta.Cmdline,
 		Clock: "CLOCK_MONOTONIC", UnixOffsetNs: meta.StartUnixNs - meta.StartMonoNs,
 		EventsRecorded: res.Events, EventsWritten: res.Rows, EventsLost: res.Lost,
-		ForkedChildrenUntraced: res.Untraced, Complete: res.Complete, Exec: res.Exec, SpoolBytes: sp.Bytes,
+		ForkedChildrenUntraced: res.Untraced, Complete: res.Complete, Ended: res.Ended, Crash: res.Crash, Exec: res.Exec, SpoolBytes: sp.Bytes,
 	}
 	cpath := filepath.Join(dir, spool.ConfigFile)
 	if _, err := os.Stat(cpath); err == nil {

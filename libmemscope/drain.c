@@ -41,6 +41,21 @@ static int pass_waiting;      // this pass left young events in a ring
 static int pass_direct;       // segments this pass wrote from memory
 static _Atomic uint64_t drain_errs; // passes that failed to write
 #define DIO_WAIT_NS 20000000ull
+// The drain thread polls every 1 ms, and every DRAIN_IDLE_MAX ms at most
+// once passes find nothing (see drainer_main).
+#define DRAIN_IDLE_SHIFT 3
+#define DRAIN_IDLE_MAX (1 << DRAIN_IDLE_SHIFT)
+
+// What SIGKILL may take (DESIGN rule 10: at most the last ~100 ms): an event
+// published at time t is seen by the pass after it, at most DRAIN_IDLE_MAX ms
+// later (a pass that leaves young events behind keeps the poll at 1 ms), and
+// written through the page cache, where a killed process cannot take it
+// back, once DIO_WAIT_NS have passed since that pass: by t + ~30 ms (plus
+// the time of the pass's writes) while the drain thread gets a core and the
+// disk keeps up. A filled segment goes out in the first pass after it
+// filled. Not published, and so not bounded: a thread's one pending pair half
+// (records.def), its last event while it records nothing more.
+_Static_assert(DIO_WAIT_NS / 1000000 + DRAIN_IDLE_MAX <= 50, "SIGKILL must lose at most ~50 ms of published events");
 
 static int write_all(int fd, const void *buf, size_t n) {
 	const char *p = buf;
@@ -314,12 +329,9 @@ static int drain_thread(int fd, ms_thr *t) {
 
 // One pass: every thread's published events to the spool; with dio, by
 // direct I/O where it may, leaving young partial segments for later (their
-// undrained events are counted in pass_waiting).
-static long drain_pass(int dio) {
-	int fd = atomic_load(&ms_spool_fd);
-	if (fd < 0 || ms_child) return -1;
-	guard_up();
-	pthread_mutex_lock(&ms_drain_lock);
+// undrained events are counted in pass_waiting). The caller holds the drain
+// lock and the guard.
+static long drain_locked(int fd, int dio) {
 	long before = drained_bytes;
 	pass_dio = dio && dio_fd >= 0 && !atomic_load(&ms_direct);
 	pass_now = pass_dio ? mono_ns() : 0;
@@ -330,10 +342,40 @@ static long drain_pass(int dio) {
 		rc = drain_thread(fd, t);
 	}
 	if (iov_flush(fd)) rc = -1;
-	long out = rc ? -1 : drained_bytes - before;
 	pass_dio = 0;
+	return rc ? -1 : drained_bytes - before;
+}
+
+static long drain_pass(int dio) {
+	int fd = atomic_load(&ms_spool_fd);
+	if (fd < 0 || ms_child) return -1;
+	guard_up();
+	pthread_mutex_lock(&ms_drain_lock);
+	long out = drain_locked(fd, dio);
 	pthread_mutex_unlock(&ms_drain_lock);
 	guard_down();
+	return out;
+}
+
+// The drain of a crash handler (crash.c): everything published, through the
+// page cache, after a clock calibration point (as at the exit). The drain
+// thread runs on while the crashed thread is in its handler and may hold the
+// lock, in the middle of a pass: it is waited for at most wait_ns. The
+// caller holds the guard.
+HIDDEN long ms_drain_crash(uint64_t wait_ns) {
+	int fd = atomic_load(&ms_spool_fd);
+	if (fd < 0 || ms_child) return -1;
+	uint64_t until = mono_ns() + wait_ns;
+	while (pthread_mutex_trylock(&ms_drain_lock)) {
+		if (mono_ns() > until) return -2;
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+	uint64_t r[REC_UNITS];
+	uint32_t n = enc_full(r, R_CALIB, 0, stamp_after(), mono_ns(), epoch_now(), 0, NULL, 0);
+	write_direct(r, n, 0);
+	long out = drain_locked(fd, 0);
+	pthread_mutex_unlock(&ms_drain_lock);
 	return out;
 }
 
@@ -366,7 +408,7 @@ static void *drainer_main(void *arg) {
 		if (n < 0) atomic_fetch_add(&drain_errs, 1);
 		// A pass that found no events wrote only its calibration point.
 		if (n > (long)(sizeof(ms_chunk) + sizeof(ms_rec)) || pass_waiting) idle = 0;
-		else if (idle < 3) idle++;
+		else if (idle < DRAIN_IDLE_SHIFT) idle++;
 		if (pass_direct) {
 			// The disk took whole segments, and that took a while: more are
 			// likely full. Keep it busy rather than sleep.
@@ -420,6 +462,11 @@ uint64_t ms_drainer_stop(void) {
 	return atomic_load(&drain_errs);
 }
 
+// Set while a batch drained into memory is not yet in its log (the Go
+// engine clears it after writing): a crash handler waits for that.
+HIDDEN _Atomic int ms_sink_busy;
+void ms_sink_done(void) { atomic_store(&ms_sink_busy, 0); }
+
 // Drains into buf (cap bytes, at least 64 KiB) instead of the spool file, in
 // the spool's chunk format, whole events only. Returns the bytes written;
 // when close to cap, call again: the rest is still in the rings.
@@ -427,6 +474,7 @@ long ms_drain_into(void *buf, long cap) {
 	if (ms_child || cap < 4096) return -1;
 	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
+	atomic_store(&ms_sink_busy, 1);
 	sink = buf;
 	sink_cap = (size_t)cap;
 	sink_used = iov_pending = 0;

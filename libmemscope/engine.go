@@ -50,6 +50,7 @@ func init() {
 	}
 	loadConfig()
 	autoBegin()
+	C.ms_engine_settled() // a crash handler waits for the capture until now (crash.c)
 }
 
 // autoBegin starts the capture of a preloaded process.
@@ -94,6 +95,8 @@ func begin(cfg config.Config) error {
 		C.ms_set_rotating(1) // each log is read on its own (format/records.def)
 	}
 	eng.cfg, eng.proc, eng.started = cfg, p, true
+	mark := []byte(filepath.Join(p.Dir, spool.SpoolDir, spool.CrashFile))
+	C.ms_set_crash_file((*C.char)(unsafe.Pointer(&mark[0])), C.int(len(mark)))
 	C.ms_set_spool(C.int(p.SpoolFD()))
 	C.ms_calibrate()
 	startDrain()
@@ -162,6 +165,9 @@ const idleBytes = 16 + 32
 func drainRotate() bool {
 	eng.rotMu.Lock() // the drain loop and get_mem_report both drain
 	defer eng.rotMu.Unlock()
+	// Until the batch is in the log, a crash handler waits (crash.c): its
+	// events have left the rings.
+	defer C.ms_sink_done()
 	n := C.ms_drain_into(unsafe.Pointer(&eng.buf[0]), C.long(len(eng.buf)))
 	if n < 0 {
 		eng.proc.NoteDrainErrors(1)

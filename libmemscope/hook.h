@@ -13,6 +13,7 @@
 void ms_set_spool(int fd);
 long ms_drain(void);          // writes pending events; returns bytes written, -1 on error
 long ms_drain_into(void *buf, long cap); // the same into memory (rotating logs)
+void ms_sink_done(void);                  // that batch is written (crash handlers wait for it)
 int ms_drainer_start(void);    // the drain thread: ms_drain every 1-8 ms (spool mode)
 uint64_t ms_drainer_stop(void); // stops it; returns the failed passes
 void ms_finish(void);         // PROCESS_EXIT, final drain, then direct writes
@@ -25,6 +26,8 @@ int ms_is_child(void);
 void ms_guard_enter(void);
 void ms_guard_leave(void);
 void ms_fast_update(void); // after changing what the hot path records
-void ms_set_rotating(int on); // rotating logs: no short MALLOCs or stack ids (each log is read alone)
+void ms_set_rotating(int on);
+void ms_engine_settled(void); // the engine has started (or never will): crash handlers stop waiting for it
+void ms_set_crash_file(const char *path, int n); // where a crash handler marks how the process ended // rotating logs: no short MALLOCs or stack ids (each log is read alone)
 
 #endif

@@ -5,6 +5,8 @@
 //   stacks.c      C stack capture, stack and allocation-site interning
 //   drain.c       the drain (rings -> spool or memory) and its thread
 //   lifecycle.c   init, pthread_create/fork/exec wrappers, the run's end
+//   crash.c       crash signals: the final drain in a handler, then the program's
+//                 own handler or the default action
 //   capi_shims.c  the public C functions that never enter Go
 //   records.h     the record encoders (the layout: format/records.def)
 //
@@ -159,8 +161,10 @@ typedef struct {
 	ms_thr *thr;
 	int guard;    // >0: inside msmemscope (or an internal thread): invisible
 	ms_thr *prev; // the ring this thread gave up at its end (thr_key_dtor)
+	void *alt;    // the alternate signal stack crash.c gave this thread, or NULL
 } ms_tls_t;
 extern __thread ms_tls_t ms_tls TLS_ATTR;
+#define INTERNAL_GUARD (1 << 20) // the guard of a thread this library started, for life
 #define tls_thr ms_tls.thr
 #define tls_guard ms_tls.guard
 static inline void guard_up(void) {
@@ -390,6 +394,15 @@ static inline uint32_t site_id(uintptr_t ra) {
 	if (likely(tab != NULL && h != 0 && atomic_load_explicit((_Atomic uintptr_t *)&tab[h], memory_order_relaxed) == ra)) return h;
 	return site_miss(ra, h);
 }
+
+// ---- crash signals (crash.c) ----
+HIDDEN void crash_install(void);       // ms_init: our handlers, the program's kept
+HIDDEN void crash_altstack(void);      // a recording thread's alternate signal stack
+HIDDEN void crash_altstack_free(void); // its end
+// drain.c: the drain of a crash handler: waits for the drain lock at most
+// wait_ns; -2 when it never came free.
+HIDDEN long ms_drain_crash(uint64_t wait_ns);
+extern HIDDEN _Atomic int ms_sink_busy; // a batch of the rotating logs' drain is not yet written
 
 // ---- threads (lifecycle.c) ----
 HIDDEN void *map_stack(pthread_attr_t *at, size_t size);

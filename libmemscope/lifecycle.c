@@ -72,6 +72,7 @@ HIDDEN void ms_init(void) {
 	}
 	pthread_key_create(&ms_key, thr_key_dtor);
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	crash_install();
 	atomic_store(&ms_collecting, !cfg_deferred);
 	emit(R_CALIB, F_EPOCH, stamp_after(), mono_ns(), 1, NULL, 0);
 	if (!cfg_deferred) emit(R_START, 0, stamp_after(), 0, 0, NULL, 0);
@@ -101,7 +102,7 @@ struct tramp {
 
 static void *internal_start(void *v) {
 	struct tramp tr = *(struct tramp *)v;
-	tls_guard = 1 << 20; // never recorded, whatever it calls
+	tls_guard = INTERNAL_GUARD; // never recorded, whatever it calls
 	ms_tls.fast = NULL;
 
 	__libc_free(v);

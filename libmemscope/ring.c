@@ -21,6 +21,7 @@ HIDDEN void thr_key_dtor(void *v) {
 		set_thr(NULL);
 		atomic_store_explicit(&t->state, 1, memory_order_release);
 	}
+	crash_altstack_free();
 }
 
 static void thr_stack_bounds(ms_thr *t) {
@@ -105,6 +106,7 @@ HIDDEN ms_thr *thr_acquire(void) {
 	thr_stack_bounds(t);
 	set_thr(t);
 	pthread_setspecific(ms_key, t);
+	crash_altstack();
 	return t;
 }
 

@@ -23,6 +23,7 @@ import (
 const (
 	ProcessFile = "process.json"
 	EndFile     = "end.json"
+	CrashFile   = "crash.json"
 	MapsStart   = "maps.start.txt"
 	MapsEnd     = "maps.end.txt"
 	SpoolDir    = "spool"
@@ -72,6 +73,48 @@ func ReadMeta(dir string) (*ProcessMeta, error) {
 		return nil, fmt.Errorf("%s: %v", filepath.Join(dir, SpoolDir, ProcessFile), err)
 	}
 	return &m, nil
+}
+
+// CrashMeta is written to spool/crash.json by the crash handler
+// (libmemscope/crash.c) when the process dies of a crash signal (SIGSEGV,
+// SIGBUS, SIGFPE, SIGILL, SIGABRT) after its final drain.
+type CrashMeta struct {
+	Signal    int    `json:"signal"`
+	SigCode   int    `json:"si_code"`
+	Tid       int    `json:"tid"`
+	EndMonoNs int64  `json:"end_mono_ns"`
+	Lost      uint64 `json:"events_lost"`
+	Drained   bool   `json:"drained"` // every thread's ring reached the spool
+}
+
+// ReadCrash reads crash.json; nil when the process did not die of a crash
+// signal after its final drain.
+func ReadCrash(dir string) *CrashMeta {
+	var m CrashMeta
+	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, CrashFile))
+	if err != nil || json.Unmarshal(b, &m) != nil {
+		return nil
+	}
+	return &m
+}
+
+// How a process image ended, as config.json and the run manifest say.
+const (
+	EndedExit   = "exit"   // normally: exit or return from main (end.json)
+	EndedCrash  = "crash"  // of a crash signal, after the final drain (crash.json)
+	EndedExec   = "exec"   // it exec'd another program (whose image has a capture of its own)
+	EndedKilled = "killed" // otherwise (SIGKILL, say): the spool ends at the drain's last pass
+)
+
+// Ended says how an image ended from its end.json and crash.json (either nil).
+func Ended(end *EndMeta, crash *CrashMeta) string {
+	switch {
+	case end != nil:
+		return EndedExit // a program's own crash handler may exit after ours drained
+	case crash != nil:
+		return EndedCrash
+	}
+	return EndedKilled
 }
 
 // ReadEnd reads end.json; nil when the image did not end normally (killed).
@@ -132,6 +175,7 @@ type ManifestProcess struct {
 	Rows           uint64   `json:"rows_written"`
 	Lost           uint64   `json:"events_lost"`
 	Complete       bool     `json:"complete"`
+	Ended          string   `json:"ended,omitempty"` // exit, crash, exec or killed (see Ended)
 	ExitStatus     *int     `json:"exit_status,omitempty"`
 	Exec           string   `json:"exec,omitempty"`
 	ForkedUntraced int      `json:"forked_children_untraced"`

@@ -83,12 +83,15 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 		} else {
 			mp.Events, mp.Rows, mp.Lost = res.Events, res.Rows, res.Lost
-			mp.Complete, mp.Exec, mp.ForkedUntraced, mp.Dump = res.Complete, res.Exec, res.Untraced, res.DumpPath
+			mp.Complete, mp.Ended, mp.Exec, mp.ForkedUntraced, mp.Dump = res.Complete, res.Ended, res.Exec, res.Untraced, res.DumpPath
 			if i != lastMain && res.Leaks != nil && len(res.Leaks.StepLeaks) > 0 {
 				fmt.Fprintf(os.Stderr, "msmemscope: process %d: %s", m.Pid, res.Leaks.Summary(3))
 			}
 		}
 		man.Processes = append(man.Processes, mp)
+	}
+	if len(dirs) == 0 && sig != 0 && crashSignal(sig) {
+		return nil, "", fmt.Errorf("no capture in %s: the program crashed with signal %d (%v) and left none (the capture is created as msmemscope's collector starts, and a crash before waits for it for 3 s)", cfg.Output, int(sig), sig)
 	}
 	if len(dirs) == 0 && sig != 0 {
 		// The collector starts a few ms after main: a program dying at once
@@ -159,7 +162,10 @@ func offline(inv *cli.Invocation) int {
 			continue
 		}
 		state := "complete"
-		if !res.Complete {
+		switch {
+		case res.Crash != nil && !res.Complete:
+			state = fmt.Sprintf("incomplete: the process crashed with signal %d; every event recorded before the crash is in", res.Crash.Signal)
+		case !res.Complete:
 			state = "incomplete: the process did not end normally"
 		}
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: %d rows (%s) -> %s\n", d, res.Rows, state, res.DumpPath)

@@ -15,9 +15,12 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/config"
 	"msmemscope/internal/version"
+	"msmemscope/spool"
 )
 
 func main() {
@@ -145,9 +148,44 @@ func runProgram(inv *cli.Invocation) int {
 		}
 		return code
 	}
+	if sig != 0 {
+		fmt.Fprintf(os.Stderr, "msmemscope: %s\n", howEnded(sig, man))
+	}
 	fmt.Fprintf(os.Stderr, "msmemscope: %d traced process(es); results in %s (run manifest %s)\n",
 		len(man.Processes), cfg.Output, manPath)
 	return code
+}
+
+// howEnded says what a signal that ended the main program left in its
+// capture: everything (a crash signal, drained by the library's handler) or
+// all but the last moments (SIGKILL, say).
+func howEnded(sig syscall.Signal, man *spool.Manifest) string {
+	ended := ""
+	for _, p := range man.Processes {
+		if p.ExitStatus != nil { // the main program's last image (it may have exec'd)
+			ended = p.Ended
+		}
+	}
+	what := fmt.Sprintf("signal %d (%s, %v)", int(sig), unix.SignalName(sig), sig)
+	switch ended {
+	case spool.EndedCrash:
+		return "the program crashed with " + what + "; its capture was completed in msmemscope's crash handler and holds every event recorded before the crash"
+	case spool.EndedExit:
+		return "the program was ended by " + what + " after its own exit path had completed the capture"
+	}
+	if crashSignal(sig) {
+		return "the program crashed with " + what + ", and its capture could not be completed (the handler was replaced, or the crash came inside msmemscope): it holds the events up to the drain's last pass (at most ~100 ms before the crash)"
+	}
+	return "the program was killed by " + what + "; its capture holds the events up to the drain's last pass (all but the last ~100 ms at most)"
+}
+
+// crashSignal reports whether the library's crash handler drains on sig.
+func crashSignal(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGABRT:
+		return true
+	}
+	return false
 }
 
 func exitCode(ps *os.ProcessState, err error) int {

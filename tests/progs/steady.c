@@ -1,7 +1,8 @@
 /* Allocates block k (size BASE+k) for k = 0, 1, ... N-1, one about every
- * millisecond, and after each allocation reports "k" on stdout with write(2).
- * The first line is "pid P". Every fourth block is freed again. The test kills
- * it with SIGKILL half-way. */
+ * millisecond (every argv[1] microseconds when given), and after each
+ * allocation reports "k" on stdout with write(2). The first line is "pid P".
+ * Every fourth block is freed again. The tests kill it with SIGKILL half-way
+ * or at a random moment. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,7 +25,8 @@ static int put(const char *prefix, long v) {
 	return write(1, buf, n) == (ssize_t)n ? 0 : -1;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+	long us = argc > 1 ? atol(argv[1]) : 1000;
 	if (put("pid ", (long)getpid())) return 1;
 	char *prev = NULL;
 	for (long k = 0; k < N; k++) {
@@ -36,7 +38,7 @@ int main(void) {
 		}
 		prev = p;
 		if (put("", k)) return 1;
-		struct timespec ts = {0, 1000000};
+		struct timespec ts = {0, us * 1000};
 		nanosleep(&ts, NULL);
 	}
 	return 0;

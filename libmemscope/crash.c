@@ -1,0 +1,299 @@
+// Crash signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT): everything the
+// program recorded before one is in the capture (DESIGN rule 10). Handlers
+// installed at init, on an alternate stack of each recording thread (a stack
+// overflow too), move every ring to the spool and chain to the program's
+// handler, or restore the default action and raise the signal again, so that
+// the exit status (128+N) and the core dump are the program's own.
+//
+// The chain: this library's first hook call installs ours; the Go runtime,
+// starting next, installs its own for SIGSEGV, SIGBUS and SIGFPE and forwards
+// every one raised outside Go code to ours. The program's sigaction() and
+// signal() for these signals are interposed: its handler is kept here and
+// called from ours (with its flags and mask), so it runs as before, after
+// the drain. A program that installs one with the raw system call replaces
+// ours; then its handler runs and the capture keeps what the drain thread
+// wrote (all but the last ~50 ms), or everything if the handler exits.
+//
+// Nothing here allocates or enters Go: the handler uses system calls, the
+// drain (drain.c) and the spool's descriptor.
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <ucontext.h>
+
+extern int __sigaction(int, const struct sigaction *, struct sigaction *);
+extern __sighandler_t bsd_signal(int, __sighandler_t);
+
+static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+#define NCRASH (int)(sizeof crash_sigs / sizeof crash_sigs[0])
+
+// For each crash signal: ours is installed, and the program's handler as the
+// program believes it to be (the one before ours, or what its sigaction and
+// signal set since), under a spin lock (threads may race in sigaction).
+static _Atomic int ours[NSIG];
+static struct sigaction prog[NSIG];
+static _Atomic int prog_mu;
+
+// The Go engine has finished starting (the capture exists, or never will).
+static _Atomic int engine_settled;
+// The crash marker's path: <capture>/spool/crash.json (set by the engine).
+static char crash_path[4096];
+
+// The engine creates the capture folder as it starts, 1-5 ms after the
+// program's main begins: a crash before waits for it this long at most.
+#define ENGINE_WAIT_NS 3000000000ull
+// The drain thread may hold the drain lock: waited for this long at most.
+#define LOCK_WAIT_NS 2000000000ull
+
+static void prog_lock(void) {
+	int spins = 0, z = 0;
+	// Bounded: a thread interrupted by a crash while in sigaction() below
+	// could hold it (then the table is read unlocked).
+	while (!atomic_compare_exchange_weak(&prog_mu, &z, 1)) {
+		z = 0;
+		if (++spins > (1 << 22)) return;
+	}
+}
+static void prog_unlock(void) { atomic_store(&prog_mu, 0); }
+
+static void crash_handler(int sig, siginfo_t *si, void *uc);
+
+// Installs ours for each crash signal, keeping the one before (lifecycle.c's
+// ms_init, the first hook call: before the Go runtime and any constructor).
+HIDDEN void crash_install(void) {
+	const char *off = getenv("MSMEMSCOPE_CRASH"); // "0": no crash handlers
+	if (off && off[0] == '0') return;
+	for (int i = 0; i < NCRASH; i++) {
+		int sig = crash_sigs[i];
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_sigaction = crash_handler;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+		sigfillset(&sa.sa_mask);
+		if (__sigaction(sig, &sa, &prog[sig]) == 0) atomic_store(&ours[sig], 1);
+	}
+}
+
+// ---- alternate signal stacks (mapped raw: never from the heap) ----
+#define ALT_SIZE (64u << 10)
+#define ALT_GUARD 4096u
+
+// Gives the calling thread an alternate signal stack unless it has one
+// (ring.c's thr_acquire: a thread's first event).
+HIDDEN void crash_altstack(void) {
+	if (ms_tls.alt || ms_child) return;
+	stack_t cur;
+	if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return; // its own
+	char *m = raw_mmap(ALT_SIZE + ALT_GUARD);
+	if (!m) return;
+	syscall(SYS_mprotect, m, ALT_GUARD, PROT_NONE);
+	stack_t ss = {.ss_sp = m + ALT_GUARD, .ss_size = ALT_SIZE, .ss_flags = 0};
+	if (sigaltstack(&ss, NULL)) {
+		raw_munmap(m, ALT_SIZE + ALT_GUARD);
+		return;
+	}
+	ms_tls.alt = m;
+}
+
+// The thread's end (thr_key_dtor): its stack goes, unless a handler runs on it.
+HIDDEN void crash_altstack_free(void) {
+	char *m = ms_tls.alt;
+	if (!m) return;
+	stack_t cur;
+	if (sigaltstack(NULL, &cur)) return;
+	if (cur.ss_sp == m + ALT_GUARD && !(cur.ss_flags & SS_DISABLE)) {
+		if (cur.ss_flags & SS_ONSTACK) return;
+		stack_t off = {.ss_flags = SS_DISABLE};
+		if (sigaltstack(&off, NULL)) return;
+	}
+	raw_munmap(m, ALT_SIZE + ALT_GUARD);
+	ms_tls.alt = NULL;
+}
+
+// ---- the marker ----
+static char *put_u(char *p, uint64_t v) {
+	char tmp[24];
+	int n = 0;
+	do tmp[n++] = (char)('0' + v % 10);
+	while ((v /= 10) > 0);
+	while (n) *p++ = tmp[--n];
+	return p;
+}
+static char *put_s(char *p, const char *s) {
+	while (*s) *p++ = *s++;
+	return p;
+}
+static char *put_i(char *p, int64_t v) {
+	if (v < 0) {
+		*p++ = '-';
+		return put_u(p, (uint64_t)-v);
+	}
+	return put_u(p, (uint64_t)v);
+}
+
+// spool/crash.json: the process died of sig after the final drain; drained
+// says whether every ring reached the spool (else the drain lock never came
+// free and the spool ends at the drain thread's last pass).
+static void crash_mark(int sig, const siginfo_t *si, int drained) {
+	if (!crash_path[0]) return;
+	int fd = open(crash_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+	if (fd < 0) return;
+	char b[256], *p = b;
+	p = put_s(p, "{\"signal\": ");
+	p = put_u(p, (uint64_t)sig);
+	p = put_s(p, ", \"si_code\": ");
+	p = put_i(p, si ? si->si_code : 0);
+	p = put_s(p, ", \"tid\": ");
+	p = put_u(p, (uint64_t)syscall(SYS_gettid));
+	p = put_s(p, ", \"end_mono_ns\": ");
+	p = put_u(p, mono_ns());
+	p = put_s(p, ", \"events_lost\": ");
+	p = put_u(p, atomic_load(&ms_lost_count));
+	p = put_s(p, drained ? ", \"drained\": true}\n" : ", \"drained\": false}\n");
+	ssize_t w = write(fd, b, (size_t)(p - b));
+	(void)w;
+	close(fd);
+}
+
+// ---- the handler ----
+static void sleep_ns(long ns) {
+	struct timespec ts = {0, ns};
+	nanosleep(&ts, NULL);
+}
+
+// Every ring to the spool. final: the process is about to die (no program
+// handler follows): from now on events go straight to the spool, and each
+// thread's pending pair half is taken as it is (the exit path's final
+// drain). Otherwise what is published goes: the program's handler may
+// recover and carry on recording.
+static void crash_drain(int sig, const siginfo_t *si, int final) {
+	uint64_t until = mono_ns() + ENGINE_WAIT_NS;
+	while (atomic_load(&ms_spool_fd) < 0 && !atomic_load(&engine_settled) && mono_ns() < until) sleep_ns(1000000);
+	if (atomic_load(&ms_spool_fd) < 0) return;
+	if (final && !atomic_load(&ms_direct)) {
+		atomic_store(&ms_direct, 1);
+		ms_fast_update();
+	}
+	long n = ms_drain_crash(tls_guard >= INTERNAL_GUARD ? LOCK_WAIT_NS / 10 : LOCK_WAIT_NS);
+	// Rotating logs: a batch the engine drained before is written to its log
+	// by a goroutine that runs on meanwhile; the process must not die first.
+	until = mono_ns() + LOCK_WAIT_NS;
+	while (ms_rotating && atomic_load(&ms_sink_busy) && mono_ns() < until) sleep_ns(100000);
+	if (final) crash_mark(sig, si, n >= 0);
+}
+
+// The default action: the process dies of sig (a core where enabled). The
+// signal is blocked while the handler runs: it is delivered on return.
+static void die_default(int sig) {
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	sigemptyset(&dfl.sa_mask);
+	atomic_store(&ours[sig], 0);
+	__sigaction(sig, &dfl, NULL);
+	syscall(SYS_tgkill, (pid_t)syscall(SYS_getpid), (pid_t)syscall(SYS_gettid), sig);
+}
+
+// Calls the program's handler as the kernel would have: with the mask of
+// the interrupted code, its sa_mask and the signal itself (not with
+// SA_NODEFER) blocked; reset first with SA_RESETHAND (crash_handler).
+static void call_prog(const struct sigaction *p, int sig, siginfo_t *si, void *uc) {
+	sigset_t m, old;
+	if (uc)
+		m = ((ucontext_t *)uc)->uc_sigmask;
+	else
+		pthread_sigmask(SIG_SETMASK, NULL, &m);
+	sigorset(&m, &m, &p->sa_mask);
+	if (p->sa_flags & SA_NODEFER)
+		sigdelset(&m, sig);
+	else
+		sigaddset(&m, sig);
+	pthread_sigmask(SIG_SETMASK, &m, &old);
+	if (p->sa_flags & SA_SIGINFO)
+		p->sa_sigaction(sig, si, uc);
+	else
+		p->sa_handler(sig);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void crash_handler(int sig, siginfo_t *si, void *uc) {
+	int saved = errno;
+	int sent = si && si->si_code <= 0; // raise, kill, abort: not a fault
+	struct sigaction p;
+	prog_lock();
+	p = prog[sig];
+	if (p.sa_flags & SA_RESETHAND && p.sa_handler != SIG_IGN && p.sa_handler != SIG_DFL) {
+		prog[sig].sa_handler = SIG_DFL;
+		prog[sig].sa_flags &= ~SA_SIGINFO;
+	}
+	prog_unlock();
+	int has_prog = p.sa_handler != SIG_DFL && p.sa_handler != SIG_IGN;
+	int guard = tls_guard;
+	// A fault inside msmemscope (the guard is up: its own code, this
+	// handler's drain included, or one of its threads) must not recurse:
+	// the default action. A signal sent to one of its threads is drained.
+	if (guard && !(guard >= INTERNAL_GUARD && sent)) {
+		die_default(sig);
+		errno = saved;
+		return;
+	}
+	if (atomic_load_explicit(&ms_state, memory_order_acquire) == 2 && !in_child()) {
+		guard_up();
+		crash_drain(sig, si, !has_prog);
+		guard_down();
+	}
+	if (has_prog)
+		call_prog(&p, sig, si, uc);
+	else if (!(p.sa_handler == SIG_IGN && sent))
+		die_default(sig);
+	errno = saved;
+}
+
+// ---- the program's view of these signals ----
+static int kept(int sig) {
+	return sig > 0 && sig < NSIG && atomic_load(&ours[sig]);
+}
+
+static void prog_swap(int sig, const struct sigaction *act, struct sigaction *old) {
+	prog_lock();
+	struct sigaction was = prog[sig];
+	if (act) prog[sig] = *act;
+	prog_unlock();
+	if (old) *old = was;
+}
+
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+	// This library's own calls (the Go runtime's, through cgo) are real.
+	if (!kept(sig) || in_self((uintptr_t)__builtin_return_address(0))) return __sigaction(sig, act, old);
+	prog_swap(sig, act, old);
+	return 0;
+}
+
+// glibc's signal(): BSD semantics (the signal blocked in its handler,
+// system calls restarted).
+__sighandler_t signal(int sig, __sighandler_t h) {
+	if (!kept(sig) || in_self((uintptr_t)__builtin_return_address(0))) return bsd_signal(sig, h);
+	if (h == SIG_ERR) {
+		errno = EINVAL;
+		return SIG_ERR;
+	}
+	struct sigaction sa, old;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = h;
+	sigemptyset(&sa.sa_mask);
+	sigaddset(&sa.sa_mask, sig);
+	sa.sa_flags = SA_RESTART;
+	prog_swap(sig, &sa, &old);
+	return old.sa_handler;
+}
+
+// Called by the Go engine.
+void ms_engine_settled(void) { atomic_store(&engine_settled, 1); }
+
+void ms_set_crash_file(const char *path, int n) {
+	if (n <= 0 || n >= (int)sizeof crash_path) return;
+	memcpy(crash_path, path, (size_t)n);
+	crash_path[n] = 0;
+}

@@ -1,0 +1,64 @@
+/* Allocates NBLK blocks of known sizes (BASE + 1000*k, kept), then ends at
+ * once the way argv[1] says, with no pause in between:
+ *   segv   raise(SIGSEGV)
+ *   fault  a write through a null pointer
+ *   abort  abort()
+ *   double a double free: glibc's malloc aborts (SIGABRT inside free)
+ *   stack  infinite recursion (a stack overflow)
+ *   own    its own SIGSEGV handler (sigaction, SA_SIGINFO) prints
+ *          "handled 11" and exits 3; then raise(SIGSEGV)
+ *   signal the same handler installed with signal()
+ * No stdio before the crash. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BASE 12345
+#define NBLK 5
+
+static void *volatile sink[NBLK];
+static volatile int depth;
+
+static void on_segv(int sig, siginfo_t *info, void *uc) {
+	(void)info;
+	(void)uc;
+	char msg[] = "handled 00\n";
+	msg[8] = (char)('0' + sig / 10);
+	msg[9] = (char)('0' + sig % 10);
+	if (write(1, msg, sizeof msg - 1) < 0) _exit(4);
+	exit(3);
+}
+
+static void on_segv_plain(int sig) { on_segv(sig, NULL, NULL); }
+
+#pragma GCC diagnostic ignored "-Winfinite-recursion"
+static int recurse(int n) {
+	volatile char frame[256];
+	frame[0] = (char)n;
+	depth++;
+	return recurse(n + 1) + frame[0];
+}
+
+int main(int argc, char **argv) {
+	const char *mode = argc > 1 ? argv[1] : "segv";
+	if (!strcmp(mode, "own")) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_sigaction = on_segv;
+		sa.sa_flags = SA_SIGINFO;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(SIGSEGV, &sa, NULL)) return 5;
+	}
+	if (!strcmp(mode, "signal") && signal(SIGSEGV, on_segv_plain) == SIG_ERR) return 5;
+	for (int k = 0; k < NBLK; k++) sink[k] = malloc(BASE + 1000 * (size_t)k);
+	if (!strcmp(mode, "fault")) *(volatile int *)(sink[0] ? NULL : sink[1]) = 1;
+	if (!strcmp(mode, "abort")) abort();
+	if (!strcmp(mode, "double")) {
+		free(sink[0]);
+		free(sink[0]);
+	}
+	if (!strcmp(mode, "stack")) return recurse(0);
+	raise(SIGSEGV);
+	return 6;
+}
