@@ -90,7 +90,7 @@ type ConfigJSON struct {
 func Convert(dir string, opt Options) (*Result, error) {
 	meta, err := spool.ReadMeta(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s is not a capture folder: %v", dir, err)
+		return nil, inputErr(fmt.Errorf("%s is not a capture folder: %v", dir, err))
 	}
 	cfg := meta.Config
 	if opt.Config != nil {
@@ -98,7 +98,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	sp, err := spool.OpenCapture(dir)
 	if err != nil {
-		return nil, err
+		return nil, inputErr(err)
 	}
 	defer sp.Close()
 	if opt.Config == nil && sp.Py.Config != "" {
@@ -114,7 +114,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if res.Complete && sp.Truncated && len(spool.LogFiles(dir)) == 0 {
 		// A process that ended normally flushed whole chunks: a cut-off
 		// chunk means the file was damaged, not that the run was killed.
-		return nil, fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, spool.SpoolDir, spool.FileName))
+		return nil, inputErr(fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, spool.SpoolDir, spool.FileName)))
 	}
 
 	dumpDir := filepath.Join(dir, spool.DumpDir)
@@ -130,7 +130,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 
 	torch, err := spool.LearnTorch(sp, dir, meta, cfg)
 	if err != nil {
-		return nil, err
+		return nil, inputErr(err)
 	}
 	runs, err := newRuns(cfg.Analysis, res.DumpPath)
 	if err != nil {
@@ -140,7 +140,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if judgeFirst(runs, sp.Holds) {
 		first := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 		first.JudgeOnly()
-		err := eachEvent(first.Next, func(e *trace.Event) error {
+		err := eachEvent(inputNext(first.Next), func(e *trace.Event) error {
 			if written(e) {
 				observe(runs, true, e)
 			}
@@ -157,7 +157,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 	res.Rows, err = WriteDump(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
 		func(w RowWriter) error {
-			return eachEvent(dec.Next, func(e *trace.Event) error {
+			return eachEvent(inputNext(dec.Next), func(e *trace.Event) error {
 				observe(runs, false, e)
 				if !written(e) {
 					return nil
