@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"msmemscope/analyzer"
@@ -193,7 +194,10 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	cpath := filepath.Join(dir, spool.ConfigFile)
 	if _, err := os.Stat(cpath); err == nil {
-		cpath = uniquePath(filepath.Join(dir, "config_"+stamp), ".json")
+		// Named after the dump (memscope_dump_{key} -> config_{key}), so
+		// that a reader finds the config that counts its rows (trace.Open).
+		key := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(res.DumpPath), "memscope_dump_"), ext)
+		cpath = uniquePath(filepath.Join(dir, "config_"+key), ".json")
 	}
 	if err := safefs.WriteJSON(cpath, cj); err != nil {
 		return nil, err
