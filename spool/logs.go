@@ -72,6 +72,11 @@ func OpenCapture(dir string) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(ls.damaged) > 0 && ReadEnd(dir) != nil {
+		// The process ended normally: its logs were closed whole.
+		ls.Close()
+		return nil, fmt.Errorf("%s (the file is cut short or damaged)", ls.damaged[0])
+	}
 	s, err := NewLogs(ls, ls.size, ls.laterLogs)
 	if err != nil {
 		ls.Close()
