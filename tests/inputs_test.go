@@ -8,6 +8,13 @@ import (
 	"time"
 )
 
+// inputCase is a CLI command on a damaged input and what its error names.
+type inputCase struct {
+	name string
+	args []string
+	want []string
+}
+
 // TestDamagedInputsExit2: a dump, spool or rotated log cut short or damaged,
 // given back to --input (with --analysis), --timeline or --compare, is one
 // error line naming the file, exit 2 (a usage error), never a crash and never
@@ -41,11 +48,7 @@ func TestDamagedInputsExit2(t *testing.T) {
 		t.Fatal(err)
 	}
 	header := lines[0]
-	cases := []struct {
-		name string
-		args []string
-		want []string
-	}{
+	cases := []inputCase{
 		{"csv cut in its last field", []string{"--analysis=leaks", "--input=" + write("a.csv", csvData[:len(csvData)-2])}, []string{"a.csv:", "cut short"}},
 		{"csv cut mid-row", []string{"--analysis=decompose", "--input=" + write("b.csv", csvData[:len(csvData)/2+7])}, []string{"b.csv:", "cut short"}},
 		{"timeline of a cut csv", []string{"--timeline", "--input=" + write("c.csv", csvData[:len(csvData)-1])}, []string{"c.csv:", "cut short"}},
@@ -59,6 +62,19 @@ func TestDamagedInputsExit2(t *testing.T) {
 		{"timeline of a spool cut short", []string{"--timeline", "--input=" + write("j.bin", spoolData[:len(spoolData)-100])}, []string{"j.bin", "cut short"}},
 		{"garbage spool", []string{"--timeline", "--input=" + write("k.bin", append(spoolData[:64:64], bytes.Repeat([]byte{0xa5}, 4096)...))}, []string{"k.bin", "corrupt chunk header"}},
 	}
+	// A rotating capture that ended, its log cut: converted again, and the
+	// log alone under --timeline.
+	rotOut := filepath.Join(tmp, "rot")
+	mustRun(t, 0, rotOut, "--log-mode=rotate", "--log-files=2", "--log-file-mb=1", bin)
+	rot := readManifest(t, rotOut).main(t).Folder
+	log := onlyFile(t, filepath.Join(rot, "spool", "log_*.zst"))
+	logData, _ := os.ReadFile(log)
+	if err := os.WriteFile(log, logData[:len(logData)/2], 0o640); err != nil {
+		t.Fatal(err)
+	}
+	cases = append(cases,
+		inputCase{"rotating capture with a cut log", []string{"--input=" + rot}, []string{log, "cut short"}},
+		inputCase{"timeline of a cut log alone", []string{"--timeline", "--input=" + write("log_000009.zst", logData[:len(logData)-9])}, []string{"log_000009.zst", "cut short"}})
 	for _, c := range cases {
 		r := runCLI(t, 60*time.Second, tmp, append([]string{"--output=" + filepath.Join(tmp, "reports")}, c.args...)...)
 		if r.Code != 2 {
