@@ -133,8 +133,9 @@ func (a *MarkLeakAnalyzer) Finish() (*MarkLeakReport, error) {
 	return &r, nil
 }
 
-// CheckLeaks runs the mark-leak analysis over a dump file: it reads up to
-// mark C, then reads the leaked blocks' complete rows (call stacks).
+// CheckLeaks runs the mark-leak analysis over a dump file: it judges up to
+// mark C and checks the rest, then reads the leaked blocks' complete rows
+// (call stacks).
 func CheckLeaks(path string, opt MarkLeakOptions, prog *Progress) (*MarkLeakReport, error) {
 	if opt.MstxInfo == "" {
 		return nil, fmt.Errorf("mstx_info must not be empty")
@@ -151,9 +152,12 @@ func CheckLeaks(path string, opt MarkLeakOptions, prog *Progress) (*MarkLeakRepo
 	defer prog.Done()
 	prog.Track(in)
 	a := NewMarkLeakAnalyzer(opt)
+	// The rows after mark C are read too, unobserved: a file cut short or
+	// damaged anywhere is an error, not a report (README: inputs are
+	// checked whole).
 	err = trace.Each(in, func(e *trace.Event) error {
-		if a.Observe(e); a.Done() {
-			return trace.ErrStop
+		if !a.Done() {
+			a.Observe(e)
 		}
 		return nil
 	})

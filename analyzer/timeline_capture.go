@@ -2,6 +2,7 @@ package analyzer
 
 import (
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"sync"
 
@@ -174,7 +175,11 @@ type liveRec struct {
 // records (no symbolization: fast), inherited blocks included.
 func parseLog(path string, step uint64) logSpan {
 	span := logSpan{path: path}
-	sp, err := spool.OpenLog(path)
+	open := spool.OpenLog
+	if capture := filepath.Dir(filepath.Dir(path)); spool.ReadEnd(capture) != nil {
+		open = spool.OpenWholeLog // the process ended: its logs were closed whole
+	}
+	sp, err := open(path)
 	if err != nil {
 		span.err = err
 		return span

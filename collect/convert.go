@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"msmemscope/analyzer"
@@ -94,7 +95,7 @@ type ConfigJSON struct {
 func Convert(dir string, opt Options) (*Result, error) {
 	meta, err := spool.ReadMeta(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s is not a capture folder: %v", dir, err)
+		return nil, inputErr(fmt.Errorf("%s is not a capture folder: %v", dir, err))
 	}
 	cfg := meta.Config
 	if opt.Config != nil {
@@ -102,7 +103,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	sp, err := spool.OpenCapture(dir)
 	if err != nil {
-		return nil, err
+		return nil, inputErr(err)
 	}
 	defer sp.Close()
 	if opt.Config == nil && sp.Py.Config != "" {
@@ -120,7 +121,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if res.Complete && sp.Truncated && len(spool.LogFiles(dir)) == 0 {
 		// A process that ended normally flushed whole chunks: a cut-off
 		// chunk means the file was damaged, not that the run was killed.
-		return nil, fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, spool.SpoolDir, spool.FileName))
+		return nil, inputErr(fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, spool.SpoolDir, spool.FileName)))
 	}
 
 	dumpDir := filepath.Join(dir, spool.DumpDir)
@@ -136,7 +137,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 
 	torch, err := spool.LearnTorch(sp, dir, meta, cfg)
 	if err != nil {
-		return nil, err
+		return nil, inputErr(err)
 	}
 	runs, err := newRuns(cfg.Analysis, res.DumpPath)
 	if err != nil {
@@ -146,7 +147,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if judgeFirst(runs, sp.Holds) {
 		first := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 		first.JudgeOnly()
-		err := eachEvent(first.Next, func(e *trace.Event) error {
+		err := eachEvent(inputNext(first.Next), func(e *trace.Event) error {
 			if written(e) {
 				observe(runs, true, e)
 			}
@@ -163,7 +164,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 	res.Rows, err = WriteDump(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
 		func(w RowWriter) error {
-			return eachEvent(dec.Next, func(e *trace.Event) error {
+			return eachEvent(inputNext(dec.Next), func(e *trace.Event) error {
 				observe(runs, false, e)
 				if !written(e) {
 					return nil
@@ -205,7 +206,10 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	cpath := filepath.Join(dir, spool.ConfigFile)
 	if _, err := os.Stat(cpath); err == nil {
-		cpath = uniquePath(filepath.Join(dir, "config_"+stamp), ".json")
+		// Named after the dump (memscope_dump_{key} -> config_{key}), so
+		// that a reader finds the config that counts its rows (trace.Open).
+		key := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(res.DumpPath), "memscope_dump_"), ext)
+		cpath = uniquePath(filepath.Join(dir, "config_"+key), ".json")
 	}
 	if err := safefs.WriteJSON(cpath, cj); err != nil {
 		return nil, err

@@ -72,6 +72,11 @@ func OpenCapture(dir string) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(ls.damaged) > 0 && ReadEnd(dir) != nil {
+		// The process ended normally: its logs were closed whole.
+		ls.Close()
+		return nil, fmt.Errorf("%s (the file is cut short or damaged)", ls.damaged[0])
+	}
 	s, err := NewLogs(ls, ls.size, ls.laterLogs)
 	if err != nil {
 		ls.Close()
@@ -87,6 +92,25 @@ func OpenLog(path string) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return openLogBytes(path, b)
+}
+
+// OpenWholeLog is OpenLog for a log that must be whole (the process that
+// wrote it ended, or it is read outside its capture folder): a frame cut
+// short or damaged is an error, not the end of the log.
+func OpenWholeLog(path string) (*Spool, error) {
+	z, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := logDecoder.DecodeAll(z, make([]byte, 0, 10*len(z)))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v (the file is cut short or damaged)", path, err)
+	}
+	return openLogBytes(path, b)
+}
+
+func openLogBytes(path string, b []byte) (*Spool, error) {
 	sp, err := New(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)

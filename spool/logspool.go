@@ -27,6 +27,9 @@ type logSpool struct {
 	// Where each log after the first begins: its prologue repeats the
 	// blocks live then, which the logs before it already hold (NewLogs).
 	laterLogs []int64
+	// The logs that end with a frame cut short or damaged, and why: the
+	// newest log of a killed run; in a run that ended, a damaged file.
+	damaged []string
 
 	mu    sync.Mutex
 	cache [logCacheFrames]struct {
@@ -139,6 +142,10 @@ func (ls *logSpool) addLog(path string, skipHeader bool) error {
 			if content < HdrSize {
 				return fmt.Errorf("%s: %v", path, err)
 			}
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			ls.damaged = append(ls.damaged, fmt.Sprintf("%s: %v", path, err))
 			break
 		}
 		if len(buf) > 0 {

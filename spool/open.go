@@ -159,11 +159,19 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 		}
 		meta = m
 	}
+	// A spool whose process ended normally (or that stands alone, where
+	// nothing says it may be cut) must be whole; only a killed run's may
+	// end inside a chunk. A rotating capture's logs read together are
+	// judged as its conversion judges them.
+	whole := in.found.Capture == "" || ReadEnd(in.found.Capture) != nil
 	var sp *Spool
 	var err error
 	switch {
 	case in.found.File == "":
 		sp, err = OpenCapture(in.found.Capture)
+		whole = whole && len(LogFiles(in.found.Capture)) == 0
+	case strings.HasSuffix(in.found.File, LogSuffix) && whole:
+		sp, err = OpenWholeLog(in.found.File)
 	case strings.HasSuffix(in.found.File, LogSuffix):
 		sp, err = OpenLog(in.found.File)
 	default:
@@ -171,6 +179,14 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if whole && sp.Truncated {
+		sp.Close()
+		name := in.found.File
+		if name == "" {
+			name = filepath.Join(in.found.Capture, SpoolDir, FileName)
+		}
+		return nil, nil, fmt.Errorf("%s: a chunk runs past the end of the file (the file is cut short or damaged)", name)
 	}
 	if meta == nil {
 		meta = spoolMeta(sp)

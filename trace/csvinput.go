@@ -38,6 +38,7 @@ type csvChunk struct {
 type csvResult struct {
 	events []Event
 	offs   []RowOffset // of the MALLOC rows, with IndexMallocs
+	rows   int         // records in the chunk, those of kinds left out included
 	err    error
 }
 
@@ -57,6 +58,9 @@ type csvInput struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 
+	check *rowCheck // config.json's count of rows, or nil
+	rows  uint64    // records read, those of kinds left out included
+
 	index   bool
 	offs    []RowOffset // of the MALLOC rows in cur, with IndexMallocs
 	oi      int         // offs[oi] is the next MALLOC row's
@@ -68,9 +72,9 @@ type csvInput struct {
 	done    bool
 }
 
-func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*csvInput, error) {
+func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions, check *rowCheck) (*csvInput, error) {
 	in := &csvInput{f: f, path: path, size: size, lean: opt.Lean, reuse: opt.Reuse, kinds: maskOf(opt.Kinds),
-		index: opt.IndexMallocs, stop: make(chan struct{})}
+		index: opt.IndexMallocs, stop: make(chan struct{}), check: check}
 	var src io.Reader = f
 	if of, ok := f.(*os.File); ok && size >= csvMapMin && size == int64(int(size)) {
 		// Parsed where the page cache holds it: no copy into buffers.
@@ -114,7 +118,7 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 						evs = (*b)[:0]
 					}
 				}
-				p.offs = nil
+				p.offs, p.rows = nil, 0
 				err := in.faults(func() error {
 					var err error
 					evs, err = p.parse(evs, c.data, c.line, c.off)
@@ -126,7 +130,7 @@ func newCSVInput(f io.ReadCloser, path string, size int64, opt OpenOptions) (*cs
 				} else {
 					in.release(c.data)
 				}
-				c.res <- csvResult{evs, p.offs, err}
+				c.res <- csvResult{evs, p.offs, p.rows, err}
 			}
 		}()
 	}
@@ -384,9 +388,14 @@ func (in *csvInput) Next() (*Event, error) {
 		c, ok := <-in.order
 		if !ok {
 			in.done, in.cur = true, nil
+			if err := in.check.check(in.path, in.rows); err != nil {
+				in.err = err
+				return nil, err
+			}
 			return nil, nil
 		}
 		r := <-c.res
+		in.rows += uint64(r.rows)
 		in.offs, in.oi = r.offs, 0
 		if in.reuse && in.cur != nil {
 			b := in.cur[:0]

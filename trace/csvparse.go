@@ -24,6 +24,7 @@ type chunkParser struct {
 	skip   bool        // lead met a row of a kind not in kinds
 	index  bool        // record where MALLOC rows start
 	offs   []RowOffset // ... here
+	rows   int         // records parsed (or skipped for their kind)
 }
 
 func newChunkParser(name string, lean bool) *chunkParser {
@@ -59,9 +60,13 @@ func (p *chunkParser) parse(evs []Event, data []byte, line int, off int64) ([]Ev
 		if eolLen(ln) == len(ln) {
 			continue // an empty line
 		}
+		p.rows++
 		q := bytes.Count(ln, quoteByte)
 		raw := ln
-		if q&1 == 1 { // a record over several lines: the slow path
+		if ln[len(ln)-1] != '\n' {
+			// The file's last line, without its line end: the writer ends
+			// every row with one, so the file was cut (the slow path says so).
+		} else if q&1 == 1 { // a record over several lines: the slow path
 			p.acc = append(p.acc[:0], ln...)
 			for len(data) > 0 && q&1 == 1 {
 				i := bytes.IndexByte(data, '\n')
@@ -105,7 +110,7 @@ func (p *chunkParser) parse(evs []Event, data []byte, line int, off int64) ([]Ev
 
 // one parses one raw record, whose first line is number line.
 func (p *chunkParser) one(raw []byte, line int) (*Event, error) {
-	if q, nl := bytes.Count(raw, quoteByte), bytes.IndexByte(raw, '\n'); q&1 == 0 && (nl < 0 || nl == len(raw)-1) {
+	if q, nl := bytes.Count(raw, quoteByte), bytes.IndexByte(raw, '\n'); q&1 == 0 && nl >= 0 && nl == len(raw)-1 {
 		e := new(Event)
 		if p.fast(e, raw, q) {
 			return e, nil

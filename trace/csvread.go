@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -70,9 +71,25 @@ func newCSVReader(r io.Reader, name string) (*csvReader, error) {
 		got[0] = strings.TrimSpace(strings.TrimPrefix(got[0], "\uFEFF"))
 	}
 	if err := checkHeader(got); err != nil {
+		if cr.noNewline && headerPrefix(got) {
+			return nil, cr.errorf(start, "header: it ends after %q%s", got[len(got)-1], cutShort)
+		}
 		return nil, cr.errorf(start, "header: %s", err)
 	}
+	if cr.noNewline {
+		return nil, cr.errorf(start, "header: no line end after it%s", cutShort)
+	}
 	return cr, nil
+}
+
+// headerPrefix reports whether got is the start of CSVHeader, its last
+// column maybe cut short.
+func headerPrefix(got []string) bool {
+	if len(got) == 0 || len(got) > len(CSVHeader) {
+		return false
+	}
+	last := len(got) - 1
+	return slices.Equal(got[:last], CSVHeader[:last]) && strings.HasPrefix(CSVHeader[last], got[last])
 }
 
 func checkHeader(got []string) error {
@@ -119,10 +136,17 @@ func (r *csvReader) Next() (*Event, error) {
 	}
 	if len(r.ends) != numCols {
 		if r.noNewline {
-			r.err = r.errorf(start, "truncated last line: %d fields, want %d", len(r.ends), numCols)
+			r.err = r.errorf(start, "truncated last line: %d fields, want %d%s", len(r.ends), numCols, cutShort)
 		} else {
 			r.err = r.errorf(start, "wrong number of fields: %d, want %d", len(r.ends), numCols)
 		}
+		return nil, r.err
+	}
+	if r.noNewline {
+		// Every row the writer writes ends with a line end: a last line
+		// without one was cut, maybe inside its last field ("N/" for "N/A",
+		// a number short of digits), which would still parse.
+		r.err = r.errorf(start, "truncated last line: no line end after the last field%s", cutShort)
 		return nil, r.err
 	}
 	e := new(Event)
@@ -323,12 +347,12 @@ field:
 				}
 				if line, err = r.readLine(); err != nil {
 					if err == io.EOF {
-						return start, fmt.Errorf("truncated last line: unterminated quoted field %d", col)
+						return start, fmt.Errorf("truncated last line: unterminated quoted field %d%s", col, cutShort)
 					}
 					return start, err
 				}
 			default:
-				return start, fmt.Errorf("truncated last line: unterminated quoted field %d", col)
+				return start, fmt.Errorf("truncated last line: unterminated quoted field %d%s", col, cutShort)
 			}
 		}
 	}

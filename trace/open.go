@@ -85,7 +85,10 @@ const (
 
 // Open opens a dump file, CSV or SQLite (told apart by content, not by
 // name). Errors are one line naming the file: a missing file, a folder, a
-// header without the columns of SPEC §2.1, a database without the table.
+// header without the columns of SPEC §2.1, a database without the table, a
+// file cut short (a CSV whose last line has no line end, a database shorter
+// than its header says) and, for a dump in its capture folder, a number of
+// rows other than its config.json's events_written (dumpcheck.go).
 func Open(path string, opt OpenOptions) (Input, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -105,11 +108,16 @@ func Open(path string, opt OpenOptions) (Input, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, errors.Unwrap(err))
 	}
+	rc, err := expectedRows(path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
 	var magic [len(sqliteMagic)]byte
 	n, _ := io.ReadFull(f, magic[:])
 	if string(magic[:n]) == sqliteMagic {
 		f.Close()
-		return openSQLiteInput(path, opt)
+		return openSQLiteInput(path, opt, rc)
 	}
 	if strings.EqualFold(filepath.Ext(path), ".db") {
 		f.Close()
@@ -119,7 +127,7 @@ func Open(path string, opt OpenOptions) (Input, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
-	in, err := newCSVInput(f, path, fi.Size(), opt)
+	in, err := newCSVInput(f, path, fi.Size(), opt, rc)
 	if err != nil {
 		f.Close()
 		return nil, err

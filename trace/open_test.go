@@ -30,7 +30,7 @@ func readInput(t testing.TB, in Input) ([]Event, error) {
 
 func openBytes(t testing.TB, data []byte, name string, opt OpenOptions) (Input, error) {
 	t.Helper()
-	return newCSVInput(io.NopCloser(bytes.NewReader(data)), name, int64(len(data)), opt)
+	return newCSVInput(io.NopCloser(bytes.NewReader(data)), name, int64(len(data)), opt, nil)
 }
 
 // openMapped opens data written to a file, mapped whatever its size.
@@ -47,7 +47,7 @@ func openMapped(t testing.TB, data []byte, name string, opt OpenOptions) (Input,
 	saved := csvMapMin
 	csvMapMin = 1
 	defer func() { csvMapMin = saved }()
-	in, err := newCSVInput(f, name, int64(len(data)), opt)
+	in, err := newCSVInput(f, name, int64(len(data)), opt, nil)
 	if err != nil {
 		f.Close()
 		return nil, err

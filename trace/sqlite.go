@@ -229,12 +229,19 @@ type sqliteBatchRes struct {
 	err    error
 }
 
-func openSQLiteInput(path string, opt OpenOptions) (Input, error) {
+func openSQLiteInput(path string, opt OpenOptions, rc *rowCheck) (Input, error) {
+	if err := sqliteSize(path); err != nil {
+		return nil, err
+	}
 	c, err := openSQLite(path, "mode=ro")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	if err := sqliteCheck(c, path); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := sqliteCount(c, path, rc); err != nil {
 		c.Close()
 		return nil, err
 	}

@@ -158,7 +158,11 @@ func offline(inv *cli.Invocation) int {
 		res, err := collect.Convert(d, opt)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
-			rc = 1
+			code := 1
+			if collect.IsInputError(err) {
+				code = 2 // the capture is cut short or damaged
+			}
+			rc = max(rc, code)
 			continue
 		}
 		state := "complete"

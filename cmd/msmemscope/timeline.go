@@ -26,17 +26,19 @@ func timeline(inv *cli.Invocation) int {
 		}
 		f.Close()
 	}
+	// The timeline reads nothing but its input: an error is the input's
+	// (cut short, damaged, empty), a usage error.
 	tl, err := analyzer.TimelineOf(in, iv)
 	if err != nil {
-		return fail(err)
+		return usage(err)
 	}
 	peak, ok := tl.Peak()
 	if !ok {
-		return fail(fmt.Errorf("%s holds no events", in))
+		return usage(fmt.Errorf("--input %s holds no events", in))
 	}
 	rep, err := analyzer.ReportAtTime(in, tl, iv, peak.Ms)
 	if err != nil {
-		return fail(err)
+		return usage(err)
 	}
 	analyzer.WriteTimeline(os.Stdout, tl, rep, peak.Ms)
 	return 0

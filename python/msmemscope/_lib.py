@@ -189,15 +189,24 @@ _EXCEPTIONS: Dict[str, Type[Exception]] = {
 }
 
 
+def refuse_in_child(what: str) -> None:
+    """Raises RuntimeError in a process forked from the one that loaded the
+    library: the library refuses every call there (its Go runtime did not
+    survive the fork), so what asks for its results must say so."""
+    if in_child():
+        raise RuntimeError("msmemscope: %s called in a forked child: call it from the parent, "
+                           "or start the child with spawn" % what)
+
+
 def call(name: str, *args: Any) -> Dict[str, Any]:
     """Calls data call name of the C API and decodes its reply: {"ok": True,
     "result": ..., "text"?: ...}; an error reply raises the exception it
-    names. Refused in a forked child (RuntimeError)."""
+    names. Refused in a forked child (RuntimeError, refuse_in_child)."""
+    refuse_in_child(name)
     lib = get()
     p = getattr(lib, name)(*args)
     if not p:
-        if in_child():
-            raise RuntimeError("msmemscope: %s is not available in a forked child process" % name)
+        refuse_in_child(name)  # forked while the call was made
         raise MemoryError("msmemscope: %s: out of memory" % name)
     try:
         reply = json.loads(ctypes.string_at(p).decode("utf-8", "replace"))

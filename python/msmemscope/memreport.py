@@ -21,18 +21,19 @@ MemReport = Dict[str, Any]
 def get_mem_report() -> MemReport:
     """{"total_size": N, "mem_report": [{"site", "function", "size", "count"}, ...]}
     for the live blocks of this process now."""
-    if _lib.in_child():
-        return {"total_size": 0, "mem_report": []}
+    _lib.refuse_in_child("get_mem_report")
     return _lib.call("msmemscope_get_mem_report")["result"]
 
 
 def get_all_time_size(input_path: Union[str, os.PathLike], interval_ms: int = 100) -> List[List[int]]:
     """[[t_ms, max_live_bytes], ...]: the local maximum of live bytes in each
     interval of the capture at input_path."""
+    _lib.refuse_in_child("get_all_time_size")
     return _lib.call("msmemscope_get_all_time_size", str(input_path).encode(), int(interval_ms))["result"]
 
 
 def get_mem_report_with_time(input_path: Union[str, os.PathLike], t_ms: int, interval_ms: int = 100) -> MemReport:
     """The per-site report at the maximum of the interval holding t_ms."""
+    _lib.refuse_in_child("get_mem_report_with_time")
     return _lib.call("msmemscope_get_mem_report_with_time", str(input_path).encode(), int(t_ms),
                      int(interval_ms))["result"]

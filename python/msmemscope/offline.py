@@ -33,8 +33,6 @@ PathLike = Union[str, os.PathLike]
 
 
 def _call(fn: str, *args: Any) -> Dict[str, Any]:
-    if _lib.in_child():
-        raise RuntimeError("msmemscope: offline analysis is not available in a forked child process")
     return _lib.call(fn, *args)
 
 
@@ -50,12 +48,14 @@ def _jsonable(name: str, v: Any) -> Any:
 
 def list_analyzers() -> List[str]:
     """The analyses available offline: ["leaks", "inefficient"]."""
+    _lib.refuse_in_child("list_analyzers")
     return _call("msmemscope_list_analyzers")["result"]
 
 
 def get_analyzer_config(analyzer_type: str) -> Dict[str, Dict[str, Any]]:
     """The parameters of an analysis, in order: {name: {"type", "required",
     "default", "description"}}."""
+    _lib.refuse_in_child("get_analyzer_config")
     if not isinstance(analyzer_type, str):
         raise TypeError("analyzer_type must be a str, got %s" % type(analyzer_type).__name__)
     res = _call("msmemscope_analyzer_config", analyzer_type.encode())["result"]
@@ -82,6 +82,7 @@ def analyze(analyzer_type: str, **kwargs: Any) -> Any:
     """Runs an analysis by name with its parameters as keyword arguments
     (see get_analyzer_config): "leaks" returns check_leaks' list of blocks,
     "inefficient" check_inefficient's summary."""
+    _lib.refuse_in_child("analyze")
     res = _run(analyzer_type, kwargs)
     if analyzer_type == "leaks":
         return res["leaks"]
@@ -97,6 +98,7 @@ def check_leaks(input_path: PathLike, mstx_info: str, start_index: int,
     Prints the report and returns the leaked blocks: dicts with id (the
     MALLOC row), allocation_id, ptr, size, event_type, device, pid, tid,
     timestamp, owner, python_stack, c_stack."""
+    _lib.refuse_in_child("check_leaks")
     return analyze("leaks", input_path=input_path, mstx_info=mstx_info, start_index=start_index,
                    event_type=event_type)
 
@@ -112,6 +114,7 @@ def check_inefficient(input_path: PathLike, mem_size: Optional[int] = None,
     returns it: {"summary": {type: {"blocks", "bytes", "api_span"}},
     "results_added", "file_rewritten", "blocks" (the largest, at most
     1000), "blocks_total", ...}."""
+    _lib.refuse_in_child("check_inefficient")
     kwargs: Dict[str, Any] = {"input_path": input_path, "inefficient_type": inefficient_type}
     if mem_size is not None:
         kwargs["mem_size"] = mem_size

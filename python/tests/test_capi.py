@@ -85,3 +85,44 @@ print(os.read(r, 1000).decode())
 def test_forked_child_refused(tmp_path):
     run = run_plain(tmp_path, FORK, timeout=60).check()
     assert "[None, None, None, None, -1, -1, True]" in run.stdout
+
+
+def test_offline_functions_raise_in_forked_child(tmp_path):
+    """Every function that asks the library for results raises a clear
+    RuntimeError in a forked child (os.fork() here, in the test process),
+    before the library is called: it would refuse anyway."""
+    assert msmemscope.list_analyzers()  # the library is loaded in the parent
+    dump = str(tmp_path / "dump.csv")
+    calls = {
+        "check_leaks": lambda: msmemscope.check_leaks(dump, mstx_info="x", start_index=0),
+        "check_inefficient": lambda: msmemscope.check_inefficient(dump),
+        "analyze": lambda: msmemscope.analyze("leaks", input_path=dump, mstx_info="x", start_index=0),
+        "list_analyzers": msmemscope.list_analyzers,
+        "get_analyzer_config": lambda: msmemscope.get_analyzer_config("leaks"),
+        "get_mem_report": msmemscope.get_mem_report,
+        "get_all_time_size": lambda: msmemscope.get_all_time_size(dump),
+        "get_mem_report_with_time": lambda: msmemscope.get_mem_report_with_time(dump, 0),
+    }
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            res = []
+            for name, fn in calls.items():
+                try:
+                    fn()
+                    res.append("%s: answered" % name)
+                except RuntimeError as e:
+                    want = "msmemscope: %s called in a forked child: call it from the parent, " \
+                           "or start the child with spawn" % name
+                    res.append("%s: %s" % (name, "ok" if str(e) == want else repr(str(e))))
+                except BaseException as e:  # noqa: B902 - reported to the parent
+                    res.append("%s: %r" % (name, e))
+            os.write(w, "\n".join(res).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r) as f:
+        lines = f.read().splitlines()
+    assert lines == ["%s: ok" % name for name in calls], lines

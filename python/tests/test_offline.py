@@ -270,6 +270,34 @@ def test_bad_inputs(tmp_path):
         msmemscope.check_inefficient(bad, idle_threshold=True)
 
 
+def test_cut_inputs(tmp_path):
+    """A dump cut short is a ValueError naming the file (and the line): cut
+    inside its last field, or, in its capture folder, at a row boundary
+    (config.json's events_written counts the rows); a DB cut short too."""
+    d, _ = leaks_dump()
+    whole = open(d.write_csv(tmp_path / "whole.csv"), "rb").read()
+    for n, cut in enumerate((whole[:-2], whole[:-1], whole[:len(whole) // 2])):
+        p = tmp_path / ("cut%d.csv" % n)
+        p.write_bytes(cut)
+        for fn in (lambda: msmemscope.check_leaks(str(p), "iter", 1), lambda: msmemscope.get_all_time_size(str(p))):
+            with pytest.raises(ValueError) as ei:
+                fn()
+            assert str(ei.value).startswith(str(p) + ":") and str(ei.value).endswith("(the file is cut short or damaged)")
+    capture = tmp_path / "msmemscope_1_20260101000000"
+    (capture / "dump").mkdir(parents=True)
+    (capture / "config.json").write_text('{"events_written": %d}' % len(d.rows))
+    dump = capture / "dump" / "memscope_dump_20260101000000.csv"
+    dump.write_bytes(whole)
+    assert len(msmemscope.check_leaks(str(dump), "iter", 1)) == 3
+    dump.write_bytes(whole[:whole.rindex(b"\n", 0, -1) + 1])  # the last row left out
+    with pytest.raises(ValueError, match="%d rows, but .*config.json says events_written %d" % (len(d.rows) - 1, len(d.rows))):
+        msmemscope.check_leaks(str(dump), "iter", 1)
+    db = open(d.write_db(tmp_path / "whole.db"), "rb").read()
+    (tmp_path / "cut.db").write_bytes(db[:len(db) // 2])
+    with pytest.raises(ValueError, match="cut.db"):
+        msmemscope.check_leaks(str(tmp_path / "cut.db"), "iter", 1)
+
+
 def test_help_lists_the_whole_api():
     """help(msmemscope) shows what `__all__` names: every public function,
     the offline analyses and the reports included, and each name exists."""

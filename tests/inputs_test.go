@@ -1,0 +1,86 @@
+package tests
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// inputCase is a CLI command on a damaged input and what its error names.
+type inputCase struct {
+	name string
+	args []string
+	want []string
+}
+
+// TestDamagedInputsExit2: a dump, spool or rotated log cut short or damaged,
+// given back to --input (with --analysis), --timeline or --compare, is one
+// error line naming the file, exit 2 (a usage error), never a crash and never
+// a report from part of the file.
+func TestDamagedInputsExit2(t *testing.T) {
+	bin := compile(t, "single.c", "")
+	tmp := t.TempDir()
+	csvOut, dbOut := filepath.Join(tmp, "csv"), filepath.Join(tmp, "db")
+	mustRun(t, 0, csvOut, bin)
+	mustRun(t, 0, dbOut, "--data-format=db", bin)
+	capture := readManifest(t, csvOut).main(t).Folder
+	dump := onlyFile(t, filepath.Join(capture, "dump", "memscope_dump_*.csv"))
+	db := onlyFile(t, filepath.Join(readManifest(t, dbOut).main(t).Folder, "dump", "memscope_dump_*.db"))
+	csvData, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbData, _ := os.ReadFile(db)
+	spoolData, _ := os.ReadFile(filepath.Join(capture, "spool", "spool.bin"))
+	write := func(name string, b []byte) string {
+		p := filepath.Join(tmp, name)
+		if err := os.WriteFile(p, b, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The capture's dump cut at a row boundary: only config.json can tell.
+	lines := bytes.SplitAfter(csvData, []byte("\n"))
+	boundary := bytes.Join(lines[:len(lines)/2], nil)
+	if err := os.WriteFile(dump, boundary, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	header := lines[0]
+	cases := []inputCase{
+		{"csv cut in its last field", []string{"--analysis=leaks", "--input=" + write("a.csv", csvData[:len(csvData)-2])}, []string{"a.csv:", "cut short"}},
+		{"csv cut mid-row", []string{"--analysis=decompose", "--input=" + write("b.csv", csvData[:len(csvData)/2+7])}, []string{"b.csv:", "cut short"}},
+		{"timeline of a cut csv", []string{"--timeline", "--input=" + write("c.csv", csvData[:len(csvData)-1])}, []string{"c.csv:", "cut short"}},
+		{"timeline of a header", []string{"--timeline", "--input=" + write("d.csv", header)}, []string{"d.csv", "no events"}},
+		{"dump cut at a row boundary", []string{"--analysis=leaks", "--input=" + dump}, []string{dump, "config.json says events_written"}},
+		{"timeline of a dump cut at a row boundary", []string{"--timeline", "--input=" + dump}, []string{dump, "events_written"}},
+		{"compare with a cut csv", []string{"--compare", "--input=" + write("e.csv", csvData[:len(csvData)-3]) + "," + write("f.csv", csvData)}, []string{"e.csv:", "cut short"}},
+		{"db cut short", []string{"--analysis=leaks", "--input=" + write("g.db", dbData[:len(dbData)/2])}, []string{"g.db", "cut short"}},
+		{"timeline of a db cut short", []string{"--timeline", "--input=" + write("h.db", dbData[:len(dbData)-4096])}, []string{"h.db", "cut short"}},
+		{"spool cut short", []string{"--analysis=leaks", "--input=" + write("i.bin", spoolData[:len(spoolData)-100])}, []string{"i.bin", "cut short"}},
+		{"timeline of a spool cut short", []string{"--timeline", "--input=" + write("j.bin", spoolData[:len(spoolData)-100])}, []string{"j.bin", "cut short"}},
+		{"garbage spool", []string{"--timeline", "--input=" + write("k.bin", append(spoolData[:64:64], bytes.Repeat([]byte{0xa5}, 4096)...))}, []string{"k.bin", "corrupt chunk header"}},
+	}
+	// A rotating capture that ended, its log cut: converted again, and the
+	// log alone under --timeline.
+	rotOut := filepath.Join(tmp, "rot")
+	mustRun(t, 0, rotOut, "--log-mode=rotate", "--log-files=2", "--log-file-mb=1", bin)
+	rot := readManifest(t, rotOut).main(t).Folder
+	log := onlyFile(t, filepath.Join(rot, "spool", "log_*.zst"))
+	logData, _ := os.ReadFile(log)
+	if err := os.WriteFile(log, logData[:len(logData)/2], 0o640); err != nil {
+		t.Fatal(err)
+	}
+	cases = append(cases,
+		inputCase{"rotating capture with a cut log", []string{"--input=" + rot}, []string{log, "cut short"}},
+		inputCase{"timeline of a cut log alone", []string{"--timeline", "--input=" + write("log_000009.zst", logData[:len(logData)-9])}, []string{"log_000009.zst", "cut short"}})
+	for _, c := range cases {
+		r := runCLI(t, 60*time.Second, tmp, append([]string{"--output=" + filepath.Join(tmp, "reports")}, c.args...)...)
+		if r.Code != 2 {
+			t.Errorf("%s: exit %d, want 2\n%s", c.name, r.Code, r.Stderr)
+			continue
+		}
+		oneLineError(t, r, c.want...)
+	}
+}
