@@ -41,6 +41,8 @@ type Result struct {
 	Events    uint64 // events decoded from the spool
 	Rows      uint64 // rows written to the dump
 	Lost      uint64
+	Unwritten map[string]uint64 // events that made no row, by reason
+	Order     spool.OrderStats
 	Complete  bool   // the image ended normally (not killed)
 	Ended     string // how: spool.EndedExit, EndedCrash or EndedKilled
 	Crash     *spool.CrashMeta
@@ -57,18 +59,32 @@ type Result struct {
 	WatchPath     string
 }
 
+// OrderJSON is config.json's account of the merge of the threads' events
+// (spool.OrderStats).
+type OrderJSON struct {
+	Reordered      uint64 `json:"reordered"`       // held back until another thread's event on their address came first
+	UnpairedFrees  uint64 `json:"unpaired_frees"`  // FREEs no thread's MALLOC could precede
+	LostFrees      uint64 `json:"lost_frees"`      // MALLOCs of an address whose FREE was never recorded
+	AmbiguousOrder uint64 `json:"ambiguous_order"` // events whose order on their address the stamps did not settle
+}
+
 // ConfigJSON is the config.json of SPEC §2.
 type ConfigJSON struct {
-	Version                string           `json:"version"`
-	Config                 config.Config    `json:"config"`
-	Pid                    int              `json:"pid"`
-	Ppid                   int              `json:"ppid"`
-	Cmdline                []string         `json:"cmdline"`
-	Clock                  string           `json:"clock"`
-	UnixOffsetNs           int64            `json:"clock_unix_offset_ns"` // add to Timestamp(ns) for Unix time
-	EventsRecorded         uint64           `json:"events_recorded"`
-	EventsWritten          uint64           `json:"events_written"`
-	EventsLost             uint64           `json:"events_lost"`
+	Version        string        `json:"version"`
+	Config         config.Config `json:"config"`
+	Pid            int           `json:"pid"`
+	Ppid           int           `json:"ppid"`
+	Cmdline        []string      `json:"cmdline"`
+	Clock          string        `json:"clock"`
+	UnixOffsetNs   int64         `json:"clock_unix_offset_ns"` // add to Timestamp(ns) for Unix time
+	EventsRecorded uint64        `json:"events_recorded"`
+	EventsWritten  uint64        `json:"events_written"`
+	EventsLost     uint64        `json:"events_lost"`
+	// Events that made no row, by reason: events_recorded = events_written
+	// + events_lost + these.
+	EventsNotWritten map[string]uint64 `json:"events_not_written"`
+	// What ordering the threads' events took (see README, "Order").
+	Order                  OrderJSON        `json:"order"`
 	ForkedChildrenUntraced int              `json:"forked_children_untraced"`
 	Complete               bool             `json:"complete"`
 	Ended                  string           `json:"ended"` // exit, crash (the final drain ran in a crash handler), exec or killed
@@ -162,11 +178,13 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
+	var outside uint64
 	res.Rows, err = WriteDump(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
 		func(w RowWriter) error {
 			return eachEvent(inputNext(dec.Next), func(e *trace.Event) error {
 				observe(runs, false, e)
 				if !written(e) {
+					outside++
 					return nil
 				}
 				annotate(runs, e)
@@ -179,7 +197,10 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if err := finish(runs, false); err != nil {
 		return nil, err
 	}
-	res.Events = dec.Records()
+	res.Unwritten, res.Order = dec.Unwritten(), dec.Order()
+	if outside > 0 {
+		res.Unwritten[spool.NotWrittenSteps] = outside
+	}
 	res.Lost = dec.Lost()
 	if end != nil && end.Lost > res.Lost {
 		res.Lost = end.Lost
@@ -187,6 +208,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if res.Crash != nil && res.Crash.Lost > res.Lost {
 		res.Lost = res.Crash.Lost
 	}
+	res.Events = dec.Events() + res.Lost
 	res.Exec = dec.Exec()
 	if res.Exec != "" && res.Ended == spool.EndedKilled {
 		res.Ended = spool.EndedExec
@@ -201,7 +223,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 	cj := ConfigJSON{
 		Version: version.Version, Config: cfg, Pid: meta.Pid, Ppid: meta.Ppid, Cmdline: meta.Cmdline,
 		Clock: "CLOCK_MONOTONIC", UnixOffsetNs: meta.StartUnixNs - meta.StartMonoNs,
-		EventsRecorded: res.Events, EventsWritten: res.Rows, EventsLost: res.Lost,
+		EventsRecorded: res.Events, EventsWritten: res.Rows, EventsLost: res.Lost, EventsNotWritten: res.Unwritten,
+		Order: OrderJSON{Reordered: res.Order.Reordered, UnpairedFrees: res.Order.UnpairedFree,
+			LostFrees: res.Order.LostFree, AmbiguousOrder: res.Order.Ambiguous},
 		ForkedChildrenUntraced: res.Untraced, Complete: res.Complete, Ended: res.Ended, Crash: res.Crash, Exec: res.Exec, SpoolBytes: sp.Bytes,
 	}
 	cpath := filepath.Join(dir, spool.ConfigFile)
@@ -218,6 +242,19 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// OrderWarning says what the merge of the threads' events could not settle
+// (config.json's "order"), or "" when it settled everything: a FREE no
+// MALLOC could precede, a MALLOC of an address whose FREE was never
+// recorded, events whose order on their address the stamps left open.
+func OrderWarning(res *Result) string {
+	o := res.Order
+	if o.UnpairedFree+o.LostFree+o.Ambiguous == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d FREE(s) of memory no recorded MALLOC precedes, %d MALLOC(s) of an address whose FREE was never recorded, %d event(s) whose order on their address is ambiguous (config.json: order)",
+		o.UnpairedFree, o.LostFree, o.Ambiguous)
 }
 
 // uniquePath returns base+ext, or base_N+ext when that exists already.

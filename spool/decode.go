@@ -55,7 +55,50 @@ type Decoder struct {
 	scopes   map[int32][]string // describe scopes open per thread (owner tags)
 	torch    *torchDec          // PyTorch records (torch.go)
 	fast     bool               // a pass that only judges rows: no stacks, sites or attrs
+
+	events  uint64            // events recorded (rows they make, or one each that makes none)
+	unrowed map[string]uint64 // events that made no row, by reason (Unwritten)
+	reason  string            // why the record at hand makes no row
 }
+
+// Reasons an event makes no row (config.json's events_not_written).
+const (
+	NotWrittenOff       = "recorded_while_collection_off" // allocated or freed while collection was off (a block allocated then and freed while on gets a shadow MALLOC row)
+	NotWrittenUntracked = "free_of_untracked_block"       // a FREE of memory allocated before recording began (or a file mapping)
+	NotWrittenUndo      = "failed_realloc"                // the MALLOC saying a failed realloc's block lives on
+	NotWrittenRepeat    = "repeated_by_later_log"         // a block a later rotated log repeats as live
+	NotWrittenOption    = "not_selected"                  // a PyTorch record whose rows the options leave out
+	NotWrittenSteps     = "outside_steps"                 // written by the conversion: rows --steps leaves out
+)
+
+// isEvent reports whether a record of kind k is an event (can make rows),
+// not the recorder's bookkeeping (clock, sites, stacks, code objects...).
+func isEvent(k uint16) bool {
+	switch k {
+	case format.RMalloc, format.RFree, format.RStart, format.RStop, format.RStep, format.RExit,
+		format.RMark, format.RRangeStart, format.RRangeEnd, format.ROpStart, format.ROpEnd, format.RSnapshot:
+		return true
+	}
+	return false
+}
+
+// Events is the number of events decoded so far: every row stands for one,
+// and Unwritten counts the others.
+func (d *Decoder) Events() uint64 { return d.events }
+
+// Unwritten counts the events that made no row, by reason.
+func (d *Decoder) Unwritten() map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range d.unrowed {
+		if v > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// Order is what the merge repaired and could not settle (OrderStats).
+func (d *Decoder) Order() OrderStats { return d.r.Stats }
 
 // NewDecoder decodes the spool sp of the capture folder dir (whose maps
 // files symbolize C stacks). PyTorch records are skipped unless DecodeTorch
@@ -63,7 +106,7 @@ type Decoder struct {
 func NewDecoder(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) *Decoder {
 	d := &Decoder{
 		r: sp.Reader(), meta: meta, cfg: cfg, pid: int64(meta.Pid),
-		live: map[BlockKey]*block{}, ranges: map[uint64]string{},
+		live: map[BlockKey]*block{}, ranges: map[uint64]string{}, unrowed: map[string]uint64{},
 		lastFree: map[int32]BlockKey{}, lastSize: map[int32]uint64{},
 		symDir: dir, stackMemo: map[string]string{},
 		sp: sp, pyMemo: map[string]string{}, pyLines: map[PyFrame]int{}, scopes: map[int32][]string{},
@@ -248,53 +291,76 @@ func (d *Decoder) Next() (*trace.Event, error) {
 			return nil, err
 		}
 		d.records++
-		e := &trace.Event{Timestamp: ns, Tid: int64(r.Tid)}
-		switch r.Kind {
-		case format.RMalloc:
-			if ev := d.malloc(r, e); ev != nil {
+		pend := len(d.pending)
+		d.reason = NotWrittenOption
+		ev := d.record(r, ns)
+		if !isEvent(r.Kind) {
+			if ev != nil {
 				return d.emit(ev), nil
 			}
-		case format.RFree:
-			if ev := d.free(r, e); ev != nil {
-				return d.emit(ev), nil
-			}
-		case format.RStart, format.RStop, format.RStep, format.RExit:
-			e.Kind = trace.KindSystem
-			e.Type = map[uint16]string{format.RStart: trace.TypeStart, format.RStop: trace.TypeStop,
-				format.RStep: trace.TypeStep, format.RExit: trace.TypeProcessExit}[r.Kind]
-			return d.emit(e), nil
-		case format.RMark, format.RRangeStart, format.RRangeEnd:
-			e.Kind = trace.KindMstx
-			e.MstxID = r.A
-			switch r.Kind {
-			case format.RMark:
-				e.Type, e.Name = trace.TypeMark, r.Text()
-			case format.RRangeStart:
-				e.Type, e.Name = trace.TypeRangeStart, r.Text()
-				d.ranges[r.A] = e.Name
-			default:
-				e.Type, e.Name = trace.TypeRangeEnd, d.ranges[r.A]
-				delete(d.ranges, r.A)
-			}
-			return d.emit(e), nil
-		case format.RExec:
-			d.exec = r.Text()
-		case format.RFork:
-			d.forks = append(d.forks, int(r.A))
-		case format.RLost:
-			d.lost += r.A
-		case format.ROwnerPush:
-			d.scopes[r.Tid] = append(d.scopes[r.Tid], trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_")))
-		case format.ROwnerPop:
-			if s := d.scopes[r.Tid]; len(s) > 0 {
-				d.scopes[r.Tid] = s[:len(s)-1]
-			}
-		default:
-			if ev := d.torchRecord(r, e); ev != nil {
-				return d.emit(ev), nil
-			}
+			continue
 		}
+		switch rows := uint64(len(d.pending) - pend); {
+		case ev == nil:
+			d.events++
+			d.unrowed[d.reason]++
+			continue
+		case r.Kind == format.RFree && ev.Kind == trace.KindMalloc:
+			// A shadow MALLOC: the block's MALLOC, recorded while
+			// collection was off, gets its row now.
+			d.unrowed[NotWrittenOff]--
+			d.events++
+		default:
+			d.events += 1 + rows
+		}
+		return d.emit(ev), nil
 	}
+}
+
+// record turns one record into its first row (nil: none; others wait in
+// d.pending), setting d.reason when it makes none.
+func (d *Decoder) record(r *Rec, ns uint64) *trace.Event {
+	e := &trace.Event{Timestamp: ns, Tid: int64(r.Tid)}
+	switch r.Kind {
+	case format.RMalloc:
+		return d.malloc(r, e)
+	case format.RFree:
+		return d.free(r, e)
+	case format.RStart, format.RStop, format.RStep, format.RExit:
+		e.Kind = trace.KindSystem
+		e.Type = map[uint16]string{format.RStart: trace.TypeStart, format.RStop: trace.TypeStop,
+			format.RStep: trace.TypeStep, format.RExit: trace.TypeProcessExit}[r.Kind]
+		return e
+	case format.RMark, format.RRangeStart, format.RRangeEnd:
+		e.Kind = trace.KindMstx
+		e.MstxID = r.A
+		switch r.Kind {
+		case format.RMark:
+			e.Type, e.Name = trace.TypeMark, r.Text()
+		case format.RRangeStart:
+			e.Type, e.Name = trace.TypeRangeStart, r.Text()
+			d.ranges[r.A] = e.Name
+		default:
+			e.Type, e.Name = trace.TypeRangeEnd, d.ranges[r.A]
+			delete(d.ranges, r.A)
+		}
+		return e
+	case format.RExec:
+		d.exec = r.Text()
+	case format.RFork:
+		d.forks = append(d.forks, int(r.A))
+	case format.RLost:
+		d.lost += r.A
+	case format.ROwnerPush:
+		d.scopes[r.Tid] = append(d.scopes[r.Tid], trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_")))
+	case format.ROwnerPop:
+		if s := d.scopes[r.Tid]; len(s) > 0 {
+			d.scopes[r.Tid] = s[:len(s)-1]
+		}
+	default:
+		return d.torchRecord(r, e)
+	}
+	return nil
 }
 
 func subType(flags uint16) string {
@@ -316,6 +382,7 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	size := r.B
 	if r.Flags&format.FUndo != 0 {
 		// A failed realloc: the block freed just before lives on.
+		d.reason = NotWrittenUndo
 		if d.lastFree[r.Tid] != key {
 			return nil
 		}
@@ -323,6 +390,7 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	}
 	inherited := r.Flags&format.FInherit != 0
 	if _, ok := d.live[key]; ok && inherited {
+		d.reason = NotWrittenRepeat
 		return nil // a later rotated log repeats a block already live
 	}
 	d.nextAID++
@@ -333,6 +401,7 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 			b.cstack = d.cstack(r)
 			b.pystack = d.pystack(r)
 		}
+		d.reason = NotWrittenOff
 		return nil
 	}
 	e.Kind = trace.KindMalloc
@@ -359,11 +428,13 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 	key := BlockKey{Sub: r.Flags & format.FSubMask, Ptr: r.A}
 	b, ok := d.live[key]
 	if !ok {
+		d.reason = NotWrittenUntracked
 		return nil // freed memory we never saw allocated (or a file mapping)
 	}
 	delete(d.live, key)
 	d.lastFree[r.Tid], d.lastSize[r.Tid] = key, b.size
 	if r.Flags&format.FOff != 0 {
+		d.reason = NotWrittenOff
 		return nil
 	}
 	e.Kind = trace.KindFree

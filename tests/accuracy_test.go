@@ -15,6 +15,26 @@ func hostTotalsOf(t *testing.T, p *processInfo) heapTotals {
 	return hostTotals(t, readDump(t, p.Dump))
 }
 
+// orderSettled checks config.json's accounts: every recorded event is a row
+// or counted with its reason, and the merge of the threads' events left
+// nothing unpaired (ambiguities are logged: stamps a few hundred ns apart).
+func orderSettled(t *testing.T, folder string) {
+	t.Helper()
+	c := readConfig(t, folder)
+	var notWritten uint64
+	for _, n := range c.EventsNotWritten {
+		notWritten += n
+	}
+	if c.EventsRecorded != c.EventsWritten+*c.EventsLost+notWritten {
+		t.Errorf("config.json: events_recorded %d != events_written %d + events_lost %d + events_not_written %v",
+			c.EventsRecorded, c.EventsWritten, *c.EventsLost, c.EventsNotWritten)
+	}
+	if c.Order.UnpairedFrees != 0 || c.Order.LostFrees != 0 {
+		t.Errorf("config.json order: %+v, want no unpaired or lost FREEs", c.Order)
+	}
+	t.Logf("order: %+v", c.Order)
+}
+
 func sameTotals(t *testing.T, what string, got, want heapTotals) {
 	t.Helper()
 	if got != want {
@@ -37,6 +57,10 @@ func TestAccuracyVsValgrind(t *testing.T) {
 		{"allocfns", "allocfns.c", nil},
 		{"threads8x100k", "threads.c", []string{"-pthread"}},
 		{"cxx_new_delete", "newdelete.cpp", nil},
+		// Threads freeing each other's blocks: a queue from one to another,
+		// and a pool of 8 that free at random (SPEC §2.1's order).
+		{"handoff_1M", "handoff.c", []string{"-pthread"}},
+		{"pool8_random", "pool.c", []string{"-pthread"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -48,6 +72,7 @@ func TestAccuracyVsValgrind(t *testing.T) {
 				t.Fatalf("want 1 traced process, manifest lists %d", len(m.Processes))
 			}
 			got := hostTotalsOf(t, m.main(t))
+			orderSettled(t, m.main(t).Folder)
 			root, vg, vgOut := valgrindHeap(t, false, bin)
 			if len(vg) != 1 {
 				t.Fatalf("valgrind printed %d summaries, want 1", len(vg))

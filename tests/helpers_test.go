@@ -365,18 +365,25 @@ func (m *manifest) main(t *testing.T) *processInfo {
 
 // configJSON mirrors the fields of config.json the tests check.
 type configJSON struct {
-	Version                string           `json:"version"`
-	Config                 json.RawMessage  `json:"config"`
-	Pid                    int              `json:"pid"`
-	Clock                  string           `json:"clock"`
-	EventsRecorded         uint64           `json:"events_recorded"`
-	EventsWritten          uint64           `json:"events_written"`
-	EventsLost             *uint64          `json:"events_lost"`
-	ForkedChildrenUntraced *int             `json:"forked_children_untraced"`
-	Complete               bool             `json:"complete"`
-	Ended                  string           `json:"ended"`
-	Crash                  *spool.CrashMeta `json:"crash"`
-	Exec                   string           `json:"exec"`
+	Version                string            `json:"version"`
+	Config                 json.RawMessage   `json:"config"`
+	Pid                    int               `json:"pid"`
+	Clock                  string            `json:"clock"`
+	EventsRecorded         uint64            `json:"events_recorded"`
+	EventsWritten          uint64            `json:"events_written"`
+	EventsLost             *uint64           `json:"events_lost"`
+	ForkedChildrenUntraced *int              `json:"forked_children_untraced"`
+	Complete               bool              `json:"complete"`
+	Ended                  string            `json:"ended"`
+	Crash                  *spool.CrashMeta  `json:"crash"`
+	Exec                   string            `json:"exec"`
+	EventsNotWritten       map[string]uint64 `json:"events_not_written"`
+	Order                  struct {
+		Reordered      uint64 `json:"reordered"`
+		UnpairedFrees  uint64 `json:"unpaired_frees"`
+		LostFrees      uint64 `json:"lost_frees"`
+		AmbiguousOrder uint64 `json:"ambiguous_order"`
+	} `json:"order"`
 }
 
 func readConfig(t *testing.T, folder string) *configJSON {

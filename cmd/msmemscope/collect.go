@@ -87,6 +87,9 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 			if i != lastMain && res.Leaks != nil && len(res.Leaks.StepLeaks) > 0 {
 				fmt.Fprintf(os.Stderr, "msmemscope: process %d: %s", m.Pid, res.Leaks.Summary(3))
 			}
+			if w := collect.OrderWarning(res); w != "" {
+				fmt.Fprintf(os.Stderr, "msmemscope: process %d: %s\n", m.Pid, w)
+			}
 		}
 		man.Processes = append(man.Processes, mp)
 	}
