@@ -47,7 +47,12 @@ def test_live_report_names_sites_with_exact_bytes(tmp_path):
     assert first["mem_report"] == sorted(first["mem_report"], key=lambda x: -x["size"])
     # After del s the scratch site is gone, the grow site unchanged.
     assert site(second, scr) == [] and site(second, grow)[0]["size"] == 3 * ((1 << 20) + 1), second
-    assert second["total_size"] == first["total_size"] - ((3 << 20) + 1)
+    # The interpreter's own blocks may change between the reports (json's
+    # encoder keeps a buffer from the first dumps() until exit with 3.11.7,
+    # the capture shows its FREE at exit): the totals add up, site by site.
+    assert sum(x["size"] for x in second["mem_report"]) == second["total_size"]
+    others = lambda rep: sum(x["size"] for x in rep["mem_report"] if not x["site"].endswith(("prog.py:%d" % grow, "prog.py:%d" % scr)))
+    assert second["total_size"] - others(second) == first["total_size"] - others(first) - ((3 << 20) + 1)
 
 
 def test_timeline_functions_read_the_capture(tmp_path):
