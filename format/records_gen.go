@@ -52,6 +52,13 @@ const (
 	// FREE while two threads record (see libmemscope/ring.c, ms_precise).
 	PairStamp    = 0x40000000                // P_STAMP: 1<<30: the unit is a stamp
 	PairStampMax = uint64(0x7ffffffffffffff) // P_STAMP_MAX: (1<<59)-1: the largest stamp a stamp unit holds
+
+	// A stamped half (P_STAMP with P_STAMPED): one hot event with its stamp in a
+	// unit: a pair half (bits 32-60, as in a pair unit) and the stamp's distance
+	// from the thread's last stamp (a stamp unit's or a stamped half's) in bits
+	// 0-28.
+	PairStamped   = uint64(0x80000000) // P_STAMPED: 1<<31: a stamped half
+	PairStampDMax = 0x1fffffff         // P_STAMP_DMAX: (1<<29)-1: the largest distance a stamped half holds
 )
 
 // Record kinds.

@@ -94,11 +94,48 @@ static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint64_t g
 	return likely((uintptr_t)*w < (uintptr_t)t->flim); // room for 2 units, the most a fast record takes
 }
 
+// While two threads record (G_PRECISE): each event with its stamp, in one
+// unit when it fits a stamped half (near the thread's last address, its
+// stamp soon after the last), else a stamp unit and the compact record.
+static __attribute__((noinline)) int fast_precise(ms_thr *t, uint64_t *w, uint64_t g, uint64_t p, size_t n,
+                                                  uintptr_t ra, int is_malloc) {
+	uint64_t ts = stamp_fast(); // after the malloc, before the free: inside the call's window
+	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 3)) return 0;
+	uint64_t delta = ts - t->last_stamp, d = p - t->last_ptr;
+	if (likely(delta <= P_STAMP_DMAX) && !ms_rotating) { // rotating logs: no event needs its thread's past
+		if (is_malloc ? ra == t->last_ra && ENC_HALF_MALLOC_FITS(d, n) : ENC_HALF_FREE_FITS(d)) {
+			enc_stamped_half(w, delta, is_malloc ? enc_half_malloc(d, n) : enc_half_free(d));
+			t->last_stamp = ts;
+			publish(t, w, p, 1);
+			return 1;
+		}
+	}
+	if (unlikely(ts > P_STAMP_MAX)) return 0;
+	uint64_t tag = g & ~(C_SHORT | G_PRECISE | G_EPOCH);
+	if (is_malloc) {
+		if (unlikely((p | n) > C_MAX)) return 0;
+		uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
+		uint32_t site = site_hash(ra);
+		if (unlikely(tab[site] != ra)) return 0;
+		t->last_ra = ra;
+		enc_stamp(w, ts);
+		t->last_stamp = ts;
+		publish(t, w, p, 1 + enc_malloc(w + 1, tag, p, n, site));
+		return 1;
+	}
+	if (unlikely(p > C_MAX)) return 0;
+	enc_stamp(w, ts);
+	t->last_stamp = ts;
+	publish(t, w, p, 1 + enc_free(w + 1, tag, p));
+	return 1;
+}
+
 static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p, size_t n, uintptr_t ra) {
 	ms_thr *t = ms_tls.fast;
 	if (unlikely(t == NULL)) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, g, &w))) return 0;
+	if (g & G_PRECISE) return fast_precise(t, w, g, (uint64_t)p, n, ra, 1);
 	// The same call site as the thread's last MALLOC (a loop, mostly): half
 	// a unit when small and near the last address, else one; the reader
 	// knows the site from that MALLOC.
@@ -119,15 +156,8 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p,
 	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
 	uint32_t site = site_hash(ra);
 	if (unlikely(tab[site] != ra)) return 0;
-	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 3)) return 0;
+	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
 	t->last_ra = ra;
-	if (g & G_PRECISE) { // after the malloc: never earlier than its work
-		uint64_t ts = stamp_fast();
-		if (unlikely(ts > P_STAMP_MAX)) return 0;
-		enc_stamp(w, ts);
-		publish(t, w, (uint64_t)p, 1 + enc_malloc(w + 1, g & ~(C_SHORT | G_PRECISE | G_EPOCH), (uint64_t)p, n, site));
-		return 1;
-	}
 	publish(t, w, (uint64_t)p, enc_malloc(w, g & ~(C_SHORT | G_EPOCH), (uint64_t)p, n, site));
 	return 1;
 }
@@ -137,6 +167,7 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t g, void *p) 
 	if (unlikely(t == NULL)) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, g, &w))) return 0;
+	if (g & G_PRECISE) return fast_precise(t, w, g, (uint64_t)p, 0, 0, 0);
 	// A pair half names p relative to the last address: p's width is no matter.
 	uint64_t d = (uint64_t)p - t->last_ptr;
 	if (likely((g & C_SHORT) && ENC_HALF_FREE_FITS(d))) {
@@ -144,14 +175,7 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t g, void *p) 
 		return 1;
 	}
 	if (unlikely((uintptr_t)p > C_MAX)) return 0;
-	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
-	if (g & G_PRECISE) { // before the free: never later than its work
-		uint64_t ts = stamp_fast();
-		if (unlikely(ts > P_STAMP_MAX)) return 0;
-		enc_stamp(w, ts);
-		publish(t, w, (uint64_t)p, 1 + enc_free(w + 1, g & ~(C_SHORT | G_PRECISE | G_EPOCH), (uint64_t)p));
-		return 1;
-	}
+	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
 	publish(t, w, (uint64_t)p, enc_free(w, g & ~(C_SHORT | G_EPOCH), (uint64_t)p));
 	return 1;
 }

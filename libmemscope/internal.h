@@ -146,6 +146,7 @@ typedef struct ms_thr {
 	uintptr_t stack_hi;  // frame-pointer walks stay below this (the owner's, set once)
 	uint64_t last_epoch; // the owner's: the epoch its last R_EPOCH said
 	int precise_seen;    // the owner's: ms_precise as its last stamp saw it
+	uint64_t last_stamp; // the owner's: the stamp of its last stamp unit or stamped half
 	_Atomic int state;   // 0 owned, 1 dead (drain releases; its thread may take it back), 2 free for reuse, 3 being released
 	ms_seg *rseg;        // drain's current segment
 	_Atomic uint64_t segs; // segments allocated and not yet released
@@ -354,12 +355,12 @@ static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, 
 		int units = (id ? 3 : 2) + stamp;
 		if (kind == R_MALLOC && b <= C_MAX && ring_room(t, w, units)) {
 			uint64_t tag = enc_tag(flags);
-			if (stamp) enc_stamp(w, ts);
+			if (stamp) enc_stamp(w, ts), t->last_stamp = ts;
 			publish(t, w, a, stamp + (id ? enc_malloc_id(w + stamp, tag, a, b, site, id) : enc_malloc(w + stamp, tag, a, b, site)));
 			return;
 		}
 		if (kind == R_FREE && b == 0 && !id && ring_room(t, w, 1 + stamp)) {
-			if (stamp) enc_stamp(w, ts);
+			if (stamp) enc_stamp(w, ts), t->last_stamp = ts;
 			publish(t, w, a, stamp + enc_free(w + stamp, enc_tag(flags), a));
 			return;
 		}

@@ -92,6 +92,13 @@ ENC uint32_t enc_stamp(uint64_t *w, uint64_t ts) {
 	return 1;
 }
 
+// A stamped half: the pair half h whose stamp is delta after the thread's
+// last stamp (delta <= P_STAMP_DMAX).
+ENC uint32_t enc_stamped_half(uint64_t *w, uint64_t delta, uint32_t h) {
+	w[0] = C_PAIR | P_STAMP | P_STAMPED | (uint64_t)h << 32 | delta;
+	return 1;
+}
+
 // Units the event starting at u spans (a pair unit: 1).
 ENC uint32_t rec_units(const uint64_t *u) {
 	if (u[0] & C_COMPACT) return (u[0] & (C_FREE | C_SHORT)) ? 1 : (u[0] >> 48 & F_STACKID) ? 3 : 2;

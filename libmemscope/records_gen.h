@@ -55,6 +55,13 @@
 #define P_STAMP 0x40000000 // 1<<30: the unit is a stamp
 #define P_STAMP_MAX 0x7ffffffffffffffull // (1<<59)-1: the largest stamp a stamp unit holds
 
+// A stamped half (P_STAMP with P_STAMPED): one hot event with its stamp in a
+// unit: a pair half (bits 32-60, as in a pair unit) and the stamp's distance
+// from the thread's last stamp (a stamp unit's or a stamped half's) in bits
+// 0-28.
+#define P_STAMPED 0x80000000ull // 1<<31: a stamped half
+#define P_STAMP_DMAX 0x1fffffff // (1<<29)-1: the largest distance a stamped half holds
+
 // Record kinds.
 enum {
 	R_MALLOC = 1, // a = address, b = size; n's high 16 bits: the site id (R_SITE)

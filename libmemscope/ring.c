@@ -100,6 +100,7 @@ HIDDEN ms_thr *thr_acquire(void) {
 	t->gate = 0;
 	t->last_epoch = 0;
 	t->precise_seen = 0;
+	t->last_stamp = 0;
 	t->last_ra = 0;
 	t->half = 0;
 	t->last_ptr = 1; // no pair half before a compact record names an address

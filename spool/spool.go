@@ -162,6 +162,7 @@ type RecDecoder struct {
 	Ptr   uint64
 	half  bool   // the first half of the pair unit at hand was handed out
 	stamp uint64 // a stamp unit's stamp for the next event (0: none)
+	last  uint64 // the last stamp unit's or stamped half's stamp
 }
 
 // NoEvent is the kind of what RecDecoder.Next returns for a stamp unit.
@@ -180,8 +181,13 @@ func stampOf(w uint64) uint64 { return w&(format.PairStamp-1) | (w>>32&(1<<29-1)
 func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 	if len(b) >= UnitSize {
 		if w := binary.LittleEndian.Uint64(b); IsStamp(w) {
-			d.stamp = stampOf(w)
-			return Rec{Kind: NoEvent}, UnitSize, true
+			if w&format.PairStamped == 0 {
+				d.stamp = stampOf(w)
+				d.last = d.stamp
+				return Rec{Kind: NoEvent}, UnitSize, true
+			}
+			d.last += w & format.PairStampDMax
+			return d.pairHalf(w>>32, d.last), UnitSize, true
 		} else if w&pairBits == pairBits {
 			h, size := w>>32, UnitSize
 			switch {
@@ -190,16 +196,7 @@ func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 			case w&pairSecond != 0:
 				size, d.half = 0, true
 			}
-			r := Rec{TS: TSEpoch | d.Epoch, Flags: format.FHost}
-			if h&pairMalloc != 0 {
-				r.Kind, r.B, r.Site = format.RMalloc, h>>pairMShift&(format.PairMSize-1), d.Site
-				r.A = d.Ptr + uint64(int64(h<<47)>>43) // 17-bit signed delta, in 16-byte steps
-			} else {
-				r.Kind = format.RFree
-				r.A = d.Ptr + uint64(int64(h<<36)>>32) // 28-bit signed delta
-			}
-			d.Ptr = r.A
-			return r, size, true
+			return d.pairHalf(h, TSEpoch|d.Epoch), size, true
 		}
 	}
 	r, size, ok := DecodeRec(b, d.Epoch, d.Site)
@@ -222,6 +219,20 @@ func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 	return r, size, true
 }
 
+// pairHalf decodes the pair half in h's low 29 bits, stamped ts.
+func (d *RecDecoder) pairHalf(h, ts uint64) Rec {
+	r := Rec{TS: ts, Flags: format.FHost}
+	if h&pairMalloc != 0 {
+		r.Kind, r.B, r.Site = format.RMalloc, h>>pairMShift&(format.PairMSize-1), d.Site
+		r.A = d.Ptr + uint64(int64(h<<47)>>43) // 17-bit signed delta, in 16-byte steps
+	} else {
+		r.Kind = format.RFree
+		r.A = d.Ptr + uint64(int64(h<<36)>>32) // 28-bit signed delta
+	}
+	d.Ptr = r.A
+	return r
+}
+
 // NeedsPast reports whether the event at the start of b means something
 // only after its thread's earlier records (a short MALLOC, a pair unit): a
 // reader starting in the middle of a thread cannot decode it.
@@ -230,7 +241,8 @@ func NeedsPast(b []byte) bool {
 		return false
 	}
 	w := binary.LittleEndian.Uint64(b)
-	return w&pairBits == pairBits && !IsStamp(w) || w&(compactBit|compactFree|compactShort) == compactBit|compactShort
+	return w&pairBits == pairBits && (!IsStamp(w) || w&format.PairStamped != 0) ||
+		w&(compactBit|compactFree|compactShort) == compactBit|compactShort
 }
 
 // compactSize is the size in bytes of the compact record whose first unit
@@ -405,11 +417,11 @@ func (s *Spool) index() error {
 					s.Truncated = true
 					break
 				}
-				if IsStamp(w) {
+				if IsStamp(w) && w&format.PairStamped == 0 {
 					continue // not an event
 				}
 				s.Records++
-				if w&pairBits == pairBits && w&pairSecond != 0 {
+				if w&pairBits == pairBits && w&pairSecond != 0 && !IsStamp(w) {
 					s.Records++
 				}
 				continue

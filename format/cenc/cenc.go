@@ -29,6 +29,8 @@ static int c_half_free_fits(uint64_t d) { return ENC_HALF_FREE_FITS(d); }
 static uint32_t c_half_free(uint64_t d) { return enc_half_free(d); }
 static void c_pair_first(uint64_t *w, uint32_t h) { enc_pair_first(w, h); }
 static void c_pair_second(uint64_t *w, uint32_t h) { enc_pair_second(w, h); }
+static uint32_t c_stamp(uint64_t *w, uint64_t ts) { return enc_stamp(w, ts); }
+static uint32_t c_stamped_half(uint64_t *w, uint64_t delta, uint32_t h) { return enc_stamped_half(w, delta, h); }
 static uint32_t c_units(const uint64_t *u) { return rec_units(u); }
 static void c_chunk(void *p, uint32_t magic, uint32_t nunit, int32_t tid, int32_t pid) { enc_chunk(p, magic, nunit, tid, pid); }
 static void c_pad(void *p, size_t len) { enc_pad(p, len); }
@@ -136,6 +138,18 @@ func Pair(first uint32, second *uint32) []byte {
 		C.c_pair_second(&w[0], C.uint32_t(*second))
 	}
 	return units(w[:], 1)
+}
+
+// Stamp encodes a stamp unit.
+func Stamp(ts uint64) []byte {
+	var w [1]C.uint64_t
+	return units(w[:], C.c_stamp(&w[0], C.uint64_t(ts)))
+}
+
+// StampedHalf encodes the pair half h stamped delta after the thread's last stamp.
+func StampedHalf(delta uint64, h uint32) []byte {
+	var w [1]C.uint64_t
+	return units(w[:], C.c_stamped_half(&w[0], C.uint64_t(delta), C.uint32_t(h)))
 }
 
 // Units is what the drain takes the event at the start of b to span, in units.

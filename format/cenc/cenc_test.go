@@ -357,3 +357,48 @@ func TestConstants(t *testing.T) {
 		t.Errorf("tag %#x", Tag(format.FHost|format.FOff))
 	}
 }
+
+// Stamp units give the next compact record its stamp; stamped halves carry
+// their own, relative to the thread's last stamp, and their address
+// relative to its last compact record's.
+func TestStampUnits(t *testing.T) {
+	const last, site, epoch = 0x55550000a000, 44, 3
+	const ts0 = format.PairStampMax - 5 // the largest stamps still fit
+	var b []byte
+	b = append(b, Stamp(ts0)...)
+	b = append(b, Malloc(format.FHost, last+0x100, 64, site)...)
+	b = append(b, StampedHalf(format.PairStampDMax, HalfFree(0))...)               // the MALLOC just made
+	b = append(b, StampedHalf(7, HalfMalloc(uint64(0x40), format.PairMSize-1))...) // at the same site, near
+	b = append(b, Stamp(12)...)
+	b = append(b, Free(format.FHost, 0x7000)...)
+	d := spool.RecDecoder{Epoch: epoch, Site: site, Ptr: last}
+	wants := []want{
+		{kind: format.RMalloc, flags: format.FHost, ts: ts0, a: last + 0x100, b: 64, site: site},
+		{kind: format.RFree, flags: format.FHost, ts: ts0 + format.PairStampDMax, a: last + 0x100},
+		{kind: format.RMalloc, flags: format.FHost, ts: ts0 + format.PairStampDMax + 7, a: last + 0x140, b: format.PairMSize - 1, site: site},
+		{kind: format.RFree, flags: format.FHost, ts: 12, a: 0x7000},
+	}
+	var got []spool.Rec
+	for len(b) > 0 {
+		if u := Units(b); u != 1 && u != 2 {
+			t.Fatalf("%d units at %x", u, b[:8])
+		}
+		r, n, ok := d.Next(b)
+		if !ok || n == 0 {
+			t.Fatalf("decode stopped: %v %d", ok, n)
+		}
+		b = b[n:]
+		if r.Kind != spool.NoEvent {
+			got = append(got, r)
+		}
+	}
+	if len(got) != len(wants) {
+		t.Fatalf("got %d events, want %d", len(got), len(wants))
+	}
+	for i := range wants {
+		check(t, fmt.Sprintf("event %d", i), got[i], wants[i])
+	}
+	if spool.NeedsPast(Stamp(1)) || !spool.NeedsPast(StampedHalf(1, HalfFree(0))) {
+		t.Error("a stamp unit stands alone; a stamped half needs its thread's past")
+	}
+}

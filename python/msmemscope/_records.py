@@ -53,6 +53,13 @@ P_FNEAR: Final[int] = 0x80000000  # 1<<31: a FREE half's
 P_STAMP: Final[int] = 0x40000000  # 1<<30: the unit is a stamp
 P_STAMP_MAX: Final[int] = 0x7ffffffffffffff  # (1<<59)-1: the largest stamp a stamp unit holds
 
+# A stamped half (P_STAMP with P_STAMPED): one hot event with its stamp in a
+# unit: a pair half (bits 32-60, as in a pair unit) and the stamp's distance
+# from the thread's last stamp (a stamp unit's or a stamped half's) in bits
+# 0-28.
+P_STAMPED: Final[int] = 0x80000000  # 1<<31: a stamped half
+P_STAMP_DMAX: Final[int] = 0x1fffffff  # (1<<29)-1: the largest distance a stamped half holds
+
 # Record kinds.
 R_MALLOC: Final[int] = 1  # a = address, b = size; n's high 16 bits: the site id (R_SITE)
 R_FREE: Final[int] = 2  # a = address (b = length of an MMAP)
