@@ -34,7 +34,7 @@ func spoolRecs(t *testing.T, sp *spool.Spool) [][5]uint64 {
 func combined(t *testing.T, capDir string) [][5]uint64 {
 	t.Helper()
 	var all []byte
-	var later []int64
+	var later [][2]int64
 	for i, f := range spool.LogFiles(capDir) {
 		b, err := spool.ReadLog(f)
 		if err != nil {
@@ -42,7 +42,7 @@ func combined(t *testing.T, capDir string) [][5]uint64 {
 		}
 		if i > 0 {
 			b = b[spool.HdrSize:]
-			later = append(later, int64(len(all)))
+			later = append(later, [2]int64{int64(len(all)), int64(len(all) + len(b))})
 		}
 		all = append(all, b...)
 	}

@@ -35,6 +35,7 @@ const maxCalibs = 256
 // decide what is live.
 type liveBlock struct {
 	rec []byte // a full record, whatever form the MALLOC had
+	tid int32  // the thread that made it
 	n   int
 }
 
@@ -108,12 +109,16 @@ func (r *Rotator) open() error {
 	// Inherited blocks sort before everything in the log (a lagging thread's
 	// records can be older than the rotation); readers date them just before
 	// the log's earliest record.
+	// Each thread's in a chunk of its own (below): the rows name the thread
+	// that allocated the block.
 	const tick = 1
+	inherited := map[int32][]byte{}
 	for _, k := range keys {
-		rec, _, _ := spool.DecodeRec(r.live[k].rec, 0, 0) // a full record
-		rec.TS = tick                                     // live when this log began
+		b := r.live[k]
+		rec, _, _ := spool.DecodeRec(b.rec, 0, 0) // a full record
+		rec.TS = tick                             // live when this log began
 		rec.Flags |= format.FInherit
-		add(spool.AppendRec(nil, &rec))
+		inherited[b.tid] = spool.AppendRec(inherited[b.tid], &rec)
 	}
 	// Records drained late (a lagging drain) can carry an epoch that began
 	// several passes ago: repeat the recent epoch starts.
@@ -129,17 +134,27 @@ func (r *Rotator) open() error {
 	}
 	// A thread's records drained next may continue an epoch it entered in
 	// an earlier log: restate each thread's epoch in a chunk of its own.
+	// Each thread's inherited blocks come before its records in this log.
 	tids := make([]int32, 0, len(r.dec))
 	for tid, d := range r.dec {
-		if d.Epoch != 0 {
+		if d.Epoch != 0 || inherited[tid] != nil {
+			tids = append(tids, tid)
+		}
+	}
+	for tid := range inherited {
+		if r.dec[tid] == nil {
 			tids = append(tids, tid)
 		}
 	}
 	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
 	for _, tid := range tids {
-		ep := spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | r.dec[tid].Epoch}
-		writeChunkHeader(&pro, spool.RecSize/spool.UnitSize, tid, r.pid)
-		pro.Write(spool.AppendRec(nil, &ep))
+		c := inherited[tid]
+		if d := r.dec[tid]; d != nil && d.Epoch != 0 {
+			ep := spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | d.Epoch}
+			c = spool.AppendRec(c, &ep)
+		}
+		writeChunkHeader(&pro, uint32(len(c)/spool.UnitSize), tid, r.pid)
+		pro.Write(c)
 	}
 	return r.frame(pro.Bytes())
 }
@@ -240,7 +255,7 @@ func (r *Rotator) observe(b []byte) ([]byte, error) {
 						r.live[key] = b
 					}
 					b.n++
-					b.rec = spool.AppendRec(b.rec[:0], &rec)
+					b.rec, b.tid = spool.AppendRec(b.rec[:0], &rec), tid
 				}
 			case format.RFree:
 				if b := r.live[key]; b != nil {

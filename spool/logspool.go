@@ -24,9 +24,9 @@ type logSpool struct {
 	parts []logPart
 	size  int64
 	files []*os.File
-	// Where each log after the first begins: its prologue repeats the
-	// blocks live then, which the logs before it already hold (NewLogs).
-	laterLogs []int64
+	// Where each log after the first lies ([start, end)): its prologue
+	// repeats the blocks live then, which the logs before it hold (NewLogs).
+	laterLogs [][2]int64
 	// The logs that end with a frame cut short or damaged, and why: the
 	// newest log of a killed run; in a run that ended, a damaged file.
 	damaged []string
@@ -58,12 +58,13 @@ func openLogSpool(dir string) (*logSpool, error) {
 		ls.cache[i].part = -1
 	}
 	for i, path := range LogFiles(dir) {
-		if i > 0 {
-			ls.laterLogs = append(ls.laterLogs, ls.size)
-		}
+		start := ls.size
 		if err := ls.addLog(path, i > 0); err != nil {
 			ls.Close()
 			return nil, err
+		}
+		if i > 0 { // only its prologue holds inherited blocks
+			ls.laterLogs = append(ls.laterLogs, [2]int64{start, ls.size})
 		}
 	}
 	late := filepath.Join(dir, SpoolDir, LateFile)

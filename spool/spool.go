@@ -288,7 +288,7 @@ type calibPoint struct{ tick, ns uint64 }
 type Spool struct {
 	f                 io.ReaderAt
 	closer            io.Closer
-	repeats           map[int64]bool // chunk offsets where a later rotated log begins (newSpool)
+	repeats           [][2]int64 // where later rotated logs lie, [start, end) in order (NewLogs)
 	size              int64
 	Pid               int
 	threads           map[int32][]chunkRef
@@ -335,20 +335,23 @@ func OpenFile(path string) (*Spool, error) {
 func New(ra io.ReaderAt, size int64) (*Spool, error) { return newSpool(ra, size, nil) }
 
 // NewLogs indexes rotated logs read one after the other as one spool (each
-// after the first without its header): laterLogs are the offsets where each
-// log after the first begins. The blocks such a log's prologue inherits are
+// after the first without its header): laterLogs are where each log after
+// the first lies, [start, end). The blocks such a log's prologue inherits are
 // live already in the logs before it, so the reader leaves those records
 // out: dated at the start of the whole stream, they would come before the
 // FREEs the earlier logs hold and invent blocks.
-func NewLogs(ra io.ReaderAt, size int64, laterLogs []int64) (*Spool, error) {
-	repeats := make(map[int64]bool, len(laterLogs))
-	for _, off := range laterLogs {
-		repeats[off] = true
-	}
-	return newSpool(ra, size, repeats)
+func NewLogs(ra io.ReaderAt, size int64, laterLogs [][2]int64) (*Spool, error) {
+	return newSpool(ra, size, laterLogs)
 }
 
-func newSpool(ra io.ReaderAt, size int64, repeats map[int64]bool) (*Spool, error) {
+// repeated reports whether the chunk at off is in a later rotated log, whose
+// prologue repeats blocks the logs before it hold.
+func (s *Spool) repeated(off int64) bool {
+	i := sort.Search(len(s.repeats), func(i int) bool { return s.repeats[i][1] > off })
+	return i < len(s.repeats) && s.repeats[i][0] <= off
+}
+
+func newSpool(ra io.ReaderAt, size int64, repeats [][2]int64) (*Spool, error) {
 	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats}
 	if err := s.index(); err != nil {
 		return nil, err
@@ -465,7 +468,7 @@ func (s *Spool) index() error {
 			s.Records++
 		}
 		if whole > 0 {
-			s.threads[tid] = append(s.threads[tid], chunkRef{data, uint32(whole / UnitSize), s.repeats[off]})
+			s.threads[tid] = append(s.threads[tid], chunkRef{data, uint32(whole / UnitSize), s.repeated(off)})
 		}
 		off = data + int64(nunit)*UnitSize
 		if nunit < want {
