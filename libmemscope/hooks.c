@@ -71,6 +71,9 @@ void ms_fast_update(void) {
 		// C_SHORT: the forms that need their reader to know the thread's past
 		// (short MALLOCs, pair halves: F_HOST alone) may be written.
 		int precise = atomic_load(&ms_precise);
+		// The fast path stamps with the TSC: without an invariant one the
+		// stamps are CLOCK_MONOTONIC, taken on the general path.
+		f = f && !(precise && !ms_use_tsc);
 		n = (g & G_EPOCH) | (f ? enc_tag(fl) | (precise ? G_PRECISE : ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) : 0);
 	} while (!atomic_compare_exchange_weak(&ms_gate, &g, n));
 }
@@ -102,7 +105,9 @@ static __attribute__((noinline)) int fast_precise(ms_thr *t, uint64_t *w, uint64
 	uint64_t ts = stamp_fast(); // after the malloc, before the free: inside the call's window
 	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 3)) return 0;
 	uint64_t delta = ts - t->last_stamp, d = p - t->last_ptr;
-	if (likely(delta <= P_STAMP_DMAX) && !ms_rotating) { // rotating logs: no event needs its thread's past
+	// A half has no flags (F_HOST alone): not while collection is off. Nor
+	// in rotating logs, where no event may need its thread's past.
+	if (likely(delta <= P_STAMP_DMAX) && !(g & (uint64_t)F_OFF << 48) && !ms_rotating) {
 		if (is_malloc ? ra == t->last_ra && ENC_HALF_MALLOC_FITS(d, n) : ENC_HALF_FREE_FITS(d)) {
 			enc_stamped_half(w, delta, is_malloc ? enc_half_malloc(d, n) : enc_half_free(d));
 			t->last_stamp = ts;

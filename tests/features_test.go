@@ -140,6 +140,17 @@ func TestOwnMappingsInvisible(t *testing.T) {
 // msmemscope_stop(): nothing before the first start, memory rows only inside
 // start/stop ranges, and a block allocated while stopped and freed while
 // started is a shadow MALLOC right before its FREE, same allocation_id.
+// TestDeferredThreadsOff: two threads allocate and free while collection is
+// off (precise stamps on, since both record): none of it is a row.
+func TestDeferredThreadsOff(t *testing.T) {
+	bin := compile(t, "deferredthreads.c", "", append(linkMemscope(), "-pthread")...)
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "--collect-mode=deferred", bin)
+	mp := readManifest(t, out).main(t)
+	sameRows(t, rows(readDump(t, mp.Dump)), []string{"SYSTEM START", "MALLOC HOST 30002", "SYSTEM STOP", "SYSTEM PROCESS_EXIT"})
+	orderSettled(t, mp.Folder)
+}
+
 func TestDeferredStartStop(t *testing.T) {
 	bin := compile(t, "deferred.c", "", linkMemscope()...)
 	out := filepath.Join(t.TempDir(), "out")
