@@ -111,7 +111,7 @@ type ConfigJSON struct {
 func Convert(dir string, opt Options) (*Result, error) {
 	meta, err := spool.ReadMeta(dir)
 	if err != nil {
-		return nil, inputErr(fmt.Errorf("%s is not a capture folder: %v", dir, err))
+		return nil, BadInput(fmt.Errorf("%s is not a capture folder: %v", dir, err))
 	}
 	cfg := meta.Config
 	if opt.Config != nil {
@@ -119,7 +119,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	sp, err := spool.OpenCapture(dir)
 	if err != nil {
-		return nil, inputErr(err)
+		return nil, BadInput(err)
 	}
 	defer sp.Close()
 	if opt.Config == nil && sp.Py.Config != "" {
@@ -137,7 +137,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if res.Complete && sp.Truncated && len(spool.LogFiles(dir)) == 0 {
 		// A process that ended normally flushed whole chunks: a cut-off
 		// chunk means the file was damaged, not that the run was killed.
-		return nil, inputErr(fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, spool.SpoolDir, spool.FileName)))
+		return nil, BadInput(fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, spool.SpoolDir, spool.FileName)))
 	}
 
 	dumpDir := filepath.Join(dir, spool.DumpDir)
@@ -153,7 +153,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 
 	torch, err := spool.LearnTorch(sp, dir, meta, cfg)
 	if err != nil {
-		return nil, inputErr(err)
+		return nil, BadInput(err)
 	}
 	runs, err := newRuns(cfg.Analysis, res.DumpPath)
 	if err != nil {

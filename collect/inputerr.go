@@ -20,7 +20,8 @@ func IsInputError(err error) bool {
 	return errors.As(err, &ie)
 }
 
-func inputErr(err error) error {
+// BadInput marks err (nil stays nil) as the input's.
+func BadInput(err error) error {
 	if err == nil || IsInputError(err) {
 		return err
 	}
@@ -31,6 +32,6 @@ func inputErr(err error) error {
 func inputNext(next func() (*trace.Event, error)) func() (*trace.Event, error) {
 	return func() (*trace.Event, error) {
 		e, err := next()
-		return e, inputErr(err)
+		return e, BadInput(err)
 	}
 }

@@ -24,23 +24,13 @@ import (
 // capture folder) with --analysis and --data-format.
 // Every input is found and opened by spool.Open, as one trace.Input.
 
-// inputError is a bad input (a path, a malformed file): a usage error.
-type inputError struct{ err error }
-
-func (e *inputError) Error() string { return e.err.Error() }
-func (e *inputError) Unwrap() error { return e.err }
-
-func badInput(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &inputError{err}
-}
+// badInput marks err as the input's (a path, a malformed file): a usage
+// error, as the conversion marks a damaged capture (collect.InputError).
+func badInput(err error) error { return collect.BadInput(err) }
 
 // exitFor is the exit code for err: 2 for a bad input, 1 otherwise.
 func exitFor(err error) int {
-	var ie *inputError
-	if errors.As(err, &ie) {
+	if collect.IsInputError(err) {
 		return usage(err)
 	}
 	return fail(err)
