@@ -59,15 +59,6 @@ type Result struct {
 	WatchPath     string
 }
 
-// OrderJSON is config.json's account of the merge of the threads' events
-// (spool.OrderStats).
-type OrderJSON struct {
-	Reordered      uint64 `json:"reordered"`       // held back until another thread's event on their address came first
-	UnpairedFrees  uint64 `json:"unpaired_frees"`  // FREEs no thread's MALLOC could precede
-	LostFrees      uint64 `json:"lost_frees"`      // MALLOCs of an address whose FREE was never recorded
-	AmbiguousOrder uint64 `json:"ambiguous_order"` // events whose order on their address the stamps did not settle
-}
-
 // ConfigJSON is the config.json of SPEC §2.
 type ConfigJSON struct {
 	Version        string        `json:"version"`
@@ -84,7 +75,7 @@ type ConfigJSON struct {
 	// + events_lost + these.
 	EventsNotWritten map[string]uint64 `json:"events_not_written"`
 	// What ordering the threads' events took (see README, "Order").
-	Order                  OrderJSON        `json:"order"`
+	Order                  spool.OrderStats `json:"order"`
 	ForkedChildrenUntraced int              `json:"forked_children_untraced"`
 	Complete               bool             `json:"complete"`
 	Ended                  string           `json:"ended"` // exit, crash (the final drain ran in a crash handler), exec or killed
@@ -224,8 +215,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		Version: version.Version, Config: cfg, Pid: meta.Pid, Ppid: meta.Ppid, Cmdline: meta.Cmdline,
 		Clock: "CLOCK_MONOTONIC", UnixOffsetNs: meta.StartUnixNs - meta.StartMonoNs,
 		EventsRecorded: res.Events, EventsWritten: res.Rows, EventsLost: res.Lost, EventsNotWritten: res.Unwritten,
-		Order: OrderJSON{Reordered: res.Order.Reordered, UnpairedFrees: res.Order.UnpairedFree,
-			LostFrees: res.Order.LostFree, AmbiguousOrder: res.Order.Ambiguous},
+		Order:                  res.Order,
 		ForkedChildrenUntraced: res.Untraced, Complete: res.Complete, Ended: res.Ended, Crash: res.Crash, Exec: res.Exec, SpoolBytes: sp.Bytes,
 	}
 	cpath := filepath.Join(dir, spool.ConfigFile)

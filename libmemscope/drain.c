@@ -185,17 +185,6 @@ static int add_chunk(int fd, int32_t tid, const uint64_t *r, uint32_t n) {
 	return 0;
 }
 
-// Precise stamps stop once PRECISE_IDLE epochs (~8 ms) went by with one
-// thread recording (ring.c, precise_check starts them again).
-#define PRECISE_IDLE 8
-static void precise_idle(uint64_t e) {
-	extern HIDDEN _Atomic uint64_t ms_epoch_shared;
-	if (atomic_load(&ms_precise) && e - atomic_load(&ms_epoch_shared) > PRECISE_IDLE) {
-		atomic_store(&ms_precise, 0);
-		ms_fast_update();
-	}
-}
-
 // A drain pass begins a new epoch: its calibration point (taken before the
 // epoch moves on, so no thread stamps earlier in it) goes out first.
 // Callers hold ms_drain_lock.

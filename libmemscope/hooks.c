@@ -97,6 +97,14 @@ static inline __attribute__((always_inline)) int fast_slot(ms_thr *t, uint64_t g
 	return likely((uintptr_t)*w < (uintptr_t)t->flim); // room for 2 units, the most a fast record takes
 }
 
+// Whether ra is a known allocation site in its home slot (*site): the tag
+// is on only once the site table exists; slot 0 stays empty.
+static inline __attribute__((always_inline)) int fast_site(uintptr_t ra, uint32_t *site) {
+	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
+	*site = site_hash(ra);
+	return tab[*site] == ra;
+}
+
 // While two threads record (G_PRECISE): each event with its stamp, in one
 // unit when it fits a stamped half (near the thread's last address, its
 // stamp soon after the last), else a stamp unit and the compact record.
@@ -119,9 +127,8 @@ static __attribute__((noinline)) int fast_precise(ms_thr *t, uint64_t *w, uint64
 	uint64_t tag = g & ~(C_SHORT | G_PRECISE | G_EPOCH);
 	if (is_malloc) {
 		if (unlikely((p | n) > C_MAX)) return 0;
-		uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
-		uint32_t site = site_hash(ra);
-		if (unlikely(tab[site] != ra)) return 0;
+		uint32_t site;
+		if (unlikely(!fast_site(ra, &site))) return 0;
 		t->last_ra = ra;
 		enc_stamp(w, ts);
 		t->last_stamp = ts;
@@ -157,10 +164,8 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p,
 		}
 	}
 	if (unlikely(((uintptr_t)p | n) > C_MAX)) return 0;
-	// The tag is on only once the site table exists; slot 0 stays empty.
-	uintptr_t *tab = atomic_load_explicit(&site_tab, memory_order_relaxed);
-	uint32_t site = site_hash(ra);
-	if (unlikely(tab[site] != ra)) return 0;
+	uint32_t site;
+	if (unlikely(!fast_site(ra, &site))) return 0;
 	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
 	t->last_ra = ra;
 	publish(t, w, (uint64_t)p, enc_malloc(w, g & ~(C_SHORT | G_EPOCH), (uint64_t)p, n, site));

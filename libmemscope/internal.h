@@ -242,6 +242,7 @@ static inline void stamp_rearm(ms_thr *t) {
 	t->flim = end ? end - 2 : NULL;
 }
 HIDDEN void precise_check(ms_thr *t, uint64_t e);
+HIDDEN void precise_idle(uint64_t e); // the drain, starting epoch e
 
 // The stamp of a hot event: precise on the first event of a drain epoch, once
 // flim is near, and always while two threads record (ms_precise); else the

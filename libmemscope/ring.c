@@ -71,6 +71,16 @@ HIDDEN void precise_check(ms_thr *t, uint64_t e) {
 	}
 }
 
+// The drain, starting epoch e: precise stamps stop once PRECISE_IDLE epochs
+// (~8 ms) went by with one thread recording.
+#define PRECISE_IDLE 8
+HIDDEN void precise_idle(uint64_t e) {
+	if (atomic_load(&ms_precise) && e - atomic_load(&ms_epoch_shared) > PRECISE_IDLE) {
+		atomic_store(&ms_precise, 0);
+		ms_fast_update();
+	}
+}
+
 HIDDEN ms_thr *thr_acquire(void) {
 	ms_thr *t = ms_tls.prev;
 	if (t) {

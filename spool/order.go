@@ -40,11 +40,12 @@ type BlockKey struct {
 }
 
 // OrderStats counts what the ordering repair did and could not do.
+// config.json writes it as "order".
 type OrderStats struct {
-	Reordered    uint64 // records held back until another thread's record on their address
-	UnpairedFree uint64 // FREEs of an address no thread had allocated (before recording began, or a lost MALLOC)
-	LostFree     uint64 // MALLOCs of an address another thread still held (that thread's FREE was never recorded)
-	Ambiguous    uint64 // records whose order on their address the stamps did not settle
+	Reordered    uint64 `json:"reordered"`       // records held back until another thread's record on their address
+	UnpairedFree uint64 `json:"unpaired_frees"`  // FREEs of an address no thread had allocated (before recording began, or a lost MALLOC)
+	LostFree     uint64 `json:"lost_frees"`      // MALLOCs of an address another thread still held (that thread's FREE was never recorded)
+	Ambiguous    uint64 `json:"ambiguous_order"` // records whose order on their address the stamps did not settle
 }
 
 // parkInfo is why a cursor is held back.
@@ -103,9 +104,9 @@ type Reader struct {
 	live    func(BlockKey) bool
 	parked  map[BlockKey][]*threadCursor
 	nPark   int
-	wake    *BlockKey // the address of the record last delivered: its waiters may go on
-	wakeKey BlockKey
-	lastNs  uint64 // time of the last record handed out
+	wake    bool     // records wait on the address of the record last delivered
+	wakeKey BlockKey // that address
+	lastNs  uint64   // time of the last record handed out
 	recent  []lastOn
 	Stats   OrderStats
 }
@@ -168,13 +169,13 @@ func (r *Reader) blocked(c *threadCursor) bool {
 const orderJitter = 200
 
 // tight is where c's record lies for counting ambiguities: its precise stamp
-// give or take orderJitter, else its bounds.
+// give or take orderJitter (the middle of its bounds), else its bounds.
 func (c *threadCursor) tight() (lo, hi uint64) {
-	if c.cur.TS&TSEpoch == 0 && c.hi-c.lo == 2*stampJitter {
-		mid := c.lo + stampJitter
-		return mid - min(mid, orderJitter), mid + orderJitter
+	if c.cur.TS&TSEpoch != 0 {
+		return c.lo, c.hi
 	}
-	return c.lo, c.hi
+	mid := c.lo + (c.hi-c.lo)/2
+	return max(c.lo, mid-min(mid, orderJitter)), min(c.hi, mid+orderJitter)
 }
 
 // park holds c back until a record on its address is delivered.
@@ -325,8 +326,8 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 			heap.Push(&r.h, c)
 		}
 	}
-	if r.wake != nil {
-		r.wake = nil
+	if r.wake {
+		r.wake = false
 		r.wakeOn(r.wakeKey)
 	}
 	for {
@@ -351,7 +352,7 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 			lo, hi := c.tight()
 			r.recent[recentSlot(k)] = lastOn{key: k, tid: c.tid, kind: c.cur.Kind, lo: lo, hi: hi}
 			if _, ok := r.parked[k]; ok {
-				r.wakeKey, r.wake = k, &r.wakeKey
+				r.wakeKey, r.wake = k, true
 			}
 		}
 		return &c.cur, c.ns, nil
