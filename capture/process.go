@@ -30,6 +30,7 @@ type Process struct {
 	meta      spool.ProcessMeta
 	spool     *os.File // kept open to the very end: the C side writes to its fd
 	drainErrs atomic.Uint64
+	rotLate   uint64
 }
 
 // MonoNs reads CLOCK_MONOTONIC, the clock of every event.
@@ -114,11 +115,14 @@ func (p *Process) Standalone() bool { return p.meta.RunID == "" }
 // NoteDrainErrors counts failed spool writes (a full disk, say).
 func (p *Process) NoteDrainErrors(n uint64) { p.drainErrs.Add(n) }
 
+// NoteRotateLate records the rotator's late records (Rotator.Late).
+func (p *Process) NoteRotateLate(n uint64) { p.rotLate = n }
+
 // End records how the image ended. The spool stays open: events after this
 // (frees in later destructors) are still written to it.
 func (p *Process) End(lost, forks uint64) {
 	copyMaps(filepath.Join(p.Dir, spool.SpoolDir, spool.MapsEnd))
 	_ = safefs.WriteJSON(filepath.Join(p.Dir, spool.SpoolDir, spool.EndFile), spool.EndMeta{
-		EndMonoNs: MonoNs(), Lost: lost, Forks: forks, DrainErrors: p.drainErrs.Load(),
+		EndMonoNs: MonoNs(), Lost: lost, Forks: forks, DrainErrors: p.drainErrs.Load(), RotateLate: p.rotLate,
 	})
 }

@@ -20,23 +20,31 @@ import (
 // which appends them to spool/log_NNNNNN.zst as independent zstd frames (a
 // killed run leaves whole frames) and starts a new file past --log-file-mb,
 // deleting the oldest beyond --log-files. Each file is self-contained: it
-// starts with a spool header, the records every reader needs (allocation
-// sites, Python code objects, the configuration, a clock calibration) and the
-// blocks live at that moment (MALLOCs flagged format.FInherit). Events written
+// starts with a spool header and the records every reader needs (allocation
+// sites, Python code objects, the configuration, clock calibrations), and
+// holds the blocks live when it began (MALLOCs flagged format.FInherit, in
+// INHR chunks written once the cut settled, see liveset.go). Events written
 // after the final drain go to the raw spool.bin, read after the logs.
+
+// settleMaxLogs bounds how long a cut waits for late records: until the two
+// logs hold that many times --log-file-mb (a program that allocates faster
+// than the drain compresses keeps a backlog that long).
+const settleMaxLogs = 8
 
 // maxCalibs is how many recent calibration records a new log repeats.
 const maxCalibs = 256
 
-// liveBlock is a live address: its latest MALLOC record (and payload), and
-// how many MALLOCs of it are not freed yet. Chunks of a batch come thread by
-// thread, not in time order: a FREE by one thread can be seen after another
-// thread's MALLOC of the same (reused) address, so counts, not presence,
-// decide what is live.
-type liveBlock struct {
-	rec []byte // a full record, whatever form the MALLOC had
-	tid int32  // the thread that made it
-	n   int
+// epochTicks is how many recent epochs' start ticks are kept (the time of
+// a record stamped with its epoch only).
+const epochTicks = 4096
+
+// logFile is an open log.
+type logFile struct {
+	f     *os.File
+	seq   int
+	start uint64         // its cut: records stamped before it belong to earlier logs
+	bytes int64          // written so far
+	seen  map[int32]bool // threads whose epoch this log has stated
 }
 
 // Rotator writes drained chunks to rotating, compressed, self-contained logs.
@@ -46,18 +54,36 @@ type Rotator struct {
 	maxFiles int
 	maxBytes int64
 	seq      int
-	cur      *os.File
-	curBytes int64
+	cur      *logFile // the newest log
+	old      *logFile // while a cut settles: the log before it, for late records
 	enc      *zstd.Encoder
-	live     map[spool.BlockKey]*liveBlock
-	globals  [][]byte                    // records every log repeats
-	calibs   [][]byte                    // the latest clock calibration records (epoch starts)
-	dec      map[int32]*spool.RecDecoder // each thread's past (its epoch, last site and address)
-	out      []byte                      // the batch as the log gets it
 	files    []string
 	last     int
-	// Totals for reports and tests.
-	Events, RawBytes, Written uint64
+
+	live    map[spool.BlockKey]*addrState // each address's latest events (liveset.go)
+	cut     uint64                        // the tick the newest log began at
+	maxT    uint64                        // the latest MALLOC's or FREE's tick so far
+	cutNs   uint64
+	prevCut uint64
+	split   map[int32]bool   // threads that wrote past the cut (their records go to cur)
+	drained map[int32]uint64 // by thread: when the last drain pass that took all it had published began (max: ended)
+	arrived uint64           // records seen (when.n)
+
+	globals   [][]byte                    // records every log repeats
+	calibs    [][]byte                    // the latest clock calibration records (epoch starts)
+	calibAt   map[uint64][]byte           // the same by epoch
+	epochTick map[uint64]uint64           // recent epochs' start ticks
+	calTick   uint64                      // the newest epoch start: tick and ns
+	calNs     uint64                      //
+	dec       map[int32]*spool.RecDecoder // each thread's past (its epoch, last site and address)
+	ahead     map[int][]byte              // AHED chunks to append to earlier logs, by log
+	rec       []byte                      // scratch: a record made whole
+	stampUnit map[int32][]byte            // by thread: a stamp unit whose record is in the next batch
+	outCur    logOut
+	outOld    logOut
+	// Totals for reports and tests. Late: MALLOCs and FREEs that came after
+	// their log's cut had settled (liveset.go).
+	Events, RawBytes, Written, Late uint64
 }
 
 // NewRotator starts the first log in the spool folder dir.
@@ -70,220 +96,232 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 		return nil, err
 	}
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
-		live: map[spool.BlockKey]*liveBlock{}, dec: map[int32]*spool.RecDecoder{}}
-	return r, r.open()
+		live: map[spool.BlockKey]*addrState{}, dec: map[int32]*spool.RecDecoder{},
+		ahead: map[int][]byte{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
+	lf, err := r.open(0)
+	r.cur = lf
+	return r, err
 }
 
 // Files lists the logs kept, oldest first.
 func (r *Rotator) Files() []string { return append([]string(nil), r.files...) }
 
-// open starts the next log.
-func (r *Rotator) open() error {
+// open starts the next log, beginning at tick start: its header and the
+// records every reader needs. Its inherited blocks come when the cut settles.
+func (r *Rotator) open(start uint64) (*logFile, error) {
 	r.seq++
 	p := filepath.Join(r.dir, fmt.Sprintf("%s%06d%s", spool.LogPrefix, r.seq, spool.LogSuffix))
 	f, err := safefs.CreateNew(p, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r.cur, r.curBytes = f, 0
+	lf := &logFile{f: f, seq: r.seq, start: start, seen: map[int32]bool{}}
 	r.files = append(r.files, p)
 	for len(r.files) > r.maxFiles {
 		os.Remove(r.files[0])
 		r.files = r.files[1:]
 	}
-	// The prologue: header, then one chunk of the records a reader needs.
 	var pro bytes.Buffer
 	_ = spool.WriteHeader(&pro, r.pid)
-	var body bytes.Buffer
-	n := 0
-	add := func(rec []byte) {
-		body.Write(rec)
-		n += len(rec) / spool.UnitSize
-	}
-	// Inherited blocks first: they are dated before everything else.
-	keys := make([]spool.BlockKey, 0, len(r.live))
-	for k := range r.live {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Ptr < keys[j].Ptr })
-	// Inherited blocks sort before everything in the log (a lagging thread's
-	// records can be older than the rotation); readers date them just before
-	// the log's earliest record.
-	// Each thread's in a chunk of its own (below): the rows name the thread
-	// that allocated the block.
-	const tick = 1
-	inherited := map[int32][]byte{}
-	for _, k := range keys {
-		b := r.live[k]
-		rec, _, _ := spool.DecodeRec(b.rec, 0, 0) // a full record
-		rec.TS = tick                             // live when this log began
-		rec.Flags |= format.FInherit
-		inherited[b.tid] = spool.AppendRec(inherited[b.tid], &rec)
-	}
-	// Records drained late (a lagging drain) can carry an epoch that began
-	// several passes ago: repeat the recent epoch starts.
+	var body []byte
+	// Records drained late can carry an epoch that began several passes
+	// ago: repeat the recent epoch starts.
 	for _, c := range r.calibs {
-		add(c)
+		body = append(body, c...)
 	}
 	for _, g := range r.globals {
-		add(g)
+		body = append(body, g...)
 	}
-	if n > 0 {
-		writeChunkHeader(&pro, uint32(n), 0, r.pid)
-		pro.Write(body.Bytes())
+	if len(body) > 0 {
+		pro.Write(chunkHeader(format.ChunkMagic, uint32(len(body)/spool.UnitSize), 0, r.pid))
+		pro.Write(body)
 	}
-	// A thread's records drained next may continue an epoch it entered in
-	// an earlier log: restate each thread's epoch in a chunk of its own.
-	// Each thread's inherited blocks come before its records in this log.
-	tids := make([]int32, 0, len(r.dec))
-	for tid, d := range r.dec {
-		if d.Epoch != 0 || inherited[tid] != nil {
-			tids = append(tids, tid)
-		}
-	}
-	for tid := range inherited {
-		if r.dec[tid] == nil {
-			tids = append(tids, tid)
-		}
-	}
-	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
-	for _, tid := range tids {
-		c := inherited[tid]
-		if d := r.dec[tid]; d != nil && d.Epoch != 0 {
-			ep := spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | d.Epoch}
-			c = spool.AppendRec(c, &ep)
-		}
-		writeChunkHeader(&pro, uint32(len(c)/spool.UnitSize), tid, r.pid)
-		pro.Write(c)
-	}
-	return r.frame(pro.Bytes())
+	return lf, r.frame(lf, pro.Bytes())
 }
 
 func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
-	var h [spool.ChunkHdrSize]byte
-	binary.LittleEndian.PutUint32(h[format.ChunkMagicOff:], format.ChunkMagic)
+	w.Write(chunkHeader(format.ChunkMagic, nrec, tid, pid))
+}
+
+func chunkHeader(magic, nrec uint32, tid int32, pid int) []byte {
+	h := make([]byte, spool.ChunkHdrSize)
+	binary.LittleEndian.PutUint32(h[format.ChunkMagicOff:], magic)
 	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], nrec)
 	binary.LittleEndian.PutUint32(h[format.ChunkTidOff:], uint32(tid))
 	binary.LittleEndian.PutUint32(h[format.ChunkPidOff:], uint32(pid))
-	w.Write(h[:])
+	return h
 }
 
-func (r *Rotator) frame(raw []byte) error {
+func (r *Rotator) frame(lf *logFile, raw []byte) error {
+	if len(raw) == 0 {
+		return nil
+	}
 	z := r.enc.EncodeAll(raw, nil)
-	if _, err := r.cur.Write(z); err != nil {
+	if _, err := lf.f.Write(z); err != nil {
 		return err
 	}
-	r.curBytes += int64(len(z))
+	lf.bytes += int64(len(z))
 	r.Written += uint64(len(z))
 	return nil
 }
 
 // Write takes drained chunks (the spool's chunk format), notes what later
-// logs must repeat, and appends them to the current log.
+// logs must repeat, and appends them to the logs they belong to.
 func (r *Rotator) Write(chunks []byte) error {
-	// Rotate before, not after: the new log's prologue is the state these
-	// chunks start from, and the last log never ends empty.
-	if r.curBytes >= r.maxBytes {
-		if err := r.cur.Close(); err != nil {
+	// A cut before, not after: the new log begins after every record the
+	// old one holds, and the last log never ends empty.
+	if r.old == nil && r.cur.bytes >= r.maxBytes && r.maxT >= r.cut {
+		lf, err := r.open(r.maxT + 1)
+		if err != nil {
 			return err
 		}
-		if err := r.open(); err != nil {
-			return err
-		}
+		r.old, r.cur = r.cur, lf
+		r.cut, r.cutNs = lf.start, r.calNs
+		r.split = map[int32]bool{}
 	}
-	out, err := r.observe(chunks)
-	if err != nil {
+	if err := r.observe(chunks); err != nil {
 		return err
 	}
 	r.RawBytes += uint64(len(chunks))
 	r.last = len(chunks)
-	return r.frame(out)
+	if r.old != nil {
+		if err := r.frame(r.old, r.outOld.buf); err != nil {
+			return err
+		}
+	}
+	if err := r.frame(r.cur, r.outCur.buf); err != nil {
+		return err
+	}
+	if err := r.settleWhenDue(); err != nil {
+		return err
+	}
+	return r.flushAhead()
+}
+
+// settleWhenDue settles the cut once every record stamped before it must
+// have come: each thread wrote past the cut (its records come in order),
+// or a drain pass that began rotateLagNs after the cut took all it had
+// published (a thread preempted between stamping a record and publishing
+// it has published it since).
+func (r *Rotator) settleWhenDue() error {
+	if r.old == nil {
+		return nil
+	}
+	if r.old.bytes+r.cur.bytes >= settleMaxLogs*r.maxBytes {
+		// A backlog the drain does not catch up with: the disk bound
+		// comes first. What comes later is counted (Late).
+		return r.settleCut()
+	}
+	if r.calNs < r.cutNs+rotateLagNs {
+		return nil
+	}
+	for tid := range r.dec {
+		if tid != 0 && !r.split[tid] && r.drained[tid] < r.cutNs+rotateLagNs {
+			return nil
+		}
+	}
+	return r.settleCut()
+}
+
+// settleCut ends the cut: the new log gets its inherited blocks and the old
+// one is closed.
+func (r *Rotator) settleCut() error {
+	inherited := r.settle()
+	tids := make([]int32, 0, len(inherited))
+	for tid := range inherited {
+		tids = append(tids, tid)
+	}
+	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
+	var b bytes.Buffer
+	for _, tid := range tids {
+		c := inherited[tid]
+		b.Write(chunkHeader(format.InheritMagic, uint32(len(c)/spool.UnitSize), tid, r.pid))
+		b.Write(c)
+	}
+	err := r.frame(r.cur, b.Bytes())
+	if cerr := r.old.f.Close(); err == nil {
+		err = cerr
+	}
+	r.old = nil
+	return err
+}
+
+// pathOf is the path of log seq, "" once deleted.
+func (r *Rotator) pathOf(seq int) string {
+	if i := len(r.files) - 1 - (r.seq - seq); i >= 0 && i < len(r.files) {
+		return r.files[i]
+	}
+	return ""
+}
+
+// addAhead queues a copy of rec, which a later log holds, for log seq: an
+// AHED chunk, with the calibration of rec's epoch where rec has no precise
+// stamp (the earlier log may not hold it).
+func (r *Rotator) addAhead(seq int, tid int32, rec *spool.Rec) {
+	if r.pathOf(seq) == "" {
+		return
+	}
+	var c []byte
+	if rec.TS&spool.TSEpoch != 0 {
+		e := rec.TS &^ spool.TSEpoch
+		c = append(c, r.calibAt[e]...)
+		c = append(c, r.calibAt[e+1]...)
+	}
+	c = spool.AppendRec(c, rec)
+	r.ahead[seq] = append(append(r.ahead[seq], chunkHeader(format.AheadMagic, uint32(len(c)/spool.UnitSize), tid, r.pid)...), c...)
+}
+
+// flushAhead appends the queued AHED chunks to their logs, a frame each.
+func (r *Rotator) flushAhead() error {
+	for seq, b := range r.ahead {
+		delete(r.ahead, seq)
+		lf := r.cur
+		if r.old != nil && r.old.seq == seq {
+			lf = r.old
+		} else if seq != lf.seq {
+			p := r.pathOf(seq)
+			if p == "" {
+				continue
+			}
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			err = r.frame(&logFile{f: f}, b)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.frame(lf, b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // LastBytes is the size of the last batch written (the drain's idleness).
 func (r *Rotator) LastBytes() int { return r.last }
 
-// observe notes what later logs must repeat and returns the batch as the
-// log gets it: an event that only its thread's past explains (recorded
-// before rotation began, see spool.NeedsPast) is written whole, so that
-// each log reads on its own.
-func (r *Rotator) observe(b []byte) ([]byte, error) {
-	out := r.out[:0]
-	for len(b) > 0 {
-		if len(b) < spool.ChunkHdrSize || binary.LittleEndian.Uint32(b) != format.ChunkMagic {
-			return nil, fmt.Errorf("rotate: bad chunk")
-		}
-		nunit := int(binary.LittleEndian.Uint32(b[format.ChunkNUnitOff:]))
-		tid := int32(binary.LittleEndian.Uint32(b[format.ChunkTidOff:]))
-		start := len(out)
-		out = append(out, b[:spool.ChunkHdrSize]...)
-		b = b[spool.ChunkHdrSize:]
-		if len(b) < nunit*spool.UnitSize {
-			return nil, fmt.Errorf("rotate: short chunk")
-		}
-		recs := b[:nunit*spool.UnitSize]
-		b = b[nunit*spool.UnitSize:]
-		d := r.dec[tid]
-		if d == nil {
-			d = &spool.RecDecoder{}
-			r.dec[tid] = d
-		}
-		for len(recs) > 0 {
-			past := spool.NeedsPast(recs)
-			rec, size, ok := d.Next(recs)
-			if !ok {
-				return nil, fmt.Errorf("rotate: event cut at a chunk's end")
-			}
-			ev := recs[:size]
-			recs = recs[size:]
-			if past {
-				out = spool.AppendRec(out, &rec)
-			} else {
-				out = append(out, ev...)
-			}
-			if rec.Kind == format.REpoch || rec.Kind == spool.NoEvent {
-				continue // not an event
-			}
-			r.Events++
-			key := spool.BlockKey{Sub: rec.Flags & format.FSubMask, Ptr: rec.A}
-			switch rec.Kind {
-			case format.RMalloc:
-				if rec.Flags&format.FUndo == 0 {
-					b := r.live[key]
-					if b == nil {
-						b = &liveBlock{}
-						r.live[key] = b
-					}
-					b.n++
-					b.rec, b.tid = spool.AppendRec(b.rec[:0], &rec), tid
-				}
-			case format.RFree:
-				if b := r.live[key]; b != nil {
-					if b.n--; b.n <= 0 {
-						delete(r.live, key)
-					}
-				}
-			case format.RCalib:
-				if len(r.calibs) >= maxCalibs {
-					r.calibs = r.calibs[1:]
-				}
-				r.calibs = append(r.calibs, append([]byte(nil), ev...))
-			case format.RSite, format.RStack, format.RPyCode, format.RPySkip, format.RConfig:
-				r.globals = append(r.globals, append([]byte(nil), ev...))
-			}
-		}
-		binary.LittleEndian.PutUint32(out[start+4:], uint32((len(out)-start-spool.ChunkHdrSize)/spool.UnitSize))
-	}
-	r.out = out
-	return out, nil
-}
-
-// Close ends the current log.
+// Close ends the logs (a cut waiting for late records settles now: nothing
+// more comes).
 func (r *Rotator) Close() error {
 	if r.cur == nil {
 		return nil
 	}
-	err := r.cur.Close()
+	var err error
+	if r.old != nil {
+		err = r.settleCut()
+	}
+	if ferr := r.flushAhead(); err == nil {
+		err = ferr
+	}
+	if cerr := r.cur.f.Close(); err == nil {
+		err = cerr
+	}
 	r.cur = nil
 	return err
 }

@@ -47,8 +47,10 @@ func eachLogRec(t *testing.T, path string, f func(rec *spool.Rec, ns uint64)) {
 	}
 }
 
+// calibRec is a drain pass's calibration: tick, and 100 ns a tick (the
+// rotator waits rotateLagNs of them before a new log's prologue settles).
 func calibRec(tick, epoch uint64) []byte {
-	body := spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick, B: epoch, Kind: format.RCalib, Flags: format.FEpoch})
+	body := spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick * 100, B: epoch, Kind: format.RCalib, Flags: format.FEpoch})
 	var b bytes.Buffer
 	writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), 0, 42)
 	b.Write(body)
@@ -164,20 +166,23 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 	if err := r.Write(append(append(calibRec(1000, 1), calibRec(5000, 2)...), thread(7, first)...)); err != nil {
 		t.Fatal(err)
 	}
-	r.cur.Close()
-	if err := r.open(); err != nil { // rotate now
-		t.Fatal(err)
-	}
-	if err := r.Write(thread(7, append(compact(0x100), compact(0x200)...))); err != nil {
+	r.cur.bytes = r.maxBytes // rotate at the next batch
+	// Past the cut (a precise MALLOC at 2000), the thread's compact FREEs
+	// are still in epoch 1.
+	second := spool.AppendRec(nil, &spool.Rec{Kind: format.RMalloc, TS: 2000, A: 0x300, B: 8, Flags: format.FHost})
+	if err := r.Write(thread(7, append(second, append(compact(0x100), compact(0x200)...)...))); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
+	if len(r.Files()) != 2 {
+		t.Fatalf("%d logs, want 2", len(r.Files()))
+	}
 	frees := 0
 	eachLogRec(t, r.Files()[1], func(rec *spool.Rec, ns uint64) {
 		if rec.Kind == format.RFree {
 			frees++
-			if rec.TS != spool.TSEpoch|1 || ns < 1000 || ns >= 5000 {
-				t.Errorf("FREE of %#x: stamp %#x at %d ns, want epoch 1 (1000..5000 ns)", rec.A, rec.TS, ns)
+			if rec.TS != spool.TSEpoch|1 || ns < 100000 || ns >= 500000 {
+				t.Errorf("FREE of %#x: stamp %#x at %d ns, want epoch 1 (100000..500000 ns)", rec.A, rec.TS, ns)
 			}
 		}
 	})
@@ -229,5 +234,76 @@ func TestRotatorWritesPairsWhole(t *testing.T) {
 	})
 	if len(frees) != 2 || frees[0] != 0x7f0000001000 || frees[1] != 0x7f0000000fc0 {
 		t.Fatalf("FREEs %x, want [7f0000001000 7f0000000fc0]", frees)
+	}
+}
+
+// Two threads, one freeing the blocks the other allocates, the allocating
+// one drained two batches late (its MALLOCs come after their FREEs): each log
+// read alone pairs every FREE with its block, and the newest one ends with
+// the blocks truly live.
+func TestRotatorLaggingThread(t *testing.T) {
+	dir := t.TempDir()
+	r, err := NewRotator(dir, 42, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := uint64(1_000_000)
+	rng := rand.New(rand.NewSource(2))
+	var lagging [][][4]uint64 // thread 7's records of the batches not drained yet
+	live := map[uint64]bool{}
+	for d := 0; d < 60; d++ {
+		var mallocs, frees [][4]uint64
+		for i := 0; i < 20000; i++ {
+			ptr := 0x10000000 + uint64(rng.Intn(4096))*64 // addresses reused batch after batch
+			tick += 10 + uint64(rng.Intn(10))
+			if live[ptr] {
+				frees = append(frees, [4]uint64{tick, ptr, 0, format.RFree})
+				delete(live, ptr)
+			} else {
+				mallocs = append(mallocs, [4]uint64{tick, ptr, uint64(16 + rng.Intn(500)), format.RMalloc})
+				live[ptr] = true
+			}
+		}
+		// Thread 8's frees of this batch, thread 7's mallocs of two before.
+		b := append(calibRec(tick, uint64(d+1)), chunkOf(8, frees)...)
+		if lagging = append(lagging, mallocs); len(lagging) > 2 {
+			b = append(b, chunkOf(7, lagging[0])...)
+			lagging = lagging[1:]
+		}
+		if err := r.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range lagging {
+		if err := r.Write(chunkOf(7, m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r.seq <= 3 || r.Late != 0 {
+		t.Fatalf("%d logs written, %d late records: want more than 3 and none late", r.seq, r.Late)
+	}
+	files := r.Files()
+	for i, f := range files {
+		held := map[uint64]bool{}
+		eachLogRec(t, f, func(rec *spool.Rec, _ uint64) {
+			switch rec.Kind {
+			case format.RMalloc:
+				if held[rec.A] {
+					t.Fatalf("%s: MALLOC of %#x, held already", f, rec.A)
+				}
+				held[rec.A] = true
+			case format.RFree:
+				if !held[rec.A] {
+					t.Fatalf("%s: FREE of %#x without its block", f, rec.A)
+				}
+				delete(held, rec.A)
+			}
+		})
+		if i == len(files)-1 && len(held) != len(live) {
+			t.Errorf("newest log: %d blocks live at its end, want %d", len(held), len(live))
+		}
 	}
 }

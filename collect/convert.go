@@ -43,6 +43,7 @@ type Result struct {
 	Lost      uint64
 	Unwritten map[string]uint64 // events that made no row, by reason
 	Order     spool.OrderStats
+	Late      uint64 // rotating logs: records that reached the rotator after their log's cut settled
 	Complete  bool   // the image ended normally (not killed)
 	Ended     string // how: spool.EndedExit, EndedCrash or EndedKilled
 	Crash     *spool.CrashMeta
@@ -75,7 +76,10 @@ type ConfigJSON struct {
 	// + events_lost + these.
 	EventsNotWritten map[string]uint64 `json:"events_not_written"`
 	// What ordering the threads' events took (see README, "Order").
-	Order                  spool.OrderStats `json:"order"`
+	Order spool.OrderStats `json:"order"`
+	// Rotating logs: MALLOCs and FREEs that came after their log's cut had
+	// settled; a log read alone may be inexact about their blocks.
+	RotateLate             uint64           `json:"rotate_late,omitempty"`
 	ForkedChildrenUntraced int              `json:"forked_children_untraced"`
 	Complete               bool             `json:"complete"`
 	Ended                  string           `json:"ended"` // exit, crash (the final drain ran in a crash handler), exec or killed
@@ -193,6 +197,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 		res.Unwritten[spool.NotWrittenSteps] = outside
 	}
 	res.Lost = dec.Lost()
+	if end != nil {
+		res.Late = end.RotateLate
+	}
 	if end != nil && end.Lost > res.Lost {
 		res.Lost = end.Lost
 	}
@@ -216,6 +223,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		Clock: "CLOCK_MONOTONIC", UnixOffsetNs: meta.StartUnixNs - meta.StartMonoNs,
 		EventsRecorded: res.Events, EventsWritten: res.Rows, EventsLost: res.Lost, EventsNotWritten: res.Unwritten,
 		Order:                  res.Order,
+		RotateLate:             res.Late,
 		ForkedChildrenUntraced: res.Untraced, Complete: res.Complete, Ended: res.Ended, Crash: res.Crash, Exec: res.Exec, SpoolBytes: sp.Bytes,
 	}
 	cpath := filepath.Join(dir, spool.ConfigFile)
@@ -240,11 +248,18 @@ func Convert(dir string, opt Options) (*Result, error) {
 // recorded, events whose order on their address the stamps left open.
 func OrderWarning(res *Result) string {
 	o := res.Order
-	if o.UnpairedFree+o.LostFree+o.Ambiguous == 0 {
-		return ""
+	var msg string
+	if o.UnpairedFree+o.LostFree+o.Ambiguous > 0 {
+		msg = fmt.Sprintf("%d FREE(s) of memory no recorded MALLOC precedes, %d MALLOC(s) of an address whose FREE was never recorded, %d event(s) whose order on their address is ambiguous (config.json: order)",
+			o.UnpairedFree, o.LostFree, o.Ambiguous)
 	}
-	return fmt.Sprintf("%d FREE(s) of memory no recorded MALLOC precedes, %d MALLOC(s) of an address whose FREE was never recorded, %d event(s) whose order on their address is ambiguous (config.json: order)",
-		o.UnpairedFree, o.LostFree, o.Ambiguous)
+	if res.Late > 0 {
+		if msg != "" {
+			msg += "; "
+		}
+		msg += fmt.Sprintf("%d event(s) reached the rotating logs after their log's start had settled: a log read alone may be inexact about their blocks (config.json: rotate_late)", res.Late)
+	}
+	return msg
 }
 
 // uniquePath returns base+ext, or base_N+ext when that exists already.

@@ -5,13 +5,15 @@ package format
 // Constants of the spool and its records.
 const (
 	SpoolMagic      = "MSSPOOL1"                 // SPOOL_MAGIC: the spool file's first 8 bytes
-	SpoolVersion    = 5                          // SPOOL_VERSION: 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
+	SpoolVersion    = 6                          // SPOOL_VERSION: 6: rotated logs' INHR and AHED chunks, F_EARLIER; 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
 	SpoolMinVersion = 2                          // SPOOL_MIN_VERSION: the oldest version still read
 	SpoolHdrSize    = 32                         // SPOOL_HDR_SIZE: bytes before the first chunk
 	UnitSize        = 8                          // UNIT_SIZE: bytes in a unit
 	RecUnits        = 4                          // REC_UNITS: units of a full record's ms_rec
 	ChunkMagic      = 0x4b4e4843                 // MS_CHUNK_MAGIC: "CHNK": a chunk of one thread's events
 	PadMagic        = 0x43444150                 // MS_PAD_MAGIC: "PADC": padding (direct I/O alignment): skip nunit units
+	InheritMagic    = 0x52484e49                 // MS_INHERIT_MAGIC: "INHR": a rotated log's inherited blocks (MALLOCs flagged F_INHERIT), read as a stream of their own
+	AheadMagic      = 0x44454841                 // MS_AHEAD_MAGIC: "AHED": a rotated log's copies of records a later log holds (they came late): read only with the log read alone
 	RecNMask        = 0xffff                     // REC_N_MASK: a full record's n: payload units (low 16 bits), a MALLOC's site id (high 16)
 	TSEpoch         = uint64(0x8000000000000000) // TS_EPOCH: 1<<63: ts = TS_EPOCH | epoch: stamped with its drain epoch only (the reader interpolates)
 
@@ -110,6 +112,7 @@ const (
 	FEpoch   = 0x0001 // F_EPOCH: R_CALIB: a drain epoch starts at this point
 	FInherit = 0x0200 // F_INHERIT: MALLOC: a block live when this rotated log began (allocated earlier)
 	FStackID = 0x0400 // F_STACKID: MALLOC with F_CSTACK: the payload is one unit, the id of an R_STACK
+	FEarlier = 0x0800 // F_EARLIER: MALLOC/FREE in a rotated log: it pairs with a record of an earlier log (it came late); left out where this log is read first
 )
 
 // Rec (C ms_rec): its size and its fields' offsets.

@@ -185,6 +185,23 @@ static int add_chunk(int fd, int32_t tid, const uint64_t *r, uint32_t n) {
 	return 0;
 }
 
+// Rotating logs: the drain goes round the threads (a pass that fills the
+// buffer stops at a thread, and the next begins at the one after it), and
+// marks each thread it took everything from: an empty chunk of its tid
+// (of -tid once its ring is released: it records nothing more). The rotator
+// learns from the marks when every record published before a point has
+// reached it (capture/liveset.go).
+static ms_thr *rr_next;
+static int thr_partial;          // drain_thread left published records behind
+static size_t thr_left = SIZE_MAX; // bytes the thread at hand may still fill in the buffer: each gets a share, so that their records reach the rotator at a like pace
+
+static void drain_mark(int32_t tid) {
+	if (sink_cap - sink_used - iov_pending < sizeof(ms_chunk) || niov + 1 > MAX_IOV) return;
+	enc_chunk(&hdrs[nhdr], MS_CHUNK_MAGIC, 0, tid, ms_mypid);
+	iov[niov++] = (struct iovec){&hdrs[nhdr++], sizeof(ms_chunk)};
+	iov_pending += sizeof(ms_chunk);
+}
+
 // A drain pass begins a new epoch: its calibration point (taken before the
 // epoch moves on, so no thread stamps earlier in it) goes out first.
 // Callers hold ms_drain_lock.
@@ -199,6 +216,7 @@ static int epoch_start(int fd) {
 // How many of n units (whole events only) still fit in the sink.
 static uint32_t sink_fit(const uint64_t *r, uint32_t n) {
 	size_t room = sink_cap - sink_used - iov_pending;
+	if (room > thr_left) room = thr_left;
 	if (room < sizeof(ms_chunk) + sizeof(ms_rec)) return 0;
 	size_t maxu = (room - sizeof(ms_chunk)) / 8;
 	if (n <= maxu) return n;
@@ -218,6 +236,7 @@ static int drain_range(int fd, ms_thr *t, ms_seg *s, uint32_t h) {
 	uint32_t take = h - s->tail;
 	if (sink) take = sink_fit(&s->u[s->tail], take);
 	if (take && add_chunk(fd, t->tid, &s->u[s->tail], take)) return -1;
+	if (sink) thr_left -= take ? sizeof(ms_chunk) + (size_t)take * 8 : 0;
 	s->tail += take;
 	return s->tail < h ? 1 : 0;
 }
@@ -270,12 +289,15 @@ static int drain_thread(int fd, ms_thr *t) {
 	int queued = 0;
 	while (s) {
 		h = seg_head(t, s, &next);
-		if (h < 0) break;
+		if (h < 0) {
+			thr_partial = 1;
+			break;
+		}
 		uint32_t direct = next && pass_dio && s->tail == 0 && h > 0 ? (uint32_t)h : 0;
 		if (!next && h > s->tail && pass_dio) {
 			if (!t->wait_since) t->wait_since = pass_now;
 			if (queued || (!dead && pass_now - t->wait_since < DIO_WAIT_NS)) {
-				pass_waiting = 1;
+				pass_waiting = thr_partial = 1;
 				break;
 			}
 		}
@@ -311,6 +333,7 @@ static int drain_thread(int fd, ms_thr *t) {
 		t->rseg = t->wseg = NULL;
 		t->wend = t->flim = NULL;
 		atomic_store(&t->wp, NULL);
+		if (sink) drain_mark(-t->tid);
 		atomic_store(&t->state, 2);
 	}
 	return 0;
@@ -468,10 +491,27 @@ long ms_drain_into(void *buf, long cap) {
 	sink_cap = (size_t)cap;
 	sink_used = iov_pending = 0;
 	int rc = epoch_start(-1);
-	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
-		if (atomic_load(&t->state) == 2) continue;
-		rc = drain_thread(-1, t);
+	ms_thr *head = atomic_load(&ms_threads), *first = rr_next ? rr_next : head, *t = first;
+	rr_next = NULL;
+	size_t live = 0;
+	for (ms_thr *u = head; u; u = u->next_all) live += atomic_load(&u->state) != 2;
+	size_t share = sink_cap / (live ? live : 1);
+	while (t && !rc) {
+		if (atomic_load(&t->state) != 2) {
+			thr_partial = 0;
+			thr_left = share > 65536 ? share : 65536;
+			rc = drain_thread(-1, t);
+			if (rc == 1 && sink_cap - sink_used - iov_pending >= 65536) {
+				rc = 0; // its share is taken: on to the next thread
+				thr_partial = 1;
+			}
+			if (!rc && !thr_partial && atomic_load(&t->state) != 2) drain_mark(t->tid);
+		}
+		if (!(t = t->next_all)) t = head;
+		if (rc == 1) rr_next = t; // the buffer is full: the next pass begins after this thread
+		if (t == first) break;
 	}
+	thr_left = SIZE_MAX;
 	if (iov_flush(-1)) rc = -1;
 	long out = rc < 0 ? -1 : (long)sink_used;
 	sink = NULL;

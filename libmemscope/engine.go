@@ -198,6 +198,7 @@ func msGoAtExit() {
 		for drainRotate() {
 		}
 		eng.rot.Close()
+		eng.proc.NoteRotateLate(eng.rot.Late)
 		C.ms_drain() // what raced with the above: late events, in full
 	} else {
 		C.ms_finish()

@@ -123,6 +123,7 @@ _Static_assert(offsetof(ms_seg, hdr) == SEG_META, "segment data must start on a 
 #define SEG_UNITS(d) (((d) - sizeof(ms_chunk) - DIO_ALIGN - 8) / 8)
 #define SEG_CAP SEG_UNITS(SEG_BYTES)
 #define SEG_WAIT_CAP 256 // segments pending per thread (512 MiB) before a writer waits for the drain
+#define SEG_WAIT_CAP_ROTATE 2 // the same with rotating logs (4 MiB)
 
 // Drained segments kept for reuse, so that a thread whose drain lags (the
 // disk is slower than the program) does not take fresh, zeroed memory for

@@ -7,13 +7,15 @@
 #include <stdint.h>
 
 #define SPOOL_MAGIC "MSSPOOL1" // the spool file's first 8 bytes
-#define SPOOL_VERSION 5 // 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
+#define SPOOL_VERSION 6 // 6: rotated logs' INHR and AHED chunks, F_EARLIER; 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
 #define SPOOL_MIN_VERSION 2 // the oldest version still read
 #define SPOOL_HDR_SIZE 32 // bytes before the first chunk
 #define UNIT_SIZE 8 // bytes in a unit
 #define REC_UNITS 4 // units of a full record's ms_rec
 #define MS_CHUNK_MAGIC 0x4b4e4843 // "CHNK": a chunk of one thread's events
 #define MS_PAD_MAGIC 0x43444150 // "PADC": padding (direct I/O alignment): skip nunit units
+#define MS_INHERIT_MAGIC 0x52484e49 // "INHR": a rotated log's inherited blocks (MALLOCs flagged F_INHERIT), read as a stream of their own
+#define MS_AHEAD_MAGIC 0x44454841 // "AHED": a rotated log's copies of records a later log holds (they came late): read only with the log read alone
 #define REC_N_MASK 0xffff // a full record's n: payload units (low 16 bits), a MALLOC's site id (high 16)
 #define TS_EPOCH 0x8000000000000000ull // 1<<63: ts = TS_EPOCH | epoch: stamped with its drain epoch only (the reader interpolates)
 
@@ -110,6 +112,7 @@ enum {
 #define F_EPOCH 0x0001 // R_CALIB: a drain epoch starts at this point
 #define F_INHERIT 0x0200 // MALLOC: a block live when this rotated log began (allocated earlier)
 #define F_STACKID 0x0400 // MALLOC with F_CSTACK: the payload is one unit, the id of an R_STACK
+#define F_EARLIER 0x0800 // MALLOC/FREE in a rotated log: it pairs with a record of an earlier log (it came late); left out where this log is read first
 
 typedef struct {
 	uint32_t n; // payload units (low 16 bits); a MALLOC's site id (high 16)

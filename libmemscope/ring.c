@@ -157,7 +157,9 @@ HIDDEN uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
 	uint64_t *wp = half_close(t);
 	if (s && ring_room(t, wp, n)) return wp;
 	// Past the cap, wait for the drain while it is alive; never inside a child.
-	while (atomic_load_explicit(&t->segs, memory_order_acquire) >= SEG_WAIT_CAP) {
+	// Rotating logs keep the backlog short: a new log's prologue waits for
+	// every thread's records up to its start (capture/liveset.go).
+	while (atomic_load_explicit(&t->segs, memory_order_acquire) >= (ms_rotating ? SEG_WAIT_CAP_ROTATE : SEG_WAIT_CAP)) {
 		if (ms_child || atomic_load(&ms_spool_fd) < 0) break;
 		struct timespec ts = {0, 200000};
 		nanosleep(&ts, NULL);

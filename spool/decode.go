@@ -67,6 +67,7 @@ const (
 	NotWrittenUntracked = "free_of_untracked_block"       // a FREE of memory allocated before recording began (or a file mapping)
 	NotWrittenUndo      = "failed_realloc"                // the MALLOC saying a failed realloc's block lives on
 	NotWrittenRepeat    = "repeated_by_later_log"         // a block a later rotated log repeats as live
+	NotWrittenEarlier   = "paired_in_earlier_log"         // in a rotated log read first: it pairs with a record of an earlier log, not read
 	NotWrittenOption    = "not_selected"                  // a PyTorch record whose rows the options leave out
 	NotWrittenSteps     = "outside_steps"                 // written by the conversion: rows --steps leaves out
 )
@@ -84,7 +85,7 @@ func isEvent(k uint16) bool {
 
 // Events is the number of events decoded so far: every row stands for one,
 // and Unwritten counts the others.
-func (d *Decoder) Events() uint64 { return d.events }
+func (d *Decoder) Events() uint64 { return d.events + d.r.Earlier }
 
 // Unwritten counts the events that made no row, by reason.
 func (d *Decoder) Unwritten() map[string]uint64 {
@@ -93,6 +94,9 @@ func (d *Decoder) Unwritten() map[string]uint64 {
 		if v > 0 {
 			out[k] = v
 		}
+	}
+	if d.r.Earlier > 0 {
+		out[NotWrittenEarlier] = d.r.Earlier
 	}
 	return out
 }

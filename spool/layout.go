@@ -60,6 +60,9 @@ type EndMeta struct {
 	Lost        uint64 `json:"events_lost"`
 	Forks       uint64 `json:"forks"`
 	DrainErrors uint64 `json:"drain_errors"`
+	// Rotating logs: MALLOCs and FREEs that reached the rotator after
+	// their log's cut had settled (see README, rotating logs).
+	RotateLate uint64 `json:"rotate_late,omitempty"`
 }
 
 // ReadMeta reads a capture folder's process.json.

@@ -14,8 +14,9 @@ import (
 // Rotated logs (--log-mode=rotate, SPEC §7; written by capture.Rotator):
 // spool/log_NNNNNN.zst, each a run of independent zstd frames holding a
 // self-contained spool (header, the records every reader needs, the blocks
-// live when it began flagged FInherit), then late.bin for what came after
-// the final drain.
+// live when it began flagged FInherit in INHR chunks, AHED chunks of late
+// records a later log holds), then late.bin for what came after the final
+// drain.
 
 // LogPrefix and LogSuffix name the rotated logs inside the spool folder.
 const (

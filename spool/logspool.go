@@ -24,7 +24,7 @@ type logSpool struct {
 	parts []logPart
 	size  int64
 	files []*os.File
-	// Where each log after the first lies ([start, end)): its prologue
+	// Where each log after the first lies ([start, end)): its inherited
 	// repeats the blocks live then, which the logs before it hold (NewLogs).
 	laterLogs [][2]int64
 	// The logs that end with a frame cut short or damaged, and why: the
@@ -63,7 +63,7 @@ func openLogSpool(dir string) (*logSpool, error) {
 			ls.Close()
 			return nil, err
 		}
-		if i > 0 { // only its prologue holds inherited blocks
+		if i > 0 { // its inherited blocks are in the logs before it
 			ls.laterLogs = append(ls.laterLogs, [2]int64{start, ls.size})
 		}
 	}

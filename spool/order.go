@@ -109,6 +109,10 @@ type Reader struct {
 	lastNs  uint64   // time of the last record handed out
 	recent  []lastOn
 	Stats   OrderStats
+	// Earlier counts the records of a rotated log read first (alone, or
+	// the oldest of several) that pair with a record of an earlier log:
+	// left out, as that log is not read (format.FEarlier).
+	Earlier uint64
 }
 
 // Reader starts a time-ordered pass over the spool.
@@ -304,8 +308,15 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 			tids = append(tids, t)
 		}
 		sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
+		var cs []*threadCursor
 		for _, t := range tids {
-			c := &threadCursor{tid: t, chunks: r.s.threads[t], stacks: r.s.stacks, heapIdx: -1}
+			cs = append(cs, &threadCursor{tid: t, chunks: r.s.threads[t]})
+		}
+		for _, a := range r.s.ahead {
+			cs = append(cs, &threadCursor{tid: a.tid, chunks: []chunkRef{a.ref}})
+		}
+		for _, c := range cs {
+			c.stacks, c.heapIdx, c.early = r.s.stacks, -1, &r.Earlier
 			ok, err := c.load(r.s)
 			if err != nil {
 				return nil, 0, err

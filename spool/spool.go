@@ -278,7 +278,15 @@ func AppendRec(dst []byte, r *Rec) []byte {
 type chunkRef struct {
 	off     int64 // of the first unit
 	nunit   uint32
-	repeats bool // a later rotated log's prologue: its inherited blocks are known already
+	repeats bool // in a later rotated log: its inherited blocks are known already
+}
+
+// aheadChunk is a rotated log's chunk read as a stream of its own, out of
+// its thread's order: its inherited blocks (INHR, written once its cut
+// settled), or, read alone, copies of records a later log holds (AHED).
+type aheadChunk struct {
+	tid int32
+	ref chunkRef
 }
 
 // calibPoint pairs a raw tick with CLOCK_MONOTONIC ns.
@@ -288,7 +296,9 @@ type calibPoint struct{ tick, ns uint64 }
 type Spool struct {
 	f                 io.ReaderAt
 	closer            io.Closer
-	repeats           [][2]int64 // where later rotated logs lie, [start, end) in order (NewLogs)
+	repeats           [][2]int64   // where later rotated logs lie, [start, end) in order (NewLogs)
+	together          bool         // rotated logs read together (NewLogs of several)
+	ahead             []aheadChunk // INHR and AHED chunks: streams of their own
 	size              int64
 	Pid               int
 	threads           map[int32][]chunkRef
@@ -336,7 +346,7 @@ func New(ra io.ReaderAt, size int64) (*Spool, error) { return newSpool(ra, size,
 
 // NewLogs indexes rotated logs read one after the other as one spool (each
 // after the first without its header): laterLogs are where each log after
-// the first lies, [start, end). The blocks such a log's prologue inherits are
+// the first lies, [start, end). The blocks such a log inherits are
 // live already in the logs before it, so the reader leaves those records
 // out: dated at the start of the whole stream, they would come before the
 // FREEs the earlier logs hold and invent blocks.
@@ -345,14 +355,14 @@ func NewLogs(ra io.ReaderAt, size int64, laterLogs [][2]int64) (*Spool, error) {
 }
 
 // repeated reports whether the chunk at off is in a later rotated log, whose
-// prologue repeats blocks the logs before it hold.
+// inherited blocks the logs before it hold.
 func (s *Spool) repeated(off int64) bool {
 	i := sort.Search(len(s.repeats), func(i int) bool { return s.repeats[i][1] > off })
 	return i < len(s.repeats) && s.repeats[i][0] <= off
 }
 
 func newSpool(ra io.ReaderAt, size int64, repeats [][2]int64) (*Spool, error) {
-	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats}
+	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats, together: len(repeats) > 0}
 	if err := s.index(); err != nil {
 		return nil, err
 	}
@@ -385,15 +395,23 @@ func (s *Spool) index() error {
 			return err
 		}
 		want := binary.LittleEndian.Uint32(ch[format.ChunkNUnitOff:])
-		if magic := binary.LittleEndian.Uint32(ch[format.ChunkMagicOff:]); magic == padMagic {
+		magic := binary.LittleEndian.Uint32(ch[format.ChunkMagicOff:])
+		if magic == padMagic {
 			s.PadBytes += ChunkHdrSize + int64(want)*UnitSize
 			if off += ChunkHdrSize + int64(want)*UnitSize; off > size {
 				s.Truncated = true // killed while a padded segment was written
 			}
 			continue
-		} else if magic != chunkMagic {
+		} else if magic == format.AheadMagic && s.together {
+			// Copies of records a later log holds: read with it, they are there.
+			if off += ChunkHdrSize + int64(want)*UnitSize; off > size {
+				s.Truncated = true
+			}
+			continue
+		} else if magic != chunkMagic && magic != format.AheadMagic && magic != format.InheritMagic {
 			return fmt.Errorf("corrupt chunk header at byte %d", off)
 		}
+		ownStream := magic != chunkMagic
 		tid := int32(binary.LittleEndian.Uint32(ch[format.ChunkTidOff:]))
 		data := off + ChunkHdrSize
 		nunit := want
@@ -467,8 +485,10 @@ func (s *Spool) index() error {
 			}
 			s.Records++
 		}
-		if whole > 0 {
-			s.threads[tid] = append(s.threads[tid], chunkRef{data, uint32(whole / UnitSize), s.repeated(off)})
+		if ref := (chunkRef{data, uint32(whole / UnitSize), s.repeated(off)}); whole > 0 && ownStream {
+			s.ahead = append(s.ahead, aheadChunk{tid, ref})
+		} else if whole > 0 {
+			s.threads[tid] = append(s.threads[tid], ref)
 		}
 		off = data + int64(nunit)*UnitSize
 		if nunit < want {
@@ -545,9 +565,10 @@ type threadCursor struct {
 	q      []Rec // records read ahead up to the next precise stamp
 	qns    []uint64
 	qi     int
-	prevNs uint64 // time of the last record handed out
-	floor  uint64 // no record of this thread is earlier (ordering repair)
-	repeat bool   // the chunk at hand is a later log's prologue (chunkRef.repeats)
+	prevNs uint64  // time of the last record handed out
+	floor  uint64  // no record of this thread is earlier (ordering repair)
+	repeat bool    // the chunk at hand is in a later rotated log (chunkRef.repeats)
+	early  *uint64 // counts records left out as paired in an earlier log (Reader.Earlier)
 
 	// Bounds on when the current record truly happened (its hook's
 	// stamp): between the thread's precise stamps around it, within its
@@ -571,6 +592,10 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 		}
 		if c.repeat && rec.Kind == format.RMalloc && rec.Flags&format.FInherit != 0 {
 			continue // live already in the logs before this one
+		}
+		if !c.repeat && rec.Flags&format.FEarlier != 0 && (rec.Kind == format.RMalloc || rec.Kind == format.RFree) {
+			*c.early++ // its partner is in an earlier log, not read
+			continue
 		}
 		return rec, true, nil
 	}

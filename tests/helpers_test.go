@@ -384,6 +384,7 @@ type configJSON struct {
 		LostFrees      uint64 `json:"lost_frees"`
 		AmbiguousOrder uint64 `json:"ambiguous_order"`
 	} `json:"order"`
+	RotateLate uint64 `json:"rotate_late"`
 }
 
 func readConfig(t *testing.T, folder string) *configJSON {

@@ -3,6 +3,9 @@ package tests
 import (
 	"path/filepath"
 	"testing"
+
+	"msmemscope/spool"
+	"msmemscope/trace"
 )
 
 // TestRotateWholeExact: a pool of 8 threads freeing each other's blocks,
@@ -21,4 +24,75 @@ func TestRotateWholeExact(t *testing.T) {
 	root, vg, _ := valgrindHeap(t, false, bin)
 	sameTotals(t, "pool8 rotated", got, vg[root])
 	orderSettled(t, p.Folder)
+}
+
+// TestRotateLogsReadAlone: programs whose threads free each other's blocks,
+// recorded into rotating logs of 1 MiB, the oldest deleted: nothing came
+// late, each kept log read alone pairs every FREE with its block and invents
+// none, and the newest ends with the blocks valgrind finds in use at exit.
+func TestRotateLogsReadAlone(t *testing.T) {
+	needBuild(t)
+	for _, prog := range []string{"handoff.c", "pool.c"} {
+		t.Run(prog, func(t *testing.T) {
+			bin := compile(t, prog, "", "-pthread")
+			out := filepath.Join(t.TempDir(), "out")
+			mustRun(t, 0, out, "--log-mode=rotate", "--log-files=3", "--log-file-mb=1", bin)
+			p := readManifest(t, out).main(t)
+			if c := readConfig(t, p.Folder); c.RotateLate != 0 {
+				t.Errorf("config.json: rotate_late %d, want 0", c.RotateLate)
+			}
+			orderSettled(t, p.Folder)
+			logs := spool.LogFiles(p.Folder)
+			if len(logs) == 0 {
+				t.Fatal("no rotated logs")
+			}
+			meta, err := spool.ReadMeta(p.Folder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, vg, _ := valgrindHeap(t, false, bin)
+			var want heapTotals
+			for _, h := range vg {
+				want = h
+			}
+			for i, log := range logs {
+				sp, err := spool.OpenWholeLog(log)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := spool.NewDecoder(sp, p.Folder, meta, meta.Config)
+				d.JudgeOnly()
+				live := map[uint64]uint64{}
+				for {
+					e, err := d.Next()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if e == nil {
+						break
+					}
+					switch e.Kind {
+					case trace.KindMalloc:
+						live[e.AllocID] = e.Size
+					case trace.KindFree:
+						delete(live, e.AllocID)
+					}
+				}
+				sp.Close()
+				o, nw := d.Order(), d.Unwritten()
+				if o.UnpairedFree != 0 || o.LostFree != 0 || nw[spool.NotWrittenUntracked] != 0 {
+					t.Errorf("%s read alone: order %+v, not written %v", filepath.Base(log), o, nw)
+				}
+				var bytes uint64
+				for _, n := range live {
+					bytes += n
+				}
+				t.Logf("%s read alone: %d blocks (%d bytes) live at its end, order %+v", filepath.Base(log), len(live), bytes, o)
+				if i == len(logs)-1 && (uint64(len(live)) != want.InUseBlocks || bytes != want.InUseBytes) {
+					t.Errorf("newest log: %d blocks (%d bytes) live at its end; valgrind: in use at exit %d blocks (%d bytes)",
+						len(live), bytes, want.InUseBlocks, want.InUseBytes)
+				}
+			}
+		})
+	}
 }

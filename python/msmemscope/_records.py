@@ -5,13 +5,15 @@ from typing import Final
 
 # Constants of the spool and its records.
 SPOOL_MAGIC: Final[bytes] = b"MSSPOOL1"  # the spool file's first 8 bytes
-SPOOL_VERSION: Final[int] = 5  # 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
+SPOOL_VERSION: Final[int] = 6  # 6: rotated logs' INHR and AHED chunks, F_EARLIER; 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
 SPOOL_MIN_VERSION: Final[int] = 2  # the oldest version still read
 SPOOL_HDR_SIZE: Final[int] = 32  # bytes before the first chunk
 UNIT_SIZE: Final[int] = 8  # bytes in a unit
 REC_UNITS: Final[int] = 4  # units of a full record's ms_rec
 MS_CHUNK_MAGIC: Final[int] = 0x4b4e4843  # "CHNK": a chunk of one thread's events
 MS_PAD_MAGIC: Final[int] = 0x43444150  # "PADC": padding (direct I/O alignment): skip nunit units
+MS_INHERIT_MAGIC: Final[int] = 0x52484e49  # "INHR": a rotated log's inherited blocks (MALLOCs flagged F_INHERIT), read as a stream of their own
+MS_AHEAD_MAGIC: Final[int] = 0x44454841  # "AHED": a rotated log's copies of records a later log holds (they came late): read only with the log read alone
 REC_N_MASK: Final[int] = 0xffff  # a full record's n: payload units (low 16 bits), a MALLOC's site id (high 16)
 TS_EPOCH: Final[int] = 0x8000000000000000  # 1<<63: ts = TS_EPOCH | epoch: stamped with its drain epoch only (the reader interpolates)
 
@@ -106,3 +108,4 @@ F_PYSTACK: Final[int] = 0x0100  # MALLOC: payload {n_c | n_py << 32}, n_c return
 F_EPOCH: Final[int] = 0x0001  # R_CALIB: a drain epoch starts at this point
 F_INHERIT: Final[int] = 0x0200  # MALLOC: a block live when this rotated log began (allocated earlier)
 F_STACKID: Final[int] = 0x0400  # MALLOC with F_CSTACK: the payload is one unit, the id of an R_STACK
+F_EARLIER: Final[int] = 0x0800  # MALLOC/FREE in a rotated log: it pairs with a record of an earlier log (it came late); left out where this log is read first

@@ -1,0 +1,148 @@
+package capture
+
+import (
+	"sort"
+
+	"msmemscope/format"
+	"msmemscope/spool"
+)
+
+// The rotator's view of which blocks are live, kept so that each rotated
+// log reads alone (SPEC §7): it repeats the blocks live when it began (its
+// inherited blocks).
+//
+// The drain moves each thread's records at its own lag (a thread preempted
+// between stamping an event and publishing it lags by as long as that
+// takes), so the records of one address come in any order across threads:
+// a FREE before the MALLOC it frees (a block handed to another thread), a
+// MALLOC before the FREE of the block the address held before. So logs are
+// cut by time, not by arrival: a new log begins at a drain epoch's start
+// (the cut); the records stamped before it still go to the old log for
+// rotateLagNs, those after it to the new one; then the new log gets its
+// inherited blocks: each address whose latest event before the cut, by
+// time, is a MALLOC. The records' precise stamps (taken inside the
+// allocator call while two threads record) order them across threads.
+//
+// A record that comes later still (stamped before the cut of the log it
+// goes to) is counted (Rotator.Late). A late FREE frees a block the log
+// inherited: nothing to do. A late MALLOC whose address has a later
+// event in an earlier log is flagged format.FEarlier in its log (left out
+// where that log is read first: its FREE is not there) and copied to the
+// earlier log in an AHED chunk (format.AheadMagic), which readers take only
+// when that log is read alone.
+
+// rotateLagNs is how long records stamped before a cut may still come: the
+// drain's passes (1 to 8 ms) and a thread preempted between stamping and
+// publishing, with room.
+const rotateLagNs = 50_000_000
+
+// when is when a record happened as the rotator compares it: its precise
+// stamp, or its epoch's start (raw ticks), and its thread and arrival order
+// (a thread's records come in program order).
+type when struct {
+	t   uint64
+	tid int32
+	n   uint64
+}
+
+// before reports whether a happened before b.
+func (a when) before(b when) bool {
+	if a.tid != b.tid && a.t != b.t {
+		return a.t < b.t
+	}
+	return a.n < b.n
+}
+
+// lastEvent is an address's latest MALLOC or FREE by time.
+type lastEvent struct {
+	set, free bool
+	at        when
+	seq       int    // the log it went to
+	rec       []byte // a MALLOC, whole
+}
+
+// note makes e the latest event unless a later one is known.
+func (l *lastEvent) note(free bool, at when, seq int, rec []byte) {
+	if l.set && at.before(l.at) {
+		return
+	}
+	l.set, l.free, l.at, l.seq = true, free, at, seq
+	if !free {
+		l.rec = append(l.rec[:0], rec...)
+	}
+}
+
+// addrState is an address's latest event before the cut (pre) and, while a
+// cut waits for late records, after it (post).
+type addrState struct{ pre, post lastEvent }
+
+// note records a MALLOC (rec: whole) or FREE of key that went to log seq.
+func (r *Rotator) note(key spool.BlockKey, free bool, at when, seq int, rec []byte, post bool) {
+	st := r.live[key]
+	if st == nil {
+		st = &addrState{}
+		r.live[key] = st
+	}
+	if post {
+		st.post.note(free, at, seq, rec)
+	} else {
+		st.pre.note(free, at, seq, rec)
+	}
+}
+
+// late handles a MALLOC or FREE that came after its log's cut (stamped
+// before it): it reports whether the record is flagged FEarlier, and
+// queues its copy for the earlier log that holds its partner.
+func (r *Rotator) late(key spool.BlockKey, free bool, at when, seq int, tid int32, rec *spool.Rec) bool {
+	r.Late++
+	st := r.live[key]
+	if free || st == nil || !st.pre.set || !at.before(st.pre.at) || st.pre.seq >= seq {
+		// A FREE of a block the log inherited, a block live since, or
+		// one whose next event is in this log: it reads right here.
+		return false
+	}
+	r.addAhead(st.pre.seq, tid, rec)
+	return true
+}
+
+// settle ends a cut: the blocks live before it are the new log's inherited
+// ones (returned, by thread, as full records flagged FInherit); then what
+// came after it becomes the present, and addresses last freed before the
+// previous cut are forgotten (no record that late is expected).
+func (r *Rotator) settle() map[int32][]byte {
+	keys := make([]spool.BlockKey, 0, len(r.live))
+	for k, st := range r.live {
+		if st.pre.set && !st.pre.free {
+			keys = append(keys, k)
+		}
+	}
+	sortKeys(keys)
+	inherited := map[int32][]byte{}
+	for _, k := range keys {
+		b := &r.live[k].pre
+		rec, _, _ := spool.DecodeRec(b.rec, 0, 0) // a full record
+		rec.TS = 1                                // live when this log began: readers date it first
+		rec.Flags |= format.FInherit
+		inherited[b.at.tid] = spool.AppendRec(inherited[b.at.tid], &rec)
+	}
+	for k, st := range r.live {
+		if st.post.set {
+			st.pre.note(st.post.free, st.post.at, st.post.seq, st.post.rec)
+			st.post = lastEvent{}
+		}
+		if st.pre.free && st.pre.at.t < r.prevCut {
+			delete(r.live, k)
+		}
+	}
+	r.prevCut = r.cut
+	return inherited
+}
+
+func sortKeys(keys []spool.BlockKey) {
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Ptr != keys[j].Ptr {
+			return keys[i].Ptr < keys[j].Ptr
+		}
+		return keys[i].Sub < keys[j].Sub
+	})
+}

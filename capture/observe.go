@@ -1,0 +1,202 @@
+package capture
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"msmemscope/format"
+	"msmemscope/spool"
+)
+
+// logOut builds one batch's chunks for one log.
+type logOut struct {
+	buf []byte
+	hdr int // where the open chunk's header is, -1: none
+	tid int32
+}
+
+func (o *logOut) reset() { o.buf, o.hdr = o.buf[:0], -1 }
+
+// chunk makes sure the open chunk is tid's.
+func (o *logOut) chunk(tid int32, pid int) {
+	if o.hdr >= 0 && o.tid == tid {
+		return
+	}
+	o.close()
+	o.hdr, o.tid = len(o.buf), tid
+	o.buf = append(o.buf, chunkHeader(format.ChunkMagic, 0, tid, pid)...)
+}
+
+// close ends the open chunk (none if it is empty).
+func (o *logOut) close() {
+	if o.hdr < 0 {
+		return
+	}
+	if n := (len(o.buf) - o.hdr - spool.ChunkHdrSize) / spool.UnitSize; n == 0 {
+		o.buf = o.buf[:o.hdr]
+	} else {
+		binary.LittleEndian.PutUint32(o.buf[o.hdr+format.ChunkNUnitOff:], uint32(n))
+	}
+	o.hdr = -1
+}
+
+// timeOf is when rec happened in raw ticks: its precise stamp, else the
+// start of its epoch (0: unknown, long ago).
+func (r *Rotator) timeOf(rec *spool.Rec) uint64 {
+	if rec.TS&spool.TSEpoch == 0 {
+		return rec.TS
+	}
+	return r.epochTick[rec.TS&^spool.TSEpoch]
+}
+
+// observe sends each record of a batch to the log it belongs to (outOld
+// while a cut settles and the record is stamped before it, else outCur) and
+// notes what later logs must repeat. An event that only its thread's past
+// explains (recorded before rotation began, see spool.NeedsPast) is written
+// whole, and a thread's first records in a log are preceded by its epoch,
+// so that each log reads on its own.
+func (r *Rotator) observe(b []byte) error {
+	r.outCur.reset()
+	r.outOld.reset()
+	for len(b) > 0 {
+		if len(b) < spool.ChunkHdrSize || binary.LittleEndian.Uint32(b) != format.ChunkMagic {
+			return fmt.Errorf("rotate: bad chunk")
+		}
+		nunit := int(binary.LittleEndian.Uint32(b[format.ChunkNUnitOff:]))
+		tid := int32(binary.LittleEndian.Uint32(b[format.ChunkTidOff:]))
+		b = b[spool.ChunkHdrSize:]
+		if len(b) < nunit*spool.UnitSize {
+			return fmt.Errorf("rotate: short chunk")
+		}
+		recs := b[:nunit*spool.UnitSize]
+		b = b[nunit*spool.UnitSize:]
+		if nunit == 0 {
+			r.drainMark(tid)
+			continue
+		}
+		d := r.dec[tid]
+		if d == nil {
+			d = &spool.RecDecoder{}
+			r.dec[tid] = d
+		}
+		for len(recs) > 0 {
+			epoch := d.Epoch
+			past := spool.NeedsPast(recs)
+			rec, size, ok := d.Next(recs)
+			if !ok {
+				return fmt.Errorf("rotate: event cut at a chunk's end")
+			}
+			ev := recs[:size]
+			recs = recs[size:]
+			if rec.Kind == spool.NoEvent {
+				r.stampUnit[tid] = append([]byte(nil), ev...) // it goes with the record it stamps
+				continue
+			}
+			t := r.timeOf(&rec)
+			lf, out, post := r.cur, &r.outCur, r.old != nil
+			if r.old != nil && !r.split[tid] {
+				if t < r.cut {
+					lf, out, post = r.old, &r.outOld, false
+				} else {
+					r.split[tid] = true
+				}
+			}
+			out.chunk(tid, r.pid)
+			if !lf.seen[tid] {
+				lf.seen[tid] = true
+				if epoch != 0 && rec.Kind != format.REpoch {
+					ep := spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | epoch}
+					out.buf = spool.AppendRec(out.buf, &ep)
+				}
+			}
+			if u := r.stampUnit[tid]; u != nil {
+				out.buf = append(out.buf, u...)
+				delete(r.stampUnit, tid)
+			}
+			mark := len(out.buf)
+			if past {
+				out.buf = spool.AppendRec(out.buf, &rec)
+			} else {
+				out.buf = append(out.buf, ev...)
+			}
+			if rec.Kind == format.REpoch {
+				continue // not an event
+			}
+			r.Events++
+			switch rec.Kind {
+			case format.RMalloc, format.RFree:
+				free := rec.Kind == format.RFree
+				if !free && rec.Flags&format.FUndo != 0 {
+					break
+				}
+				key := spool.BlockKey{Sub: rec.Flags & format.FSubMask, Ptr: rec.A}
+				r.maxT = max(r.maxT, t)
+				r.arrived++
+				at := when{t: t, tid: tid, n: r.arrived}
+				var whole []byte
+				if !free {
+					r.rec = spool.AppendRec(r.rec[:0], &rec)
+					whole = r.rec
+				}
+				if !post && t < lf.start && r.late(key, free, at, lf.seq, tid, &rec) {
+					rec.Flags |= format.FEarlier
+					out.buf = spool.AppendRec(out.buf[:mark], &rec)
+				}
+				r.note(key, free, at, lf.seq, whole, post)
+			case format.RCalib:
+				r.noteCalib(&rec, ev)
+				r.alsoToCur(out, ev)
+			case format.RSite, format.RStack, format.RPyCode, format.RPySkip, format.RConfig:
+				r.globals = append(r.globals, append([]byte(nil), ev...))
+				r.alsoToCur(out, ev)
+			}
+		}
+	}
+	r.outCur.close()
+	r.outOld.close()
+	return nil
+}
+
+// alsoToCur copies a record that went to the old log while a cut settles
+// (a calibration, a site, a stack) to the new log too: the new log's
+// records may need it, and its prologue was written before it came.
+func (r *Rotator) alsoToCur(out *logOut, ev []byte) {
+	if out != &r.outOld {
+		return
+	}
+	r.outCur.chunk(0, r.pid)
+	r.outCur.buf = append(r.outCur.buf, ev...)
+}
+
+// noteCalib keeps a clock calibration for the logs to come: the newest
+// epoch start, and recent ones by epoch.
+func (r *Rotator) noteCalib(rec *spool.Rec, ev []byte) {
+	if len(r.calibs) >= maxCalibs {
+		if old, _, ok := spool.DecodeRec(r.calibs[0], 0, 0); ok && old.Flags&format.FEpoch != 0 {
+			delete(r.calibAt, old.B)
+		}
+		r.calibs = r.calibs[1:]
+	}
+	c := append([]byte(nil), ev...)
+	r.calibs = append(r.calibs, c)
+	if rec.Flags&format.FEpoch == 0 {
+		return
+	}
+	r.calibAt[rec.B] = c
+	r.epochTick[rec.B] = rec.TS
+	delete(r.epochTick, rec.B-epochTicks)
+	if rec.TS > r.calTick {
+		r.calTick, r.calNs = rec.TS, rec.A
+	}
+}
+
+// drainMark notes the drain's mark (libmemscope/drain.c): it took
+// everything thread tid had published in the pass at hand (-tid: and the
+// thread ended).
+func (r *Rotator) drainMark(tid int32) {
+	if tid < 0 {
+		r.drained[-tid] = ^uint64(0)
+	} else if r.drained[tid] != ^uint64(0) {
+		r.drained[tid] = r.calNs
+	}
+}
