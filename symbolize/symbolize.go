@@ -38,6 +38,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/ianlancetaylor/demangle"
 )
 
 // mapping is one line of /proc/<pid>/maps.
@@ -197,6 +199,7 @@ func (s *Symbolizer) frame(addr uint64) string {
 		return fmt.Sprintf("?? (%s+0x%x)", mod.name, fileOff)
 	}
 	fn, file, line := mod.lookup(vaddr - 1)
+	fn = demangle.Filter(fn) // C++ and Rust names as people read them (DWARF names are plain already)
 	switch {
 	case fn != "" && file != "" && line > 0:
 		return fmt.Sprintf("%s %s:%d (%s)", fn, file, line, mod.name)

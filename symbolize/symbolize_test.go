@@ -499,3 +499,45 @@ func TestLookupRecovers(t *testing.T) {
 		t.Fatalf("lookup = %q %q %d, broken=%v", fn, file, line, mod.broken)
 	}
 }
+
+// C++ names read from the symbol table (no debug info) are demangled.
+func TestDemangled(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ not found")
+	}
+	dir := t.TempDir()
+	src := `#include <cstdio>
+namespace zoo {
+__attribute__((noinline)) void *callee() { return __builtin_return_address(0); }
+__attribute__((noinline)) void *leak_here(int) {
+	void *r = callee();
+	return r;
+}
+}
+int main(int, char **argv) {
+	FILE *out = fopen(argv[1], "w");
+	fprintf(out, "ret %p\n", zoo::leak_here(1));
+	fprintf(out, "MAPS\n");
+	FILE *m = fopen("/proc/self/maps", "r");
+	char buf[4096];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof buf, m)) > 0) fwrite(buf, 1, n, out);
+	fclose(m);
+	fclose(out);
+	return 0;
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "p.cpp"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// No -g: the name comes from .dynsym (-rdynamic), mangled there.
+	if err := run(dir, "g++", "-O0", "-fno-omit-frame-pointer", "-rdynamic", "p.cpp", "-o", "p"); err != nil {
+		t.Fatal(err)
+	}
+	addrs, maps := runProg(t, filepath.Join(dir, "p"))
+	s := New(maps)
+	defer s.Close()
+	if got := s.Frame(addrs["ret"]); !strings.HasPrefix(got, "zoo::leak_here(int) (p+0x") {
+		t.Errorf("frame in zoo::leak_here: %q, want zoo::leak_here(int) (p+0x...)", got)
+	}
+}
