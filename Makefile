@@ -11,7 +11,7 @@ GOSRC := $(shell find . -name '*.go' -not -path './.venv/*' -not -path './build/
 PYTHON_REAL := $(shell python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
 VENV := .venv
 PYTHON := $(abspath $(VENV))/bin/python
-APT_PKGS := valgrind heaptrack libunwind8 gcc g++ sqlite3
+APT_PKGS := valgrind libc6-dbg heaptrack libunwind8 gcc g++ sqlite3
 export PYTHON
 
 .PHONY: all build deps venv test unit e2e fuzz demo bench clean fmt vet pyinstall generate gencheck

@@ -19,6 +19,40 @@ static int nofp(uintptr_t pc) {
 }
 static int is_leading_skip(uintptr_t pc) { return in_self(pc) || nofp(pc); }
 
+// libstdc++'s operator new and new[] (they call malloc): with the hook, the
+// allocator's own frames, removed from C stacks (SPEC §2.1). libc's and
+// libstdc++'s other frames stay (printf's stdio buffer is made in
+// _IO_file_doallocate, strdup's block in strdup).
+static uintptr_t opnew_lo[8], opnew_hi[8];
+static int opnew_n;
+static char cxx_path[512]; // libstdc++'s path, found by phdr_cb
+
+static int in_opnew(uintptr_t pc) {
+	for (int i = 0; i < opnew_n; i++)
+		if (pc >= opnew_lo[i] && pc < opnew_hi[i]) return 1;
+	return 0;
+}
+static int is_alloc_frame(uintptr_t pc) { return in_self(pc) || in_opnew(pc); }
+
+static void opnew_ranges(void) {
+	static const char *const names[] = {"_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
+	                                    "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
+	                                    "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t"};
+	if (!cxx_path[0]) return;
+	void *h = dlopen(cxx_path, RTLD_NOLOAD | RTLD_LAZY);
+	if (!h) return;
+	for (size_t i = 0; i < sizeof names / sizeof names[0] && opnew_n < 8; i++) {
+		void *a = dlsym(h, names[i]);
+		Dl_info di;
+		const ElfW(Sym) *sym = NULL;
+		if (a && dladdr1(a, &di, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_size) {
+			opnew_lo[opnew_n] = (uintptr_t)a;
+			opnew_hi[opnew_n++] = (uintptr_t)a + sym->st_size;
+		}
+	}
+	dlclose(h);
+}
+
 // C stacks, and sites of allocations made through libc/libstdc++ wrappers.
 HIDDEN void stacks_load(void) {
 	if (unw_lib) return;
@@ -52,7 +86,7 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		int want = max + 32 > MAX_FRAMES + 32 ? MAX_FRAMES + 32 : max + 32;
 		int got = unw_backtrace_fn(buf, want);
 		int i = 0;
-		while (i < got && is_leading_skip((uintptr_t)buf[i])) i++;
+		while (i < got && is_alloc_frame((uintptr_t)buf[i])) i++;
 		for (; i < got && n < max; i++) out[n++] = (uintptr_t)buf[i];
 		return n;
 	}
@@ -60,7 +94,7 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		uintptr_t ra = ((uintptr_t *)fp)[1];
 		uintptr_t next = ((uintptr_t *)fp)[0];
 		if (ra < 4096) break;
-		if (n > 0 || !is_leading_skip(ra)) out[n++] = ra;
+		if (n > 0 || !is_alloc_frame(ra)) out[n++] = ra;
 		if (next <= fp) break;
 		fp = next;
 	}
@@ -75,6 +109,7 @@ static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
 	const char *base = strrchr(name, '/');
 	base = base ? base + 1 : name;
 	if (strncmp(base, "libc.so", 7) && strncmp(base, "libstdc++.so", 12) && strncmp(base, "libgcc_s.so", 11)) return 0;
+	if (!strncmp(base, "libstdc++.so", 12) && strlen(name) < sizeof cxx_path) strcpy(cxx_path, name);
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
 		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
@@ -87,7 +122,10 @@ static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
 	return 0;
 }
 
-HIDDEN void stacks_modules(void) { dl_iterate_phdr(phdr_cb, NULL); }
+HIDDEN void stacks_modules(void) {
+	dl_iterate_phdr(phdr_cb, NULL);
+	opnew_ranges(); // not inside the callback: dlopen takes the loader's lock
+}
 
 // The lock-free table at *slot, mapped (bytes long) by whichever thread gets
 // there first; *made says whether this call did. NULL if it cannot be mapped.
