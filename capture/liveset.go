@@ -24,12 +24,15 @@ import (
 // allocator call while two threads record) order them across threads.
 //
 // A record that comes later still (stamped before the cut of the log it
-// goes to) is counted (Rotator.Late). A late FREE frees a block the log
-// inherited: nothing to do. A late MALLOC whose address has a later
-// event in an earlier log is flagged format.FEarlier in its log (left out
-// where that log is read first: its FREE is not there) and copied to the
-// earlier log in an AHED chunk (format.AheadMagic), which readers take only
-// when that log is read alone.
+// goes to) is counted (Rotator.Late). Where nothing happened on its address
+// since, it reads right in its log (a FREE of a block the log inherited).
+// Where the address's latest event is in an earlier log, the record is
+// flagged format.FEarlier in its log (left out where that log is read
+// first: its partner is not there) and copied to that earlier log in an
+// AHED chunk (format.AheadMagic), which readers take only when that log is
+// read alone. (The latest event need not be the record's partner: after
+// records came that late, a log read alone can still be wrong, which
+// rotate_late says.)
 
 // rotateLagNs is how long records stamped before a cut may still come: the
 // drain's passes (1 to 8 ms) and a thread preempted between stamping and
@@ -96,9 +99,10 @@ func (r *Rotator) note(key spool.BlockKey, free bool, at when, seq int, rec []by
 func (r *Rotator) late(key spool.BlockKey, free bool, at when, seq int, tid int32, rec *spool.Rec) bool {
 	r.Late++
 	st := r.live[key]
-	if free || st == nil || !st.pre.set || !at.before(st.pre.at) || st.pre.seq >= seq {
-		// A FREE of a block the log inherited, a block live since, or
-		// one whose next event is in this log: it reads right here.
+	if st == nil || !st.pre.set || !at.before(st.pre.at) || st.pre.seq >= seq {
+		// Nothing on its address since (a FREE of a block the log
+		// inherited, a block live since), or what came since is in this
+		// log: it reads right here.
 		return false
 	}
 	r.addAhead(st.pre.seq, tid, rec)

@@ -74,6 +74,9 @@ func (r *Rotator) observe(b []byte) error {
 			r.drainMark(tid)
 			continue
 		}
+		if r.drained[tid] == ^uint64(0) {
+			r.drained[tid] = 0 // a new thread with an ended one's tid
+		}
 		d := r.dec[tid]
 		if d == nil {
 			d = &spool.RecDecoder{}
@@ -196,7 +199,7 @@ func (r *Rotator) noteCalib(rec *spool.Rec, ev []byte) {
 func (r *Rotator) drainMark(tid int32) {
 	if tid < 0 {
 		r.drained[-tid] = ^uint64(0)
-	} else if r.drained[tid] != ^uint64(0) {
+	} else {
 		r.drained[tid] = r.calNs
 	}
 }

@@ -29,7 +29,7 @@ import (
 // settleMaxLogs bounds how long a cut waits for late records: until the two
 // logs hold that many times --log-file-mb (a program that allocates faster
 // than the drain compresses keeps a backlog that long).
-const settleMaxLogs = 8
+const settleMaxLogs = 16
 
 // maxCalibs is how many recent calibration records a new log repeats.
 const maxCalibs = 256

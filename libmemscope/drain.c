@@ -17,7 +17,7 @@ HIDDEN pthread_mutex_t ms_drain_lock = PTHREAD_MUTEX_INITIALIZER;
 // segment is recycled (or unmapped) only once its data has been written.
 #define MAX_IOV 1024
 static struct iovec iov[MAX_IOV];
-static ms_chunk hdrs[MAX_IOV / 2];
+static ms_chunk hdrs[MAX_IOV]; // a chunk takes one, and one or two iovecs (a drain mark one)
 static int niov, nhdr;
 static struct {
 	ms_thr *t;
@@ -192,14 +192,22 @@ static int add_chunk(int fd, int32_t tid, const uint64_t *r, uint32_t n) {
 // learns from the marks when every record published before a point has
 // reached it (capture/liveset.go).
 static ms_thr *rr_next;
-static int thr_partial;          // drain_thread left published records behind
+static int thr_partial;            // drain_thread left published records behind
 static size_t thr_left = SIZE_MAX; // bytes the thread at hand may still fill in the buffer: each gets a share, so that their records reach the rotator at a like pace
+static size_t thr_share;           // the share (thr_left before the thread took any)
+static int pass_more;              // the pass left published records in some ring
 
-static void drain_mark(int32_t tid) {
-	if (sink_cap - sink_used - iov_pending < sizeof(ms_chunk) || niov + 1 > MAX_IOV) return;
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+static int sink_room(size_t n) { return sink_cap - sink_used - iov_pending >= n; }
+
+// Marks tid drained; 0 when the buffer has no room for the mark.
+static int drain_mark(int32_t tid) {
+	if (!sink_room(sizeof(ms_chunk))) return 0;
+	if (niov + 1 > MAX_IOV && iov_flush(-1)) return 0;
 	enc_chunk(&hdrs[nhdr], MS_CHUNK_MAGIC, 0, tid, ms_mypid);
 	iov[niov++] = (struct iovec){&hdrs[nhdr++], sizeof(ms_chunk)};
 	iov_pending += sizeof(ms_chunk);
+	return 1;
 }
 
 // A drain pass begins a new epoch: its calibration point (taken before the
@@ -213,10 +221,8 @@ static int epoch_start(int fd) {
 	return add_chunk(fd, 0, cal_rec, n);
 }
 
-// How many of n units (whole events only) still fit in the sink.
-static uint32_t sink_fit(const uint64_t *r, uint32_t n) {
-	size_t room = sink_cap - sink_used - iov_pending;
-	if (room > thr_left) room = thr_left;
+// How many of n units (whole events only) fit in room bytes of the sink.
+static uint32_t fit(const uint64_t *r, uint32_t n, size_t room) {
 	if (room < sizeof(ms_chunk) + sizeof(ms_rec)) return 0;
 	size_t maxu = (room - sizeof(ms_chunk)) / 8;
 	if (n <= maxu) return n;
@@ -229,6 +235,16 @@ static uint32_t sink_fit(const uint64_t *r, uint32_t n) {
 	return take;
 }
 
+// How many of n units (whole events only) the thread at hand may put in the
+// sink: within its share, but its first event of the pass whatever its size
+// (a Python code object can be larger than a share).
+static uint32_t sink_fit(const uint64_t *r, uint32_t n) {
+	size_t room = sink_cap - sink_used - iov_pending;
+	uint32_t take = fit(r, n, room < thr_left ? room : thr_left);
+	if (!take && n && thr_left == thr_share) take = fit(r, rec_units(r), room);
+	return take;
+}
+
 // Moves a thread's published records [tail, h) of s out: 0 done, 1 the sink
 // is full (the rest stays in the ring), -1 error.
 static int drain_range(int fd, ms_thr *t, ms_seg *s, uint32_t h) {
@@ -236,7 +252,7 @@ static int drain_range(int fd, ms_thr *t, ms_seg *s, uint32_t h) {
 	uint32_t take = h - s->tail;
 	if (sink) take = sink_fit(&s->u[s->tail], take);
 	if (take && add_chunk(fd, t->tid, &s->u[s->tail], take)) return -1;
-	if (sink) thr_left -= take ? sizeof(ms_chunk) + (size_t)take * 8 : 0;
+	if (sink && take) thr_left -= min_size(thr_left, sizeof(ms_chunk) + (size_t)take * 8);
 	s->tail += take;
 	return s->tail < h ? 1 : 0;
 }
@@ -313,8 +329,9 @@ static int drain_thread(int fd, ms_thr *t) {
 		s = next;
 	}
 	// A dead thread, fully drained: release its ring for reuse, unless the
-	// thread took it back meanwhile (thr_acquire).
-	if (dead && s && h == s->tail && !next) {
+	// thread took it back meanwhile (thr_acquire). Rotating logs: once the
+	// mark saying so fits.
+	if (dead && s && h == s->tail && !next && (!sink || sink_room(2 * sizeof(ms_chunk)))) {
 		int one = 1;
 		if (!atomic_compare_exchange_strong(&t->state, &one, 3)) return 0;
 		if (iov_flush(fd)) {
@@ -333,7 +350,7 @@ static int drain_thread(int fd, ms_thr *t) {
 		t->rseg = t->wseg = NULL;
 		t->wend = t->flim = NULL;
 		atomic_store(&t->wp, NULL);
-		if (sink) drain_mark(-t->tid);
+		if (sink && !drain_mark(-t->tid)) pass_more = 1;
 		atomic_store(&t->state, 2);
 	}
 	return 0;
@@ -496,22 +513,28 @@ long ms_drain_into(void *buf, long cap) {
 	size_t live = 0;
 	for (ms_thr *u = head; u; u = u->next_all) live += atomic_load(&u->state) != 2;
 	size_t share = sink_cap / (live ? live : 1);
+	thr_share = share > 65536 ? share : 65536;
+	pass_more = 0;
 	while (t && !rc) {
 		if (atomic_load(&t->state) != 2) {
 			thr_partial = 0;
-			thr_left = share > 65536 ? share : 65536;
+			thr_left = thr_share;
 			rc = drain_thread(-1, t);
-			if (rc == 1 && sink_cap - sink_used - iov_pending >= 65536) {
+			if (rc == 1 && sink_room(65536)) {
 				rc = 0; // its share is taken: on to the next thread
 				thr_partial = 1;
 			}
-			if (!rc && !thr_partial && atomic_load(&t->state) != 2) drain_mark(t->tid);
+			if (!rc && !thr_partial && atomic_load(&t->state) != 2 && !drain_mark(t->tid)) thr_partial = 1;
+			pass_more |= thr_partial;
 		}
 		if (!(t = t->next_all)) t = head;
-		if (rc == 1) rr_next = t; // the buffer is full: the next pass begins after this thread
+		if (rc == 1) {
+			rr_next = t; // the buffer is full: the next pass begins after this thread
+			pass_more = 1;
+		}
 		if (t == first) break;
 	}
-	thr_left = SIZE_MAX;
+	thr_left = thr_share = SIZE_MAX;
 	if (iov_flush(-1)) rc = -1;
 	long out = rc < 0 ? -1 : (long)sink_used;
 	sink = NULL;
@@ -541,3 +564,7 @@ void ms_set_spool(int fd) {
 	}
 	atomic_store(&ms_spool_fd, fd);
 }
+
+// Whether the last ms_drain_into left published records in the rings (the
+// buffer filled, or a thread's share did): drain again at once.
+int ms_drain_into_more(void) { return pass_more; }

@@ -173,7 +173,7 @@ func drainRotate() bool {
 		eng.proc.NoteDrainErrors(1)
 		return false
 	}
-	full := int(n) > len(eng.buf)/2 // more may be waiting in the rings
+	full := C.ms_drain_into_more() != 0 // more is waiting in the rings
 	if n > 0 {
 		if err := eng.rot.Write(eng.buf[:n]); err != nil {
 			eng.proc.NoteDrainErrors(1)
