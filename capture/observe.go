@@ -148,10 +148,10 @@ func (r *Rotator) observe(b []byte) error {
 				r.note(key, free, at, lf.seq, whole, post)
 			case format.RCalib:
 				r.noteCalib(&rec, ev)
-				r.alsoToCur(out, ev)
+				r.alsoToOther(out, ev)
 			case format.RSite, format.RStack, format.RPyCode, format.RPySkip, format.RConfig:
 				r.globals = append(r.globals, append([]byte(nil), ev...))
-				r.alsoToCur(out, ev)
+				r.alsoToOther(out, ev)
 			}
 		}
 	}
@@ -160,15 +160,20 @@ func (r *Rotator) observe(b []byte) error {
 	return nil
 }
 
-// alsoToCur copies a record that went to the old log while a cut settles
-// (a calibration, a site, a stack) to the new log too: the new log's
-// records may need it, and its prologue was written before it came.
-func (r *Rotator) alsoToCur(out *logOut, ev []byte) {
-	if out != &r.outOld {
+// alsoToOther copies a record that went to one of the two logs while a cut
+// settles (a calibration, a site, a stack) to the other one too: the other
+// log's records may need it (the new log's prologue was written before it
+// came; the old one gets the lagging threads' records).
+func (r *Rotator) alsoToOther(out *logOut, ev []byte) {
+	if r.old == nil {
 		return
 	}
-	r.outCur.chunk(0, r.pid)
-	r.outCur.buf = append(r.outCur.buf, ev...)
+	other := &r.outCur
+	if out == &r.outCur {
+		other = &r.outOld
+	}
+	other.chunk(0, r.pid)
+	other.buf = append(other.buf, ev...)
 }
 
 // noteCalib keeps a clock calibration for the logs to come: the newest
