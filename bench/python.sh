@@ -55,6 +55,22 @@ for rep in $(seq "$REPS"); do
 		echo "rep=$rep $mode loop_ns=$ns" >&2
 	done
 done
+# Whole command: `msmemscope python script` (CSV written) against `memray
+# run` (its capture written) and the bare script, alternating.
+CLI=$ROOT/build/bin/msmemscope
+WREPS=${WREPS:-3}
+bw="" mw="" rw=""
+now_ns() { date +%s%N; }
+for rep in $(seq "$WREPS"); do
+	t0=$(now_ns); "$PY" "$WORK/objects.py" >/dev/null; bw+="$(($(now_ns) - t0)) "
+	rm -rf "$WORK/cli"; t0=$(now_ns)
+	"$CLI" --analysis= --output="$WORK/cli" "$PY" "$WORK/objects.py" >/dev/null 2>&1
+	mw+="$(($(now_ns) - t0)) "
+	rm -f "$WORK/m.bin"; t0=$(now_ns)
+	"$PY" -m memray run -q -f -o "$WORK/m.bin" "$WORK/objects.py" >/dev/null
+	rw+="$(($(now_ns) - t0)) "
+	echo "whole rep=$rep bare/ms/memray ns: ${bw% } | ${mw% } | ${rw% }" >&2
+done
 {
 	echo
 	echo "## Python workload (issue 3)"
@@ -74,5 +90,13 @@ done
 	echo
 	echo "traced = msmemscope recording alloc/free; py16 = with \`--call-stack=python:16\`;"
 	echo "memray = \`memray run\`; memray_native = \`memray run --native\`."
+	echo
+	echo "Whole command, start to end ($WREPS repetitions alternating, medians of per-repetition ratios):"
+	echo "\`msmemscope python script\` (CSV written) against the bare script and \`memray run\` (capture written)."
+	echo
+	echo "| msmemscope whole / bare | memray run whole / bare | msmemscope / memray |"
+	echo "|---|---|---|"
+	awk -v m="$(ratios "$mw" "$bw" | median)" -v r="$(ratios "$rw" "$bw" | median)" -v v="$(ratios "$mw" "$rw" | median)" \
+		'BEGIN {printf "| %.1f× | %.1f× | %.2f× |\n", m, r, v}'
 } >>"$OUT"
 rm -rf "$WORK"

@@ -69,17 +69,30 @@ for threads in 1 2; do
 	done
 done
 
-# Whole command (start-up, recording, converting to CSV) and CSV rows/s.
-declare -A whole rows_s spool_bpe
+# Whole command (start-up, recording, converting to CSV: what a user waits
+# for) against the bare program and heaptrack's whole command, alternating,
+# WREPS repetitions; and CSV rows/s of one conversion.
+WREPS=${WREPS:-3}
+declare -A whole whole_ht whole_vs rows_s spool_bpe
 for threads in 1 2; do
-	t0=$(now_ns)
-	"$WORK/malloc_bench" "$PAIRS" "$threads" >/dev/null
-	bare_whole=$(($(now_ns) - t0))
-	rm -rf "$WORK/cli"
-	t0=$(now_ns)
-	"$CLI" --analysis= --output="$WORK/cli" "$WORK/malloc_bench" "$PAIRS" "$threads" >/dev/null 2>&1
-	ms_whole=$(($(now_ns) - t0))
-	whole[$threads]=$(awk -v a="$ms_whole" -v b="$bare_whole" 'BEGIN {printf "%.1f", a/b}')
+	bw="" mw="" hw=""
+	for rep in $(seq "$WREPS"); do
+		t0=$(now_ns)
+		"$WORK/malloc_bench" "$PAIRS" "$threads" >/dev/null
+		bw+="$(($(now_ns) - t0)) "
+		rm -rf "$WORK/cli" && sync
+		t0=$(now_ns)
+		"$CLI" --analysis= --output="$WORK/cli" "$WORK/malloc_bench" "$PAIRS" "$threads" >/dev/null 2>&1
+		mw+="$(($(now_ns) - t0)) "
+		rm -rf "$WORK/ht" && mkdir -p "$WORK/ht" && sync
+		t0=$(now_ns)
+		(cd "$WORK/ht" && heaptrack "$WORK/malloc_bench" "$PAIRS" "$threads" >/dev/null 2>&1)
+		hw+="$(($(now_ns) - t0)) "
+		echo "threads=$threads whole rep=$rep ns: bare ${bw}/ msmemscope ${mw}/ heaptrack ${hw}" >&2
+	done
+	whole[$threads]=$(ratios "$mw" "$bw" | median)
+	whole_ht[$threads]=$(ratios "$hw" "$bw" | median)
+	whole_vs[$threads]=$(ratios "$mw" "$hw" | median)
 	dir=$(ls -d "$WORK"/cli/msmemscope_*)
 	rows=$(grep -o '"events_written": [0-9]*' "$dir/config.json" | awk '{print $2}')
 	events=$(grep -o '"events_recorded": [0-9]*' "$dir/config.json" | awk '{print $2}')
@@ -90,7 +103,7 @@ for threads in 1 2; do
 	"$CLI" --input="$dir" --analysis= >/dev/null 2>&1
 	conv=$(($(now_ns) - t0))
 	rows_s[$threads]=$(awk -v r="$rows" -v t="$conv" 'BEGIN {printf "%.0f", r/(t/1e9)}')
-	rm -rf "$WORK/cli"
+	rm -rf "$WORK/cli" "$WORK/ht"
 done
 
 {
@@ -125,10 +138,14 @@ done
 		done
 	done
 	echo
-	echo "| threads | whole command ratio (msmemscope, CSV written) | spool bytes/event | CSV rows/s written |"
-	echo "|---|---|---|---|"
+	echo "Whole command: \`msmemscope prog\` (CSV written) and \`heaptrack prog\` (its trace written), start to end, against"
+	echo "the bare program; $WREPS repetitions alternating, medians of the per-repetition ratios."
+	echo
+	echo "| threads | msmemscope whole / bare | heaptrack whole / bare | msmemscope / heaptrack | spool bytes/event | CSV rows/s written |"
+	echo "|---|---|---|---|---|---|"
 	for threads in 1 2; do
-		echo "| $threads | ${whole[$threads]}× | ${spool_bpe[$threads]} | ${rows_s[$threads]} |"
+		awk -v t="$threads" -v m="${whole[$threads]}" -v h="${whole_ht[$threads]}" -v v="${whole_vs[$threads]}" -v s="${spool_bpe[$threads]}" -v r="${rows_s[$threads]}" \
+			'BEGIN {printf "| %s | %.1f× | %.1f× | %.2f× | %s | %s |\n", t, m, h, v, s, r}'
 	done
 	echo
 	echo "Modes: bare = the program alone; ms = msmemscope recording alloc/free without stacks;"
