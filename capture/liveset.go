@@ -64,14 +64,14 @@ type lastEvent struct {
 	rec       []byte // a MALLOC, whole
 }
 
-// note makes e the latest event unless a later one is known.
-func (l *lastEvent) note(free bool, at when, seq int, rec []byte) {
+// note makes rec (a MALLOC or FREE) the latest event unless a later one is known.
+func (l *lastEvent) note(rec *spool.Rec, at when, seq int) {
 	if l.set && at.before(l.at) {
 		return
 	}
-	l.set, l.free, l.at, l.seq = true, free, at, seq
-	if !free {
-		l.rec = append(l.rec[:0], rec...)
+	l.set, l.free, l.at, l.seq = true, rec.Kind == format.RFree, at, seq
+	if !l.free {
+		l.rec = spool.AppendRec(l.rec[:0], rec)
 	}
 }
 
@@ -79,24 +79,24 @@ func (l *lastEvent) note(free bool, at when, seq int, rec []byte) {
 // cut waits for late records, after it (post).
 type addrState struct{ pre, post lastEvent }
 
-// note records a MALLOC (rec: whole) or FREE of key that went to log seq.
-func (r *Rotator) note(key spool.BlockKey, free bool, at when, seq int, rec []byte, post bool) {
+// note records a MALLOC or FREE of key that went to log seq.
+func (r *Rotator) note(key spool.BlockKey, rec *spool.Rec, at when, seq int, post bool) {
 	st := r.live[key]
 	if st == nil {
 		st = &addrState{}
 		r.live[key] = st
 	}
 	if post {
-		st.post.note(free, at, seq, rec)
+		st.post.note(rec, at, seq)
 	} else {
-		st.pre.note(free, at, seq, rec)
+		st.pre.note(rec, at, seq)
 	}
 }
 
 // late handles a MALLOC or FREE that came after its log's cut (stamped
 // before it): it reports whether the record is flagged FEarlier, and
 // queues its copy for the earlier log that holds its partner.
-func (r *Rotator) late(key spool.BlockKey, free bool, at when, seq int, tid int32, rec *spool.Rec) bool {
+func (r *Rotator) late(key spool.BlockKey, at when, seq int, rec *spool.Rec) bool {
 	r.Late++
 	st := r.live[key]
 	if st == nil || !st.pre.set || !at.before(st.pre.at) || st.pre.seq >= seq {
@@ -105,7 +105,7 @@ func (r *Rotator) late(key spool.BlockKey, free bool, at when, seq int, tid int3
 		// log: it reads right here.
 		return false
 	}
-	r.addAhead(st.pre.seq, tid, rec)
+	r.addAhead(st.pre.seq, at.tid, rec)
 	return true
 }
 
@@ -130,9 +130,8 @@ func (r *Rotator) settle() map[int32][]byte {
 		inherited[b.at.tid] = spool.AppendRec(inherited[b.at.tid], &rec)
 	}
 	for k, st := range r.live {
-		if st.post.set {
-			st.pre.note(st.post.free, st.post.at, st.post.seq, st.post.rec)
-			st.post = lastEvent{}
+		if st.post.set { // later than anything before the cut
+			st.pre, st.post = st.post, lastEvent{}
 		}
 		if st.pre.free && st.pre.at.t < r.prevCut {
 			delete(r.live, k)

@@ -132,20 +132,15 @@ func (r *Rotator) observe(b []byte) error {
 				if !free && rec.Flags&format.FUndo != 0 {
 					break
 				}
-				key := spool.BlockKey{Sub: rec.Flags & format.FSubMask, Ptr: rec.A}
+				key := spool.KeyOf(&rec)
 				r.maxT = max(r.maxT, t)
 				r.arrived++
 				at := when{t: t, tid: tid, n: r.arrived}
-				var whole []byte
-				if !free {
-					r.rec = spool.AppendRec(r.rec[:0], &rec)
-					whole = r.rec
-				}
-				if !post && t < lf.start && r.late(key, free, at, lf.seq, tid, &rec) {
+				r.note(key, &rec, at, lf.seq, post)
+				if !post && t < lf.start && r.late(key, at, lf.seq, &rec) {
 					rec.Flags |= format.FEarlier
 					out.buf = spool.AppendRec(out.buf[:mark], &rec)
 				}
-				r.note(key, free, at, lf.seq, whole, post)
 			case format.RCalib:
 				r.noteCalib(&rec, ev)
 				r.alsoToOther(out, ev)

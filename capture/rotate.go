@@ -77,7 +77,6 @@ type Rotator struct {
 	calNs     uint64                      //
 	dec       map[int32]*spool.RecDecoder // each thread's past (its epoch, last site and address)
 	ahead     map[int][]byte              // AHED chunks to append to earlier logs, by log
-	rec       []byte                      // scratch: a record made whole
 	stampUnit map[int32][]byte            // by thread: a stamp unit whose record is in the next batch
 	outCur    logOut
 	outOld    logOut
@@ -137,10 +136,6 @@ func (r *Rotator) open(start uint64) (*logFile, error) {
 		pro.Write(body)
 	}
 	return lf, r.frame(lf, pro.Bytes())
-}
-
-func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
-	w.Write(chunkHeader(format.ChunkMagic, nrec, tid, pid))
 }
 
 func chunkHeader(magic, nrec uint32, tid int32, pid int) []byte {

@@ -11,6 +11,10 @@ import (
 	"msmemscope/spool"
 )
 
+func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
+	w.Write(chunkHeader(format.ChunkMagic, nrec, tid, pid))
+}
+
 // chunkOf builds one drained chunk (spool chunk format) of full records.
 func chunkOf(tid int32, recs [][4]uint64) []byte {
 	var body []byte

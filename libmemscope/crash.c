@@ -158,11 +158,6 @@ static void crash_mark(int sig, const siginfo_t *si, int drained) {
 }
 
 // ---- the handler ----
-static void sleep_ns(long ns) {
-	struct timespec ts = {0, ns};
-	nanosleep(&ts, NULL);
-}
-
 // Every ring to the spool. final: the process is about to die (no program
 // handler follows): from now on events go straight to the spool, and each
 // thread's pending pair half is taken as it is (the exit path's final

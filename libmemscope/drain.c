@@ -176,11 +176,12 @@ static int iov_flush(int fd) {
 	return rc;
 }
 
+// A chunk of n units at r (none: a drain mark, see drain_mark).
 static int add_chunk(int fd, int32_t tid, const uint64_t *r, uint32_t n) {
-	if (niov + 2 > MAX_IOV && iov_flush(fd)) return -1;
+	if (niov + 1 + (n != 0) > MAX_IOV && iov_flush(fd)) return -1;
 	enc_chunk(&hdrs[nhdr], MS_CHUNK_MAGIC, n, tid, ms_mypid);
 	iov[niov++] = (struct iovec){&hdrs[nhdr++], sizeof(ms_chunk)};
-	iov[niov++] = (struct iovec){(void *)r, (size_t)n * 8};
+	if (n) iov[niov++] = (struct iovec){(void *)r, (size_t)n * 8};
 	iov_pending += sizeof(ms_chunk) + (size_t)n * 8;
 	return 0;
 }
@@ -201,14 +202,7 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static int sink_room(size_t n) { return sink_cap - sink_used - iov_pending >= n; }
 
 // Marks tid drained; 0 when the buffer has no room for the mark.
-static int drain_mark(int32_t tid) {
-	if (!sink_room(sizeof(ms_chunk))) return 0;
-	if (niov + 1 > MAX_IOV && iov_flush(-1)) return 0;
-	enc_chunk(&hdrs[nhdr], MS_CHUNK_MAGIC, 0, tid, ms_mypid);
-	iov[niov++] = (struct iovec){&hdrs[nhdr++], sizeof(ms_chunk)};
-	iov_pending += sizeof(ms_chunk);
-	return 1;
-}
+static int drain_mark(int32_t tid) { return sink_room(sizeof(ms_chunk)) && !add_chunk(-1, tid, NULL, 0); }
 
 // A drain pass begins a new epoch: its calibration point (taken before the
 // epoch moves on, so no thread stamps earlier in it) goes out first.
@@ -313,7 +307,7 @@ static int drain_thread(int fd, ms_thr *t) {
 		if (!next && h > s->tail && pass_dio) {
 			if (!t->wait_since) t->wait_since = pass_now;
 			if (queued || (!dead && pass_now - t->wait_since < DIO_WAIT_NS)) {
-				pass_waiting = thr_partial = 1;
+				pass_waiting = 1;
 				break;
 			}
 		}
@@ -350,7 +344,7 @@ static int drain_thread(int fd, ms_thr *t) {
 		t->rseg = t->wseg = NULL;
 		t->wend = t->flim = NULL;
 		atomic_store(&t->wp, NULL);
-		if (sink && !drain_mark(-t->tid)) pass_more = 1;
+		if (sink) drain_mark(-t->tid); // room checked above
 		atomic_store(&t->state, 2);
 	}
 	return 0;
@@ -386,6 +380,12 @@ static long drain_pass(int dio) {
 	return out;
 }
 
+// A calibration point straight to the spool (ms_drain_lock held).
+static void calib_write(void) {
+	uint64_t r[REC_UNITS];
+	write_direct(r, enc_full(r, R_CALIB, 0, stamp_after(), mono_ns(), epoch_now(), 0, NULL, 0), 0);
+}
+
 // The drain of a crash handler (crash.c): everything published, through the
 // page cache, after a clock calibration point (as at the exit). The drain
 // thread runs on while the crashed thread is in its handler and may hold the
@@ -397,12 +397,9 @@ HIDDEN long ms_drain_crash(uint64_t wait_ns) {
 	uint64_t until = mono_ns() + wait_ns;
 	while (pthread_mutex_trylock(&ms_drain_lock)) {
 		if (mono_ns() > until) return -2;
-		struct timespec ts = {0, 100000};
-		nanosleep(&ts, NULL);
+		sleep_ns(100000);
 	}
-	uint64_t r[REC_UNITS];
-	uint32_t n = enc_full(r, R_CALIB, 0, stamp_after(), mono_ns(), epoch_now(), 0, NULL, 0);
-	write_direct(r, n, 0);
+	calib_write();
 	long out = drain_locked(fd, 0);
 	pthread_mutex_unlock(&ms_drain_lock);
 	return out;
@@ -546,11 +543,9 @@ long ms_drain_into(void *buf, long cap) {
 void ms_calibrate(void) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0) return;
-	uint64_t r[REC_UNITS];
-	uint32_t n = enc_full(r, R_CALIB, 0, stamp_after(), mono_ns(), epoch_now(), 0, NULL, 0);
 	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
-	write_direct(r, n, 0);
+	calib_write();
 	pthread_mutex_unlock(&ms_drain_lock);
 	guard_down();
 }

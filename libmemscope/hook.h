@@ -27,8 +27,8 @@ int ms_is_child(void);
 void ms_guard_enter(void);
 void ms_guard_leave(void);
 void ms_fast_update(void); // after changing what the hot path records
-void ms_set_rotating(int on);
+void ms_set_rotating(int on); // rotating logs: no short MALLOCs or stack ids (each log is read alone)
 void ms_engine_settled(void); // the engine has started (or never will): crash handlers stop waiting for it
-void ms_set_crash_file(const char *path, int n); // where a crash handler marks how the process ended // rotating logs: no short MALLOCs or stack ids (each log is read alone)
+void ms_set_crash_file(const char *path, int n); // where a crash handler marks how the process ended
 
 #endif

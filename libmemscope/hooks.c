@@ -74,7 +74,8 @@ void ms_fast_update(void) {
 		// The fast path stamps with the TSC: without an invariant one the
 		// stamps are CLOCK_MONOTONIC, taken on the general path.
 		f = f && !(precise && !ms_use_tsc);
-		n = (g & G_EPOCH) | (f ? enc_tag(fl) | (precise ? G_PRECISE : ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) : 0);
+		// C_SHORT also allows stamped halves (also read with the thread's past).
+		n = (g & G_EPOCH) | (f ? enc_tag(fl) | (ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) | (precise ? G_PRECISE : 0) : 0);
 	} while (!atomic_compare_exchange_weak(&ms_gate, &g, n));
 }
 
@@ -113,9 +114,9 @@ static __attribute__((noinline)) int fast_precise(ms_thr *t, uint64_t *w, uint64
 	uint64_t ts = stamp_fast(); // after the malloc, before the free: inside the call's window
 	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 3)) return 0;
 	uint64_t delta = ts - t->last_stamp, d = p - t->last_ptr;
-	// A half has no flags (F_HOST alone): not while collection is off. Nor
-	// in rotating logs, where no event may need its thread's past.
-	if (likely(delta <= P_STAMP_DMAX) && !(g & (uint64_t)F_OFF << 48) && !ms_rotating) {
+	// A half has no flags (F_HOST alone) and needs its thread's past: only
+	// where the gate allows the short forms (C_SHORT).
+	if (likely(delta <= P_STAMP_DMAX && (g & C_SHORT))) {
 		if (is_malloc ? ra == t->last_ra && ENC_HALF_MALLOC_FITS(d, n) : ENC_HALF_FREE_FITS(d)) {
 			enc_stamped_half(w, delta, is_malloc ? enc_half_malloc(d, n) : enc_half_free(d));
 			t->last_stamp = ts;
@@ -130,15 +131,11 @@ static __attribute__((noinline)) int fast_precise(ms_thr *t, uint64_t *w, uint64
 		uint32_t site;
 		if (unlikely(!fast_site(ra, &site))) return 0;
 		t->last_ra = ra;
-		enc_stamp(w, ts);
-		t->last_stamp = ts;
-		publish(t, w, p, 1 + enc_malloc(w + 1, tag, p, n, site));
+		publish(t, w, p, put_stamp(t, w, ts) + enc_malloc(w + 1, tag, p, n, site));
 		return 1;
 	}
 	if (unlikely(p > C_MAX)) return 0;
-	enc_stamp(w, ts);
-	t->last_stamp = ts;
-	publish(t, w, p, 1 + enc_free(w + 1, tag, p));
+	publish(t, w, p, put_stamp(t, w, ts) + enc_free(w + 1, tag, p));
 	return 1;
 }
 

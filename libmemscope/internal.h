@@ -169,6 +169,10 @@ extern __thread ms_tls_t ms_tls TLS_ATTR;
 #define INTERNAL_GUARD (1 << 20) // the guard of a thread this library started, for life
 #define tls_thr ms_tls.thr
 #define tls_guard ms_tls.guard
+static inline void sleep_ns(long ns) { // ns < 1 s
+	struct timespec ts = {0, ns};
+	nanosleep(&ts, NULL);
+}
 static inline void guard_up(void) {
 	ms_tls.guard++;
 	ms_tls.fast = NULL;
@@ -344,6 +348,13 @@ static inline __attribute__((always_inline)) void put_half(ms_thr *t, uint64_t *
 	}
 }
 
+// A stamp unit at w for the record after it: its units (1).
+static inline uint32_t put_stamp(ms_thr *t, uint64_t *w, uint64_t ts) {
+	enc_stamp(w, ts);
+	t->last_stamp = ts;
+	return 1;
+}
+
 // A MALLOC or FREE whose only payload is a stack id (id, with F_STACKID in
 // flags; else 0): compact when its stamp is the epoch alone and its values
 // fit (see records.def).
@@ -357,12 +368,12 @@ static inline void emit1(ms_thr *t, uint16_t kind, uint16_t flags, uint64_t ts, 
 		int units = (id ? 3 : 2) + stamp;
 		if (kind == R_MALLOC && b <= C_MAX && ring_room(t, w, units)) {
 			uint64_t tag = enc_tag(flags);
-			if (stamp) enc_stamp(w, ts), t->last_stamp = ts;
+			if (stamp) put_stamp(t, w, ts);
 			publish(t, w, a, stamp + (id ? enc_malloc_id(w + stamp, tag, a, b, site, id) : enc_malloc(w + stamp, tag, a, b, site)));
 			return;
 		}
 		if (kind == R_FREE && b == 0 && !id && ring_room(t, w, 1 + stamp)) {
-			if (stamp) enc_stamp(w, ts), t->last_stamp = ts;
+			if (stamp) put_stamp(t, w, ts);
 			publish(t, w, a, stamp + enc_free(w + stamp, enc_tag(flags), a));
 			return;
 		}

@@ -161,8 +161,7 @@ HIDDEN uint64_t *ring_reserve(ms_thr *t, uint32_t n) {
 	// every thread's records up to its start (capture/liveset.go).
 	while (atomic_load_explicit(&t->segs, memory_order_acquire) >= (ms_rotating ? SEG_WAIT_CAP_ROTATE : SEG_WAIT_CAP)) {
 		if (ms_child || atomic_load(&ms_spool_fd) < 0) break;
-		struct timespec ts = {0, 200000};
-		nanosleep(&ts, NULL);
+		sleep_ns(200000);
 	}
 	ms_seg *ns = NULL;
 	for (int i = 0; n <= SEG_CAP && !ns && i < NSPARE; i++)

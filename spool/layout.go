@@ -92,9 +92,13 @@ type CrashMeta struct {
 
 // ReadCrash reads crash.json; nil when the process did not die of a crash
 // signal after its final drain.
-func ReadCrash(dir string) *CrashMeta {
-	var m CrashMeta
-	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, CrashFile))
+func ReadCrash(dir string) *CrashMeta { return readSpoolJSON[CrashMeta](dir, CrashFile) }
+
+// readSpoolJSON reads a JSON file of a capture's spool folder; nil when it
+// is missing or does not parse.
+func readSpoolJSON[T any](dir, name string) *T {
+	var m T
+	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, name))
 	if err != nil || json.Unmarshal(b, &m) != nil {
 		return nil
 	}
@@ -121,14 +125,7 @@ func Ended(end *EndMeta, crash *CrashMeta) string {
 }
 
 // ReadEnd reads end.json; nil when the image did not end normally (killed).
-func ReadEnd(dir string) *EndMeta {
-	var m EndMeta
-	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, EndFile))
-	if err != nil || json.Unmarshal(b, &m) != nil {
-		return nil
-	}
-	return &m
-}
+func ReadEnd(dir string) *EndMeta { return readSpoolJSON[EndMeta](dir, EndFile) }
 
 // IsCapture reports whether dir is a capture folder with its spool.
 func IsCapture(dir string) bool {

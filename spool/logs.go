@@ -9,6 +9,8 @@ import (
 	"sort"
 
 	"github.com/klauspost/compress/zstd"
+
+	"msmemscope/trace"
 )
 
 // Rotated logs (--log-mode=rotate, SPEC §7; written by capture.Rotator):
@@ -39,7 +41,11 @@ var logDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0))
 
 // ReadLog decompresses one rotated log. A frame cut off by a kill ends it:
 // the frames before it are kept (the spool reader keeps whole events only).
-func ReadLog(path string) ([]byte, error) {
+func ReadLog(path string) ([]byte, error) { return readLog(path, false) }
+
+// readLog decompresses one rotated log; whole: a frame cut short or damaged
+// is an error, not the log's end.
+func readLog(path string, whole bool) ([]byte, error) {
 	z, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -49,6 +55,9 @@ func ReadLog(path string) ([]byte, error) {
 	out, err := logDecoder.DecodeAll(z, make([]byte, 0, 10*len(z)))
 	if err == nil {
 		return out, nil
+	}
+	if whole {
+		return nil, fmt.Errorf("%s: %v%s", path, err, trace.CutShort)
 	}
 	// Damaged or truncated: decode frame by frame, as far as they go.
 	d, derr := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1))
@@ -76,7 +85,7 @@ func OpenCapture(dir string) (*Spool, error) {
 	if len(ls.damaged) > 0 && ReadEnd(dir) != nil {
 		// The process ended normally: its logs were closed whole.
 		ls.Close()
-		return nil, fmt.Errorf("%s (the file is cut short or damaged)", ls.damaged[0])
+		return nil, fmt.Errorf("%s%s", ls.damaged[0], trace.CutShort)
 	}
 	s, err := NewLogs(ls, ls.size, ls.laterLogs)
 	if err != nil {
@@ -100,13 +109,9 @@ func OpenLog(path string) (*Spool, error) {
 // wrote it ended, or it is read outside its capture folder): a frame cut
 // short or damaged is an error, not the end of the log.
 func OpenWholeLog(path string) (*Spool, error) {
-	z, err := os.ReadFile(path)
+	b, err := readLog(path, true)
 	if err != nil {
 		return nil, err
-	}
-	b, err := logDecoder.DecodeAll(z, make([]byte, 0, 10*len(z)))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v (the file is cut short or damaged)", path, err)
 	}
 	return openLogBytes(path, b)
 }

@@ -186,7 +186,7 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 		if name == "" {
 			name = filepath.Join(in.found.Capture, SpoolDir, FileName)
 		}
-		return nil, nil, fmt.Errorf("%s: a chunk runs past the end of the file (the file is cut short or damaged)", name)
+		return nil, nil, fmt.Errorf("%s: a chunk runs past the end of the file%s", name, trace.CutShort)
 	}
 	if meta == nil {
 		meta = spoolMeta(sp)

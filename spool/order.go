@@ -48,12 +48,6 @@ type OrderStats struct {
 	Ambiguous    uint64 `json:"ambiguous_order"` // records whose order on their address the stamps did not settle
 }
 
-// parkInfo is why a cursor is held back.
-type parkInfo struct {
-	key    BlockKey
-	parked bool
-}
-
 type cursorHeap []*threadCursor
 
 func (h cursorHeap) Len() int { return len(h) }
@@ -68,17 +62,13 @@ func (h cursorHeap) Less(i, j int) bool {
 }
 func (h cursorHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
 }
 func (h *cursorHeap) Push(x any) {
-	c := x.(*threadCursor)
-	c.heapIdx = len(*h)
-	*h = append(*h, c)
+	*h = append(*h, x.(*threadCursor))
 }
 func (h *cursorHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
-	x.heapIdx = -1
 	*h = old[:len(old)-1]
 	return x
 }
@@ -128,7 +118,8 @@ func (r *Reader) SetLive(live func(BlockKey) bool) {
 	r.recent = make([]lastOn, lastOnSlots)
 }
 
-func keyOf(rec *Rec) BlockKey { return BlockKey{Sub: rec.Flags & format.FSubMask, Ptr: rec.A} }
+// KeyOf is the block a MALLOC or FREE record names.
+func KeyOf(rec *Rec) BlockKey { return BlockKey{Sub: rec.Flags & format.FSubMask, Ptr: rec.A} }
 
 func recentSlot(k BlockKey) int {
 	return int((k.Ptr>>4 ^ uint64(k.Sub)*0x9E3779B97F4A7C15) * 0x9E3779B97F4A7C15 >> 50)
@@ -155,7 +146,7 @@ func (r *Reader) blocked(c *threadCursor) bool {
 	if r.live == nil || rec.Forced || !ordered(rec) {
 		return false
 	}
-	k := keyOf(rec)
+	k := KeyOf(rec)
 	// A MALLOC of a live address waits for its FREE (from any thread: the
 	// holder may have handed the block on); a FREE for its MALLOC.
 	wait := r.live(k) == (rec.Kind == format.RMalloc)
@@ -184,8 +175,8 @@ func (c *threadCursor) tight() (lo, hi uint64) {
 
 // park holds c back until a record on its address is delivered.
 func (r *Reader) park(c *threadCursor) {
-	k := keyOf(&c.cur)
-	c.park = parkInfo{key: k, parked: true}
+	k := KeyOf(&c.cur)
+	c.parkKey = k
 	r.parked[k] = append(r.parked[k], c)
 	r.nPark++
 	r.Stats.Reordered++
@@ -193,7 +184,6 @@ func (r *Reader) park(c *threadCursor) {
 
 // unpark puts c back in the merge, its record no earlier than the stream.
 func (r *Reader) unpark(c *threadCursor) {
-	c.park.parked = false
 	r.nPark--
 	if c.ns < r.lastNs {
 		c.ns = r.lastNs
@@ -251,7 +241,7 @@ func (r *Reader) releaseStale() {
 		free := true
 		for _, cs := range r.parked {
 			for _, o := range cs {
-				if o != c && o.park.parked && o.lo < c.hi && activeLo <= o.hi {
+				if o != c && o.lo < c.hi && activeLo <= o.hi {
 					free = false
 				}
 			}
@@ -276,7 +266,7 @@ func (r *Reader) releaseStale() {
 
 // release delivers held-back c as it is.
 func (r *Reader) release(c *threadCursor) {
-	k := c.park.key
+	k := c.parkKey
 	cs := r.parked[k]
 	for i, o := range cs {
 		if o == c {
@@ -316,7 +306,7 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 			cs = append(cs, &threadCursor{tid: a.tid, chunks: []chunkRef{a.ref}})
 		}
 		for _, c := range cs {
-			c.stacks, c.heapIdx, c.early = r.s.stacks, -1, &r.Earlier
+			c.stacks, c.early = r.s.stacks, &r.Earlier
 			ok, err := c.load(r.s)
 			if err != nil {
 				return nil, 0, err
@@ -359,7 +349,7 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 		r.lastNs = c.ns
 		r.last = c
 		if r.live != nil && ordered(&c.cur) {
-			k := keyOf(&c.cur)
+			k := KeyOf(&c.cur)
 			lo, hi := c.tight()
 			r.recent[recentSlot(k)] = lastOn{key: k, tid: c.tid, kind: c.cur.Kind, lo: lo, hi: hi}
 			if _, ok := r.parked[k]; ok {

@@ -297,7 +297,6 @@ type Spool struct {
 	f                 io.ReaderAt
 	closer            io.Closer
 	repeats           [][2]int64   // where later rotated logs lie, [start, end) in order (NewLogs)
-	together          bool         // rotated logs read together (NewLogs of several)
 	ahead             []aheadChunk // INHR and AHED chunks: streams of their own
 	size              int64
 	Pid               int
@@ -362,7 +361,7 @@ func (s *Spool) repeated(off int64) bool {
 }
 
 func newSpool(ra io.ReaderAt, size int64, repeats [][2]int64) (*Spool, error) {
-	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats, together: len(repeats) > 0}
+	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats}
 	if err := s.index(); err != nil {
 		return nil, err
 	}
@@ -396,16 +395,14 @@ func (s *Spool) index() error {
 		}
 		want := binary.LittleEndian.Uint32(ch[format.ChunkNUnitOff:])
 		magic := binary.LittleEndian.Uint32(ch[format.ChunkMagicOff:])
-		if magic == padMagic {
-			s.PadBytes += ChunkHdrSize + int64(want)*UnitSize
-			if off += ChunkHdrSize + int64(want)*UnitSize; off > size {
-				s.Truncated = true // killed while a padded segment was written
+		// Skipped: padding, and with logs read together the copies of records
+		// a later log holds (read with it, they are there).
+		if magic == padMagic || magic == format.AheadMagic && len(s.repeats) > 0 {
+			if magic == padMagic {
+				s.PadBytes += ChunkHdrSize + int64(want)*UnitSize
 			}
-			continue
-		} else if magic == format.AheadMagic && s.together {
-			// Copies of records a later log holds: read with it, they are there.
 			if off += ChunkHdrSize + int64(want)*UnitSize; off > size {
-				s.Truncated = true
+				s.Truncated = true // killed while it was written
 			}
 			continue
 		} else if magic != chunkMagic && magic != format.AheadMagic && magic != format.InheritMagic {
@@ -578,8 +575,7 @@ type threadCursor struct {
 	qlo, qhi    uint64 // the bounds of the queued epoch-only records
 	lastPrecise uint64 // the thread's last precise stamp, in ns
 
-	heapIdx int      // position in the merge heap, -1 when out of it
-	park    parkInfo // why it is held back (order.go)
+	parkKey BlockKey // the address it is held back on, while in Reader.parked (order.go)
 }
 
 // raw reads the next record of the thread; its payload stays valid because

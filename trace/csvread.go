@@ -72,12 +72,12 @@ func newCSVReader(r io.Reader, name string) (*csvReader, error) {
 	}
 	if err := checkHeader(got); err != nil {
 		if cr.noNewline && headerPrefix(got) {
-			return nil, cr.errorf(start, "header: it ends after %q%s", got[len(got)-1], cutShort)
+			return nil, cr.errorf(start, "header: it ends after %q%s", got[len(got)-1], CutShort)
 		}
 		return nil, cr.errorf(start, "header: %s", err)
 	}
 	if cr.noNewline {
-		return nil, cr.errorf(start, "header: no line end after it%s", cutShort)
+		return nil, cr.errorf(start, "header: no line end after it%s", CutShort)
 	}
 	return cr, nil
 }
@@ -136,7 +136,7 @@ func (r *csvReader) Next() (*Event, error) {
 	}
 	if len(r.ends) != numCols {
 		if r.noNewline {
-			r.err = r.errorf(start, "truncated last line: %d fields, want %d%s", len(r.ends), numCols, cutShort)
+			r.err = r.errorf(start, "truncated last line: %d fields, want %d%s", len(r.ends), numCols, CutShort)
 		} else {
 			r.err = r.errorf(start, "wrong number of fields: %d, want %d", len(r.ends), numCols)
 		}
@@ -146,7 +146,7 @@ func (r *csvReader) Next() (*Event, error) {
 		// Every row the writer writes ends with a line end: a last line
 		// without one was cut, maybe inside its last field ("N/" for "N/A",
 		// a number short of digits), which would still parse.
-		r.err = r.errorf(start, "truncated last line: no line end after the last field%s", cutShort)
+		r.err = r.errorf(start, "truncated last line: no line end after the last field%s", CutShort)
 		return nil, r.err
 	}
 	e := new(Event)
@@ -347,12 +347,12 @@ field:
 				}
 				if line, err = r.readLine(); err != nil {
 					if err == io.EOF {
-						return start, fmt.Errorf("truncated last line: unterminated quoted field %d%s", col, cutShort)
+						return start, fmt.Errorf("truncated last line: unterminated quoted field %d%s", col, CutShort)
 					}
 					return start, err
 				}
 			default:
-				return start, fmt.Errorf("truncated last line: unterminated quoted field %d%s", col, cutShort)
+				return start, fmt.Errorf("truncated last line: unterminated quoted field %d%s", col, CutShort)
 			}
 		}
 	}

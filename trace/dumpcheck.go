@@ -16,8 +16,9 @@ import (
 // config_{key}.json. A dump copied out of its capture folder is read without
 // this check.
 
-// cutShort ends every error that says a file is incomplete.
-const cutShort = " (the file is cut short or damaged)"
+// CutShort ends every error that says a file is incomplete (dumps, spools,
+// rotated logs).
+const CutShort = " (the file is cut short or damaged)"
 
 // dumpPrefix starts a dump file's name; the rest up to the extension is its
 // key (a stamp, maybe with a _N suffix).
@@ -93,5 +94,5 @@ func (rc *rowCheck) check(path string, found uint64) error {
 	if rc == nil || found == rc.rows {
 		return nil
 	}
-	return fmt.Errorf("%s: %d rows, but %s says events_written %d%s", path, found, rc.config, rc.rows, cutShort)
+	return fmt.Errorf("%s: %d rows, but %s says events_written %d%s", path, found, rc.config, rc.rows, CutShort)
 }

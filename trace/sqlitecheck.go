@@ -25,22 +25,22 @@ func sqliteSize(path string) error {
 	}
 	var h [100]byte
 	if _, err := io.ReadFull(f, h[:]); err != nil {
-		return fmt.Errorf("%s: %d bytes, shorter than an SQLite header%s", path, fi.Size(), cutShort)
+		return fmt.Errorf("%s: %d bytes, shorter than an SQLite header%s", path, fi.Size(), CutShort)
 	}
 	ps := int64(binary.BigEndian.Uint16(h[16:]))
 	if ps == 1 {
 		ps = 65536
 	}
 	if ps < 512 || ps&(ps-1) != 0 {
-		return fmt.Errorf("%s: bad SQLite header (page size %d)%s", path, ps, cutShort)
+		return fmt.Errorf("%s: bad SQLite header (page size %d)%s", path, ps, CutShort)
 	}
 	pages := int64(binary.BigEndian.Uint32(h[28:]))
 	valid := binary.BigEndian.Uint32(h[24:]) == binary.BigEndian.Uint32(h[92:])
 	switch {
 	case fi.Size()%ps != 0:
-		return fmt.Errorf("%s: %d bytes, not a whole number of %d-byte pages%s", path, fi.Size(), ps, cutShort)
+		return fmt.Errorf("%s: %d bytes, not a whole number of %d-byte pages%s", path, fi.Size(), ps, CutShort)
 	case valid && pages > 0 && fi.Size() < pages*ps:
-		return fmt.Errorf("%s: %d bytes, but its header says %d pages of %d bytes%s", path, fi.Size(), pages, ps, cutShort)
+		return fmt.Errorf("%s: %d bytes, but its header says %d pages of %d bytes%s", path, fi.Size(), pages, ps, CutShort)
 	}
 	return nil
 }

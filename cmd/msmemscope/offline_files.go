@@ -24,10 +24,6 @@ import (
 // capture folder) with --analysis and --data-format.
 // Every input is found and opened by spool.Open, as one trace.Input.
 
-// badInput marks err as the input's (a path, a malformed file): a usage
-// error, as the conversion marks a damaged capture (collect.InputError).
-func badInput(err error) error { return collect.BadInput(err) }
-
 // exitFor is the exit code for err: 2 for a bad input, 1 otherwise.
 func exitFor(err error) int {
 	if collect.IsInputError(err) {
@@ -42,7 +38,7 @@ func openInput(in string) (trace.Input, error) {
 	f, err := spool.Open(in, trace.OpenOptions{Lean: true, Reuse: true,
 		Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindKernelLaunch, trace.KindMalloc, trace.KindFree}})
 	if err != nil {
-		return nil, badInput(fmt.Errorf("--input %v", err))
+		return nil, collect.BadInput(fmt.Errorf("--input %v", err))
 	}
 	return f, nil
 }
@@ -63,14 +59,14 @@ func compare(inv *cli.Invocation) int {
 		si.Close()
 		if err != nil {
 			prog.Done()
-			return exitFor(badInput(err))
+			return exitFor(collect.BadInput(err))
 		}
 		seqs = append(seqs, seq)
 	}
 	prog.Done()
 	r, err := cm.Compare(seqs[0], seqs[1])
 	if err != nil {
-		return exitFor(badInput(err))
+		return exitFor(collect.BadInput(err))
 	}
 	dir := filepath.Join(inv.Config.Output, "compare")
 	if err := safefs.EnsureDir(dir); err != nil {
@@ -148,7 +144,7 @@ func offlineFile(inv *cli.Invocation, path string) int {
 	for _, s := range annotators {
 		r, err := analyzer.RunAnalyzer(s.Offline, map[string]any{spec.InputParam: path}, analyzer.NewProgress(analyzer.Label(s.Offline)))
 		if err != nil {
-			return exitFor(badInput(err))
+			return exitFor(collect.BadInput(err))
 		}
 		fmt.Fprint(os.Stderr, "msmemscope: ", r.Summary(collect.ConsoleTop))
 	}
@@ -160,7 +156,7 @@ func offlineFile(inv *cli.Invocation, path string) int {
 func fileReports(path, outDir string, options []string, specs []*spec.Analysis, as []analyzer.Analysis) error {
 	res, err := analyzer.RunFileAll(path, specs, as, analyzer.NewProgress(strings.Join(options, ",")))
 	if err != nil {
-		return badInput(err)
+		return collect.BadInput(err)
 	}
 	for i, r := range res {
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: %s", path, r.Summary(collect.ConsoleTop))
@@ -183,7 +179,7 @@ func fileReports(path, outDir string, options []string, specs []*spec.Analysis, 
 func exportDump(path, format string) (string, uint64, error) {
 	in, err := spool.Open(path, trace.OpenOptions{Reuse: true})
 	if err != nil {
-		return "", 0, badInput(err)
+		return "", 0, collect.BadInput(err)
 	}
 	defer in.Close()
 	out := safefs.FreeName(safefs.Numbered(strings.TrimSuffix(path, filepath.Ext(path)), "."+format))
@@ -194,7 +190,7 @@ func exportDump(path, format string) (string, uint64, error) {
 		for {
 			e, err := in.Next()
 			if err != nil {
-				return badInput(err)
+				return collect.BadInput(err)
 			}
 			if e == nil {
 				return nil

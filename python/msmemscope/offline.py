@@ -32,10 +32,6 @@ __all__ = ["list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "c
 PathLike = Union[str, os.PathLike]
 
 
-def _call(fn: str, *args: Any) -> Dict[str, Any]:
-    return _lib.call(fn, *args)
-
-
 def _jsonable(name: str, v: Any) -> Any:
     if isinstance(v, os.PathLike):
         return os.fspath(v)
@@ -49,7 +45,7 @@ def _jsonable(name: str, v: Any) -> Any:
 def list_analyzers() -> List[str]:
     """The analyses available offline: ["leaks", "inefficient"]."""
     _lib.refuse_in_child("list_analyzers")
-    return _call("msmemscope_list_analyzers")["result"]
+    return _lib.call("msmemscope_list_analyzers")["result"]
 
 
 def get_analyzer_config(analyzer_type: str) -> Dict[str, Dict[str, Any]]:
@@ -58,7 +54,7 @@ def get_analyzer_config(analyzer_type: str) -> Dict[str, Dict[str, Any]]:
     _lib.refuse_in_child("get_analyzer_config")
     if not isinstance(analyzer_type, str):
         raise TypeError("analyzer_type must be a str, got %s" % type(analyzer_type).__name__)
-    res = _call("msmemscope_analyzer_config", analyzer_type.encode())["result"]
+    res = _lib.call("msmemscope_analyzer_config", analyzer_type.encode())["result"]
     return {name: res["params"][name] for name in res["order"]}
 
 
@@ -71,7 +67,7 @@ def _run(analyzer_type: str, kwargs: Dict[str, Any], quiet: bool = False) -> Any
     if not isinstance(analyzer_type, str):
         raise TypeError("analyzer_type must be a str, got %s" % type(analyzer_type).__name__)
     args = {k: _jsonable(k, v) for k, v in kwargs.items()}
-    reply = _call("msmemscope_analyze", analyzer_type.encode(), json.dumps(args).encode())
+    reply = _lib.call("msmemscope_analyze", analyzer_type.encode(), json.dumps(args).encode())
     if not quiet and reply.get("text"):
         sys.stdout.write(reply["text"])
         sys.stdout.flush()
