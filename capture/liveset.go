@@ -19,9 +19,9 @@ import (
 // cut by time, not by arrival: a new log begins at a drain epoch's start
 // (the cut); the records stamped before it still go to the old log for
 // rotateLagNs, those after it to the new one; then the new log gets its
-// inherited blocks: each address whose latest event before the cut, by
-// time, is a MALLOC. The records' precise stamps (taken inside the
-// allocator call while two threads record) order them across threads.
+// inherited blocks: each address left live by the MALLOCs and FREEs before
+// the cut (they alternate on an address, so their count says it, whatever
+// order their stamps give), with its latest MALLOC by time.
 //
 // A record that comes later still (stamped before the cut of the log it
 // goes to) is counted (Rotator.Late). Where nothing happened on its address
@@ -56,23 +56,64 @@ func (a when) before(b when) bool {
 	return a.n < b.n
 }
 
-// lastEvent is an address's latest MALLOC or FREE by time.
+// lastEvent is what the rotator knows of an address's MALLOCs and FREEs.
+// Whether it is live is their balance, not which came last by stamp: the
+// allocator alternates them on an address, whereas two threads' stamps
+// within an unfenced TSC read's jitter (orderJitter in spool) can put a
+// FREE before the MALLOC it frees (a block handed on at once).
 type lastEvent struct {
-	set, free bool
-	at        when
-	seq       int    // the log it went to
-	rec       []byte // a MALLOC, whole
+	set  bool
+	bal  int    // MALLOCs less FREEs noted (the state carried in counts as one)
+	free bool   // whether the latest event by time is a FREE
+	at   when   // that event's time
+	seq  int    // the log it went to
+	mSet bool   // a MALLOC was noted
+	mAt  when   // the latest MALLOC by time: the block live, if one is
+	rec  []byte // that MALLOC, whole
 }
 
-// note makes rec (a MALLOC or FREE) the latest event unless a later one is known.
+// note adds rec (a MALLOC or FREE).
 func (l *lastEvent) note(rec *spool.Rec, at when, seq int) {
+	free := rec.Kind == format.RFree
+	if free {
+		l.bal--
+	} else {
+		l.bal++
+		if !l.mSet || !at.before(l.mAt) {
+			l.mSet, l.mAt = true, at
+			l.rec = spool.AppendRec(l.rec[:0], rec)
+		}
+	}
 	if l.set && at.before(l.at) {
 		return
 	}
-	l.set, l.free, l.at, l.seq = true, rec.Kind == format.RFree, at, seq
-	if !l.free {
-		l.rec = spool.AppendRec(l.rec[:0], rec)
+	l.set, l.free, l.at, l.seq = true, free, at, seq
+}
+
+// live reports whether the address holds a block after the events noted.
+// A balance other than 0 or 1 means a record is missing (lost, or not yet
+// come): then the latest event by time decides.
+func (l *lastEvent) live() bool {
+	switch l.bal {
+	case 0:
+		return false
+	case 1:
+		return l.mSet
 	}
+	return l.set && !l.free
+}
+
+// then is l followed by later events (n): the state l ends in, carried in.
+func (l *lastEvent) then(n *lastEvent) lastEvent {
+	live := l.live()
+	out := *n
+	if live {
+		out.bal++
+	}
+	if !n.mSet && live {
+		out.mSet, out.mAt, out.rec = true, l.mAt, l.rec
+	}
+	return out
 }
 
 // addrState is an address's latest event before the cut (pre) and, while a
@@ -116,7 +157,7 @@ func (r *Rotator) late(key spool.BlockKey, at when, seq int, rec *spool.Rec) boo
 func (r *Rotator) settle() map[int32][]byte {
 	keys := make([]spool.BlockKey, 0, len(r.live))
 	for k, st := range r.live {
-		if st.pre.set && !st.pre.free {
+		if st.pre.set && st.pre.live() {
 			keys = append(keys, k)
 		}
 	}
@@ -127,13 +168,17 @@ func (r *Rotator) settle() map[int32][]byte {
 		rec, _, _ := spool.DecodeRec(b.rec, 0, 0) // a full record
 		rec.TS = 1                                // live when this log began: readers date it first
 		rec.Flags |= format.FInherit
-		inherited[b.at.tid] = spool.AppendRec(inherited[b.at.tid], &rec)
+		inherited[b.mAt.tid] = spool.AppendRec(inherited[b.mAt.tid], &rec)
 	}
 	for k, st := range r.live {
 		if st.post.set { // later than anything before the cut
-			st.pre, st.post = st.post, lastEvent{}
+			st.pre, st.post = st.pre.then(&st.post), lastEvent{}
+		} else if st.pre.live() { // its balance 0 or 1 again
+			st.pre.bal = 1
+		} else {
+			st.pre.bal = 0
 		}
-		if st.pre.free && st.pre.at.t < r.prevCut {
+		if !st.pre.live() && st.pre.at.t < r.prevCut {
 			delete(r.live, k)
 		}
 	}

@@ -311,3 +311,80 @@ func TestRotatorLaggingThread(t *testing.T) {
 		}
 	}
 }
+
+// A block freed by another thread at once: the FREE's stamp can read up to
+// an unfenced TSC read's jitter before its MALLOC's (seen in tests/progs/
+// pool.c under load). The rotator must take the allocator's word (MALLOCs
+// and FREEs alternate on an address), not the stamps', for the blocks a log
+// inherits: each log read alone ends with exactly the blocks live.
+func TestRotatorFreeStampedBeforeItsMalloc(t *testing.T) {
+	dir := t.TempDir()
+	r, err := NewRotator(dir, 42, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := uint64(1_000_000)
+	rng := rand.New(rand.NewSource(3))
+	live := map[uint64]bool{}
+	for d := 0; d < 60; d++ {
+		var mallocs, frees [][4]uint64
+		for i := 0; i < 20000; i++ {
+			ptr := 0x10000000 + uint64(rng.Intn(4096))*64
+			if live[ptr] {
+				continue // kept for good
+			}
+			tick += 400
+			mallocs = append(mallocs, [4]uint64{tick, ptr, uint64(16 + rng.Intn(500)), format.RMalloc})
+			if i%5000 == 4999 {
+				live[ptr] = true
+				continue
+			}
+			frees = append(frees, [4]uint64{tick - 1 - uint64(rng.Intn(5)), ptr, 0, format.RFree})
+		}
+		b := append(calibRec(tick, uint64(d+1)), chunkOf(7, mallocs)...)
+		b = append(b, chunkOf(8, frees)...)
+		if err := r.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r.seq <= 3 {
+		t.Fatalf("%d logs written, want more than 3", r.seq)
+	}
+	for i, f := range r.Files() {
+		b, err := spool.ReadLog(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp, err := spool.New(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := map[spool.BlockKey]bool{}
+		rd := sp.Reader()
+		rd.SetLive(func(k spool.BlockKey) bool { return held[k] })
+		for {
+			rec, _, err := rd.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec == nil {
+				break
+			}
+			switch rec.Kind {
+			case format.RMalloc:
+				held[spool.KeyOf(rec)] = true
+			case format.RFree:
+				delete(held, spool.KeyOf(rec))
+			}
+		}
+		if rd.Stats.UnpairedFree != 0 || rd.Stats.LostFree != 0 {
+			t.Errorf("%s read alone: order %+v", filepath.Base(f), rd.Stats)
+		}
+		if i == len(r.Files())-1 && len(held) != len(live) {
+			t.Errorf("newest log: %d blocks live at its end, want %d", len(held), len(live))
+		}
+	}
+}
