@@ -27,6 +27,22 @@ type Leak struct {
 	CStack    string
 	MallocID  uint64 // the MALLOC row's ID
 	Timestamp uint64 // the MALLOC's timestamp
+	Kind      string // an exit leak's kind (LeakKinds), "" when no scan ran
+}
+
+// LeakKinds are the kinds of exit leaks, valgrind's, in its order: the
+// scan at exit sorts the blocks alive then by the pointers to them
+// (package leakscan).
+var LeakKinds = []string{"definitely_lost", "indirectly_lost", "possibly_lost", "still_reachable"}
+
+// kindRank orders kinds as LeakKinds, unknown last.
+func kindRank(k string) int {
+	for i, v := range LeakKinds {
+		if v == k {
+			return i
+		}
+	}
+	return len(LeakKinds)
 }
 
 // Stack is the call stack a leak is grouped by: the C stack, else the Python
@@ -44,8 +60,9 @@ func (l *Leak) Stack() string {
 // LeakNoStack is the group key of blocks recorded without a call stack.
 const LeakNoStack = "(no stack)"
 
-// LeakGroup is the exit leaks of one call stack.
+// LeakGroup is the exit leaks of one kind and call stack.
 type LeakGroup struct {
+	Kind   string // "" when unknown
 	Stack  string // see Leak.Stack
 	Count  int
 	Bytes  uint64
@@ -55,10 +72,19 @@ type LeakGroup struct {
 // LeakReport is the result of the leaks analysis (SPEC §5.1).
 type LeakReport struct {
 	StepLeaks  []Leak      // by step, then MALLOC row ID
-	ExitLeaks  []LeakGroup // largest first
+	ExitLeaks  []LeakGroup // by kind (LeakKinds' order), then largest first
 	ExitBlocks int
 	ExitBytes  uint64
-	Steps      int // the highest step seen
+	// ByKind totals the exit leaks of each kind; nil when no scan ran (a
+	// killed run, a CSV or DB input).
+	ByKind map[string]KindTotal
+	Steps  int // the highest step seen
+}
+
+// KindTotal is the exit leaks of one kind.
+type KindTotal struct {
+	Blocks int
+	Bytes  uint64
 }
 
 // LeakAnalyzer finds step leaks and exit leaks in one process's events.
@@ -88,7 +114,12 @@ type LeakAnalyzer struct {
 	haveRange bool // rangeID is the MstxID of the "step start" range that opened step last
 	maxStep   int
 	done      *LeakReport
+	kindOf    func(allocID uint64) (string, bool)
 }
+
+// SetKinds gives the kinds the scan at exit found (kind of an allocation id,
+// and whether a scan ran at all): exit leaks are grouped by kind too.
+func (a *LeakAnalyzer) SetKinds(kindOf func(allocID uint64) (string, bool)) { a.kindOf = kindOf }
 
 // NewLeakAnalyzer returns an analyzer with no events seen.
 func NewLeakAnalyzer() *LeakAnalyzer {
@@ -174,12 +205,25 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 		a.endStep(a.last)
 	}
 	r := &LeakReport{StepLeaks: a.found, Steps: a.maxStep}
-	groups := make(map[string]*LeakGroup)
+	type groupKey struct{ kind, stack string }
+	groups := make(map[groupKey]*LeakGroup)
+	if a.kindOf != nil {
+		if _, ran := a.kindOf(0); ran {
+			r.ByKind = map[string]KindTotal{}
+		}
+	}
 	for _, l := range a.live {
-		key := l.Stack()
+		if r.ByKind != nil {
+			l.Kind, _ = a.kindOf(l.AllocID)
+			t := r.ByKind[l.Kind]
+			t.Blocks++
+			t.Bytes += l.Size
+			r.ByKind[l.Kind] = t
+		}
+		key := groupKey{l.Kind, l.Stack()}
 		g := groups[key]
 		if g == nil {
-			g = &LeakGroup{Stack: key}
+			g = &LeakGroup{Kind: l.Kind, Stack: key.stack}
 			groups[key] = g
 		}
 		g.Count++
@@ -198,9 +242,13 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 	return r
 }
 
-// sortLeakGroups orders groups by bytes, then blocks, descending, then by stack.
+// sortLeakGroups orders groups by kind (LeakKinds' order), then bytes, then
+// blocks, descending, then by stack.
 func sortLeakGroups(gs []LeakGroup) {
 	slices.SortFunc(gs, func(x, y LeakGroup) int {
+		if c := cmp.Compare(kindRank(x.Kind), kindRank(y.Kind)); c != 0 {
+			return c
+		}
 		if c := cmp.Compare(y.Bytes, x.Bytes); c != 0 {
 			return c
 		}
@@ -212,13 +260,15 @@ func sortLeakGroups(gs []LeakGroup) {
 }
 
 // LeakCSVHeader is the header of the leaks report written by WriteCSV.
-var LeakCSVHeader = []string{"Leak", "Step", "Allocation Id", "ID", "Timestamp(ns)", "Event Type", "Device Id", "Ptr", "Size(byte)", "Blocks", "Owner", "Call Stack(Python)", "Call Stack(C)"}
+var LeakCSVHeader = []string{"Leak", "Kind", "Step", "Allocation Id", "ID", "Timestamp(ns)", "Event Type", "Device Id", "Ptr", "Size(byte)", "Blocks", "Owner", "Call Stack(Python)", "Call Stack(C)"}
 
 // WriteCSV writes the report as CSV (RFC 4180, header LeakCSVHeader): first
 // one row per step leak, in StepLeaks order, then one row per exit-leak group,
 // largest first.
 //
 //   - Leak: STEP or EXIT.
+//   - Kind: an EXIT group's leak kind (LeakKinds); N/A for STEP rows and
+//     where no scan ran at exit.
 //   - Step: the step the block was allocated in (STEP rows; N/A for EXIT).
 //   - Allocation Id: the block's allocation_id (STEP rows; N/A for EXIT).
 //   - ID, Timestamp(ns), Ptr: the MALLOC row of the block; for an EXIT group,
@@ -240,7 +290,7 @@ func (r *LeakReport) WriteCSV(w io.Writer) error {
 	rec := make([]string, len(LeakCSVHeader))
 	for i := range r.StepLeaks {
 		l := &r.StepLeaks[i]
-		rec = append(rec[:0], "STEP", strconv.Itoa(l.Step), leakU64(l.AllocID), leakU64(l.MallocID),
+		rec = append(rec[:0], "STEP", trace.NA, strconv.Itoa(l.Step), leakU64(l.AllocID), leakU64(l.MallocID),
 			leakU64(l.Timestamp), leakNA(l.Type), leakNA(l.Device), leakPtr(l.Ptr), leakU64(l.Size), "1",
 			leakNA(l.Owner), leakNA(l.PyStack), leakNA(l.CStack))
 		if err := cw.Write(rec); err != nil {
@@ -253,7 +303,7 @@ func (r *LeakReport) WriteCSV(w io.Writer) error {
 		if len(g.Blocks) > 0 {
 			first = g.Blocks[0]
 		}
-		rec = append(rec[:0], "EXIT", trace.NA, trace.NA, leakU64(first.MallocID), leakU64(first.Timestamp),
+		rec = append(rec[:0], "EXIT", leakNA(g.Kind), trace.NA, trace.NA, leakU64(first.MallocID), leakU64(first.Timestamp),
 			leakNA(leakDistinct(g.Blocks, func(l *Leak) string { return l.Type })),
 			leakNA(leakDistinct(g.Blocks, func(l *Leak) string { return l.Device })),
 			leakPtr(first.Ptr), leakU64(g.Bytes), strconv.Itoa(g.Count),
@@ -305,6 +355,18 @@ func (r *LeakReport) Summary(top int) string {
 	fmt.Fprintf(&b, "leaks: %d step leak%s (%s) over %d step%s; %d block%s (%s) alive at exit from %d call site%s\n",
 		len(r.StepLeaks), leakPlural(len(r.StepLeaks)), leakHumanBytes(stepBytes), r.Steps, leakPlural(r.Steps),
 		r.ExitBlocks, leakPlural(r.ExitBlocks), leakHumanBytes(r.ExitBytes), len(r.ExitLeaks), leakPlural(len(r.ExitLeaks)))
+	if r.ByKind != nil {
+		b.WriteString("leak summary:")
+		for i, k := range LeakKinds {
+			t := r.ByKind[k]
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %s: %s in %d block%s", sep, strings.ReplaceAll(k, "_", " "), leakHumanBytes(t.Bytes), t.Blocks, leakPlural(t.Blocks))
+		}
+		b.WriteString("\n")
+	}
 	if top <= 0 {
 		return b.String()
 	}
@@ -322,7 +384,11 @@ func (r *LeakReport) Summary(top int) string {
 func leakWriteSites(b *strings.Builder, gs []LeakGroup, top int) {
 	for i := range gs[:min(top, len(gs))] {
 		g := &gs[i]
-		fmt.Fprintf(b, "  %10s in %d block%s  %s\n", leakHumanBytes(g.Bytes), g.Count, leakPlural(g.Count), leakCallSite(g.Stack, 3))
+		kind := ""
+		if g.Kind != "" {
+			kind = strings.ReplaceAll(g.Kind, "_", " ") + ": "
+		}
+		fmt.Fprintf(b, "  %10s in %d block%s  %s%s\n", leakHumanBytes(g.Bytes), g.Count, leakPlural(g.Count), kind, leakCallSite(g.Stack, 3))
 	}
 	if len(gs) > top {
 		fmt.Fprintf(b, "  ... and %d more call site%s\n", len(gs)-top, leakPlural(len(gs)-top))

@@ -3,6 +3,7 @@ package analyzer
 import (
 	"bytes"
 	"encoding/csv"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -242,10 +243,10 @@ func TestLeakReportWriteCSV(t *testing.T) {
 	}
 	want := [][]string{
 		LeakCSVHeader,
-		{"STEP", "2", "2", "3", "1003", "HOST", "host", "0x2000", "100", "1", "HOST", "N/A", `a,"b"`},
-		{"STEP", "2", "3", "4", "1004", "PTA", "0", "0x30", "50", "1", "PTA@model@weight", "m.py:1(f)", `a,"b"`},
-		{"EXIT", "N/A", "N/A", "1", "1001", "HOST", "host", "0x1000", "4096", "1", "HOST", "N/A", "leak_step demo.c:23 (demo);main demo.c:40 (demo)"},
-		{"EXIT", "N/A", "N/A", "3", "1003", "HOST|PTA", "host|0", "0x2000", "150", "2", "HOST|PTA@model@weight", "N/A", `a,"b"`},
+		{"STEP", "N/A", "2", "2", "3", "1003", "HOST", "host", "0x2000", "100", "1", "HOST", "N/A", `a,"b"`},
+		{"STEP", "N/A", "2", "3", "4", "1004", "PTA", "0", "0x30", "50", "1", "PTA@model@weight", "m.py:1(f)", `a,"b"`},
+		{"EXIT", "N/A", "N/A", "N/A", "1", "1001", "HOST", "host", "0x1000", "4096", "1", "HOST", "N/A", "leak_step demo.c:23 (demo);main demo.c:40 (demo)"},
+		{"EXIT", "N/A", "N/A", "N/A", "3", "1003", "HOST|PTA", "host|0", "0x2000", "150", "2", "HOST|PTA@model@weight", "N/A", `a,"b"`},
 	}
 	if !reflect.DeepEqual(rows, want) {
 		t.Errorf("report rows:\n%q\nwant\n%q", rows, want)
@@ -271,5 +272,28 @@ func TestLeakHelpers(t *testing.T) {
 	}
 	if got := leakCallSite("a;b;c;d", 2); got != "a < b < ... (2 more)" {
 		t.Errorf("leakCallSite = %q", got)
+	}
+}
+
+// With the scan's kinds, exit leaks group by kind and call stack, definitely
+// lost first whatever their size, and the summary gives valgrind's totals.
+func TestExitLeaksByKind(t *testing.T) {
+	a := NewLeakAnalyzer()
+	for i, sz := range []uint64{10, 1000, 20, 30} {
+		a.Observe(&trace.Event{Kind: trace.KindMalloc, Type: trace.TypeHost, AllocID: uint64(i + 1), ID: uint64(i + 1), Size: sz, CStack: "s"})
+	}
+	kinds := map[uint64]string{1: "definitely_lost", 2: "still_reachable", 3: "definitely_lost", 4: "indirectly_lost"}
+	a.SetKinds(func(id uint64) (string, bool) { return kinds[id], true })
+	r := a.Finish()
+	var got []string
+	for _, g := range r.ExitLeaks {
+		got = append(got, fmt.Sprintf("%s:%d:%d", g.Kind, g.Count, g.Bytes))
+	}
+	if want := []string{"definitely_lost:2:30", "indirectly_lost:1:30", "still_reachable:1:1000"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("groups %v, want %v", got, want)
+	}
+	sum := r.Summary(5)
+	if !strings.Contains(sum, "leak summary: definitely lost: 30 B in 2 blocks, indirectly lost: 30 B in 1 block, possibly lost: 0 B in 0 blocks, still reachable: 1000 B in 1 block") {
+		t.Errorf("summary:\n%s", sum)
 	}
 }

@@ -85,3 +85,24 @@ func annotate(runs []*run, e *trace.Event) {
 		}
 	}
 }
+
+// setLeakKinds gives the leaks analysis the kinds the scan at exit found
+// (leakscan.Kind by allocation id; nil: no scan ran).
+func setLeakKinds(runs []*run, kinds map[uint64]uint8) {
+	if kinds == nil {
+		return
+	}
+	kindOf := func(id uint64) (string, bool) {
+		if k := int(kinds[id]); k >= 1 && k <= len(analyzer.LeakKinds) {
+			return analyzer.LeakKinds[k-1], true
+		}
+		return "", true
+	}
+	for _, r := range runs {
+		if s, ok := r.a.(interface {
+			SetKinds(func(uint64) (string, bool))
+		}); ok {
+			s.SetKinds(kindOf)
+		}
+	}
+}

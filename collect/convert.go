@@ -189,6 +189,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	setLeakKinds(runs, dec.LeakKinds())
 	if err := finish(runs, false); err != nil {
 		return nil, err
 	}

@@ -97,6 +97,9 @@ const (
 	RSnapshot = 42 // R_SNAPSHOT: payload: attrs "k:v,k:v" (host rss and heap; torch.cuda stats)
 	RWatch    = 43 // R_WATCH: a = launch index; payload: a watch result line
 	RTag      = 44 // R_TAG: a = a tensor storage's address; payload: owner category (weight, gradient...)
+
+	// The leak-kind scan at exit (libmemscope/exitscan.c, package leakscan)
+	RKinds = 45 // R_KINDS: a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
 )
 
 // Record flags.

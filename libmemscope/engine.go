@@ -20,7 +20,6 @@ import (
 	"unsafe"
 
 	"msmemscope/capture"
-	"msmemscope/collect"
 	"msmemscope/config"
 	"msmemscope/spool"
 )
@@ -37,6 +36,9 @@ var eng struct {
 	buf        []byte
 	stop, done chan struct{}
 	cdrain     bool // the spool's drain is drain.c's thread
+	// convertLate: a standalone capture's files are written after the
+	// leak-kind scan, which runs after every destructor (exitscan.go).
+	convertLate bool
 }
 
 // The library's one init: the API's configuration is read first (api.go),
@@ -207,8 +209,10 @@ func msGoAtExit() {
 	if eng.proc.Standalone() && exitConvertWanted() {
 		// No CLI will convert this capture: write the files now. Frees in
 		// destructors that run after this one reach the spool only.
-		if _, err := collect.Convert(eng.proc.Dir, collect.Options{Console: os.Stderr}); err != nil {
-			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
+		if C.ms_late_armed() != 0 {
+			eng.convertLate = true // after the leak-kind scan (exitscan.go)
+		} else {
+			convertAtExit()
 		}
 	}
 }

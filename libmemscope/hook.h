@@ -23,6 +23,13 @@ void ms_calibrate(void);      // adds a clock calibration point to the spool
 int ms_pid(void);
 uint64_t ms_lost(void);
 uint64_t ms_forks(void);
+// The leak-kind scan at exit (exitscan.c): this library's own mappings as
+// [lo, hi) pairs (returns their number, copies up to cap), the main
+// thread's stack pointer as the program left it, whether the scan will run.
+int ms_own_regions(uint64_t *out, int cap);
+uint64_t ms_exit_sp(void);
+int ms_exit_regs(uint64_t *out); // the callee-saved registers exit() was called with (6), 0: none
+int ms_late_armed(void);
 int ms_is_child(void);
 void ms_guard_enter(void);
 void ms_guard_leave(void);

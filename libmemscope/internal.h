@@ -185,11 +185,20 @@ static inline void set_thr(ms_thr *t) {
 	ms_tls.fast = ms_tls.guard ? NULL : t;
 }
 
+// This library's own mappings, never roots of the leak-kind scan (exitscan.c).
+HIDDEN void own_note(void *p, size_t n);
+HIDDEN void own_forget(void *p);
+
 static inline void *raw_mmap(size_t n) {
 	void *p = (void *)syscall(SYS_mmap, 0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
+	if (p == MAP_FAILED) return NULL;
+	own_note(p, n);
+	return p;
 }
-static inline void raw_munmap(void *p, size_t n) { syscall(SYS_munmap, p, n); }
+static inline void raw_munmap(void *p, size_t n) {
+	own_forget(p);
+	syscall(SYS_munmap, p, n);
+}
 
 static inline int in_self(uintptr_t pc) {
 	return pc >= (uintptr_t)__ehdr_start && pc < (uintptr_t)_etext;

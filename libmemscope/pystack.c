@@ -14,6 +14,9 @@
 #include "pystack.h"
 #include "records.h"
 
+// exitscan.c: the code table holds code objects' addresses, never a root.
+__attribute__((visibility("hidden"))) void own_note(void *p, size_t n);
+
 // CPython 3.11 layouts (x86-64), checked against the 3.11 headers by
 // python/tests/test_layout.py.
 #define TS_CFRAME 56          // PyThreadState.cframe
@@ -246,6 +249,7 @@ int ms_py_enable(int depth) {
 			void *m = (void *)syscall(SYS_mmap, 0, SLOTS * sizeof(slot), PROT_READ | PROT_WRITE,
 			                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 			if (m == MAP_FAILED) return -1;
+			own_note(m, SLOTS * sizeof(slot));
 			seen = m;
 		}
 		atomic_thread_fence(memory_order_release);

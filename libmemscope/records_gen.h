@@ -98,6 +98,9 @@ enum {
 	R_SNAPSHOT = 42, // payload: attrs "k:v,k:v" (host rss and heap; torch.cuda stats)
 	R_WATCH = 43, // a = launch index; payload: a watch result line
 	R_TAG = 44, // a = a tensor storage's address; payload: owner category (weight, gradient...)
+
+	// The leak-kind scan at exit (libmemscope/exitscan.c, package leakscan)
+	R_KINDS = 45, // a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
 };
 
 // Record flags.

@@ -136,8 +136,8 @@ static ms_seg *seg_new(uint32_t need, int populate) {
 		char *q = (void *)syscall(SYS_mmap, 0, 2 * SEG_MAP, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (q == MAP_FAILED) return NULL;
 		p = (char *)(((uintptr_t)q + SEG_MAP - 1) & ~(uintptr_t)(SEG_MAP - 1));
-		if (p > q) raw_munmap(q, (size_t)(p - q));
-		if (q + SEG_MAP > p) raw_munmap(p + SEG_MAP, (size_t)(q + SEG_MAP - p));
+		if (p > q) syscall(SYS_munmap, q, (size_t)(p - q));
+		if (q + SEG_MAP > p) syscall(SYS_munmap, p + SEG_MAP, (size_t)(q + SEG_MAP - p));
 		madvise(p, SEG_MAP, MADV_HUGEPAGE);
 		if (madvise(p, SEG_MAP, 23 /* MADV_POPULATE_WRITE, Linux 5.14 */))
 			for (size_t i = 0; i < SEG_MAP; i += 4096) ((volatile char *)p)[i] = 0;
@@ -145,6 +145,7 @@ static ms_seg *seg_new(uint32_t need, int populate) {
 		p = (void *)syscall(SYS_mmap, 0, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == (char *)MAP_FAILED) return NULL;
 	}
+	own_note(p, bytes);
 	ms_seg *s = (ms_seg *)p;
 	s->cap = (uint32_t)SEG_UNITS(data);
 	s->bytes = bytes;

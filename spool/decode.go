@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +54,7 @@ type Decoder struct {
 	pyMemo   map[string]string
 	pyLines  map[PyFrame]int
 	scopes   map[int32][]string // describe scopes open per thread (owner tags)
+	kinds    map[uint64]uint8   // allocation id -> leak kind, from the scan at exit (R_KINDS)
 	torch    *torchDec          // PyTorch records (torch.go)
 	fast     bool               // a pass that only judges rows: no stacks, sites or attrs
 
@@ -355,6 +357,8 @@ func (d *Decoder) record(r *Rec, ns uint64) *trace.Event {
 		d.forks = append(d.forks, int(r.A))
 	case format.RLost:
 		d.lost += r.A
+	case format.RKinds:
+		d.leakKinds(r)
 	case format.ROwnerPush:
 		d.scopes[r.Tid] = append(d.scopes[r.Tid], trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_")))
 	case format.ROwnerPop:
@@ -457,3 +461,21 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 	}
 	return e
 }
+
+// leakKinds notes the leak kinds the scan at exit gave the blocks live then.
+func (d *Decoder) leakKinds(r *Rec) {
+	if d.kinds == nil {
+		d.kinds = map[uint64]uint8{}
+	}
+	for i := 0; i+8 <= len(r.Payload) && uint64(i/8) < r.A; i += 8 {
+		u := binary.LittleEndian.Uint64(r.Payload[i:])
+		if b, ok := d.live[BlockKey{Sub: format.FHost, Ptr: u & (1<<56 - 1)}]; ok {
+			d.kinds[b.id] = uint8(u >> 56)
+		}
+	}
+}
+
+// LeakKinds returns the leak kind (leakscan.Kind) of each block live at the
+// end by allocation id, or nil when the capture holds no scan (a run killed,
+// ended with _exit, or with rotating logs).
+func (d *Decoder) LeakKinds() map[uint64]uint8 { return d.kinds }

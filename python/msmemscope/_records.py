@@ -96,6 +96,9 @@ R_SNAPSHOT: Final[int] = 42  # payload: attrs "k:v,k:v" (host rss and heap; torc
 R_WATCH: Final[int] = 43  # a = launch index; payload: a watch result line
 R_TAG: Final[int] = 44  # a = a tensor storage's address; payload: owner category (weight, gradient...)
 
+# The leak-kind scan at exit (libmemscope/exitscan.c, package leakscan)
+R_KINDS: Final[int] = 45  # a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
+
 # Record flags.
 F_SUB_MASK: Final[int] = 0x000f  # subtype of MALLOC/FREE
 F_HOST: Final[int] = 0x0001  # the host heap

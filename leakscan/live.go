@@ -1,0 +1,132 @@
+package leakscan
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"msmemscope/format"
+	"msmemscope/spool"
+)
+
+// addrLife is what one pass over a spool knows of an address.
+type addrLife struct {
+	mallocs, frees uint32
+	first          uint64 // the time of its first event
+	firstFree      bool   // that event was a FREE (of a block from before the capture)
+	lastM          uint64 // the time of its latest MALLOC
+	size           uint64 // that MALLOC's size
+}
+
+// LiveFromSpool returns the HOST blocks live at the end of a spool file, by
+// address. It reads each thread's records in order, without merging the
+// threads by time: the allocator alternates MALLOCs and FREEs on an address,
+// so their counts say whether it is live, whatever the order across threads
+// (stamps only decide whether the address's first event was a FREE, of a
+// block allocated before the capture, and which MALLOC was the latest).
+func LiveFromSpool(path string) ([]Block, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 1<<20)
+	var hdr [spool.HdrSize]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil || string(hdr[:8]) != spool.Magic {
+		return nil, fmt.Errorf("%s: not an msmemscope spool", path)
+	}
+	index := map[uint64]int32{} // address -> its addrLife in lives
+	var lives []addrLife
+	decs := map[int32]*spool.RecDecoder{}
+	epochTick := map[uint64]uint64{}
+	var ch [spool.ChunkHdrSize]byte
+	var body []byte
+	for {
+		if _, err := io.ReadFull(r, ch[:]); err != nil {
+			break // the end (or a chunk header cut short: a killed run)
+		}
+		magic := binary.LittleEndian.Uint32(ch[format.ChunkMagicOff:])
+		n := int(binary.LittleEndian.Uint32(ch[format.ChunkNUnitOff:])) * spool.UnitSize
+		if cap(body) < n {
+			body = make([]byte, n)
+		}
+		body = body[:n]
+		if _, err := io.ReadFull(r, body); err != nil {
+			break
+		}
+		if magic != format.ChunkMagic {
+			continue // padding
+		}
+		tid := int32(binary.LittleEndian.Uint32(ch[format.ChunkTidOff:]))
+		d := decs[tid]
+		if d == nil {
+			d = &spool.RecDecoder{}
+			decs[tid] = d
+		}
+		for b := body; len(b) > 0; {
+			rec, size, ok := d.Next(b)
+			if !ok {
+				break
+			}
+			b = b[size:]
+			switch rec.Kind {
+			case format.RCalib:
+				if rec.Flags&format.FEpoch != 0 {
+					epochTick[rec.B] = rec.TS
+				}
+			case format.RMalloc, format.RFree:
+				if rec.Flags&format.FSubMask != format.FHost {
+					continue
+				}
+				t := rec.TS
+				if t&spool.TSEpoch != 0 {
+					t = epochTick[t&^spool.TSEpoch]
+				}
+				var l *addrLife
+				if i, ok := index[rec.A]; ok {
+					l = &lives[i]
+				} else {
+					index[rec.A] = int32(len(lives))
+					lives = append(lives, addrLife{first: t, firstFree: rec.Kind == format.RFree})
+					l = &lives[len(lives)-1]
+				}
+				if t < l.first {
+					l.first, l.firstFree = t, rec.Kind == format.RFree
+				}
+				if rec.Kind == format.RFree {
+					l.frees++
+				} else {
+					l.mallocs++
+					// A failed realloc's MALLOC brings back the block
+					// just freed, at its size.
+					if rec.Flags&format.FUndo == 0 && (l.mallocs == 1 || t >= l.lastM) {
+						l.lastM, l.size = t, rec.B
+					}
+				}
+			}
+		}
+	}
+	var out []Block
+	for a, i := range index {
+		if l := &lives[i]; l.live() {
+			out = append(out, Block{Addr: a, Size: l.size})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out, nil
+}
+
+func (l *addrLife) live() bool {
+	switch int64(l.mallocs) - int64(l.frees) {
+	case 1:
+		return true // MALLOC, FREE, ..., MALLOC
+	case 0:
+		return l.firstFree // FREE (of a block from before), ..., MALLOC; or MALLOC, ..., FREE
+	case -1:
+		return false
+	}
+	return l.mallocs > l.frees // records missing: the majority
+}

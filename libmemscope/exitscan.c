@@ -1,0 +1,154 @@
+// What the leak-kind scan at exit needs from the C side (the scan itself is
+// Go: package leakscan, called from engine.go):
+//
+//   - msmemscope's own mappings (rings, segments, stacks of its threads, the
+//     Python code table): they hold every block's address, so they are never
+//     roots. Every mapping this library makes goes through own_note.
+//   - where the program's stack ends at exit: the scan reads the main
+//     thread's stack from there up, not the dead frames below it (valgrind
+//     does not read them either: it knows they are undefined). main is
+//     wrapped through __libc_start_main, and exit() called by the program
+//     records its caller's frame.
+//   - a handler that runs after every destructor, the loader's _dl_fini
+//     included: registered with __cxa_atexit before __libc_start_main
+//     registers _dl_fini, it runs after it (the handlers run last-in
+//     first-out).
+#define _GNU_SOURCE
+#include <dlfcn.h>
+
+#include "internal.h"
+
+// ---- msmemscope's own mappings ----
+#define OWN_MAX 8192
+static struct {
+	uintptr_t lo, hi;
+} own[OWN_MAX];
+static int own_n;
+static atomic_flag own_lock = ATOMIC_FLAG_INIT;
+
+static void own_take(void) {
+	while (atomic_flag_test_and_set_explicit(&own_lock, memory_order_acquire)) {
+	}
+}
+static void own_give(void) { atomic_flag_clear_explicit(&own_lock, memory_order_release); }
+
+HIDDEN void own_note(void *p, size_t n) {
+	if (!p || !n) return;
+	own_take();
+	int i = 0;
+	while (i < own_n && own[i].lo) i++;
+	if (i < OWN_MAX) {
+		own[i].lo = (uintptr_t)p;
+		own[i].hi = (uintptr_t)p + n;
+		if (i == own_n) own_n++;
+	}
+	own_give();
+}
+
+HIDDEN void own_forget(void *p) {
+	own_take();
+	for (int i = 0; i < own_n; i++)
+		if (own[i].lo == (uintptr_t)p) own[i].lo = own[i].hi = 0;
+	own_give();
+}
+
+// ms_own_regions copies up to cap [lo, hi) pairs of this library's mappings
+// into out and returns how many there are.
+int ms_own_regions(uint64_t *out, int cap) {
+	int n = 0;
+	own_take();
+	for (int i = 0; i < own_n; i++) {
+		if (!own[i].lo) continue;
+		if (n < cap) {
+			out[2 * n] = own[i].lo;
+			out[2 * n + 1] = own[i].hi;
+		}
+		n++;
+	}
+	own_give();
+	return n;
+}
+
+// ---- where the program's stack ends at exit ----
+static _Atomic uintptr_t exit_sp;  // the lowest live frame when exit began
+static _Atomic int late_armed;      // late_exit will run
+static int (*real_main)(int, char **, char **);
+typedef void (*exit_fn)(int) __attribute__((noreturn));
+static exit_fn real_exit; // resolved before main: dlsym may allocate
+
+// ms_exit_sp is the main thread's stack pointer as the program left it.
+uint64_t ms_exit_sp(void) { return atomic_load(&exit_sp); }
+int ms_late_armed(void) { return atomic_load(&late_armed); }
+
+static int main_shim(int argc, char **argv, char **envp) {
+	int r = real_main(argc, argv, envp);
+	// main's frames are gone: what lies above this frame is libc's start
+	// code and the initial stack (argv, environment).
+	uintptr_t none = 0;
+	atomic_compare_exchange_strong(&exit_sp, &none, (uintptr_t)__builtin_frame_address(0));
+	return r;
+}
+
+extern void msGoLeakScan(uint64_t sp);
+
+// Runs after every destructor: the blocks alive now are the exit leaks.
+static void late_exit(void *arg) {
+	(void)arg;
+	if (in_child() || atomic_load(&ms_state) != 2) return;
+	uintptr_t none = 0;
+	atomic_compare_exchange_strong(&exit_sp, &none, (uintptr_t)__builtin_frame_address(0));
+	guard_up();
+	msGoLeakScan(atomic_load(&exit_sp));
+	guard_down();
+}
+
+extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
+
+typedef int (*start_main_fn)(int (*)(int, char **, char **), int, char **, void (*)(void), void (*)(void),
+                             void (*)(void), void *);
+
+int __libc_start_main(int (*main)(int, char **, char **), int argc, char **argv, void (*init)(void),
+                      void (*fini)(void), void (*rtld_fini)(void), void *stack_end) {
+	start_main_fn real = (start_main_fn)dlsym(RTLD_NEXT, "__libc_start_main");
+	real_exit = (exit_fn)dlsym(RTLD_NEXT, "exit");
+	real_main = main;
+	// Registered before the real one registers rtld_fini, so run after it;
+	// with no DSO handle, so that this library's own finalization leaves it.
+	if (!__cxa_atexit(late_exit, NULL, NULL)) atomic_store(&late_armed, 1);
+	return real(main_shim, argc, argv, init, fini, rtld_fini, stack_end);
+}
+
+// exit() called by the program: its caller's frames are live, and so are
+// the callee-saved registers it was called with (roots, as valgrind reads
+// the registers of the threads at exit). The entry keeps them before any
+// compiled code can touch them, then goes on in C.
+__attribute__((used, visibility("hidden"))) uint64_t ms_exit_entry[7]; // rsp, rbx, rbp, r12-r15
+static _Atomic int exit_regs_set;
+__asm__(".globl exit\n"
+        ".type exit, @function\n"
+        "exit:\n"
+        "	movq %rsp, ms_exit_entry(%rip)\n"
+        "	movq %rbx, ms_exit_entry+8(%rip)\n"
+        "	movq %rbp, ms_exit_entry+16(%rip)\n"
+        "	movq %r12, ms_exit_entry+24(%rip)\n"
+        "	movq %r13, ms_exit_entry+32(%rip)\n"
+        "	movq %r14, ms_exit_entry+40(%rip)\n"
+        "	movq %r15, ms_exit_entry+48(%rip)\n"
+        "	jmp ms_exit_impl\n"
+        ".size exit, .-exit\n");
+
+__attribute__((used, visibility("hidden"), noreturn)) void ms_exit_impl(int status) {
+	uintptr_t none = 0;
+	if (atomic_compare_exchange_strong(&exit_sp, &none, (uintptr_t)ms_exit_entry[0])) atomic_store(&exit_regs_set, 1);
+	exit_fn real = real_exit ? real_exit : (exit_fn)dlsym(RTLD_NEXT, "exit");
+	real(status);
+}
+
+// ms_exit_regs copies the callee-saved registers exit() was called with
+// into out (6 words) and returns 1, or 0 when the program did not call it
+// (main returned: the registers hold libc's start code's values).
+int ms_exit_regs(uint64_t *out) {
+	if (!atomic_load(&exit_regs_set)) return 0;
+	memcpy(out, ms_exit_entry + 1, 6 * sizeof(uint64_t));
+	return 1;
+}

@@ -1,0 +1,121 @@
+package tests
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"msmemscope/analyzer"
+)
+
+// kindTotals are the bytes and blocks of each leak kind, in valgrind's order
+// (definitely, indirectly, possibly lost, still reachable).
+type kindTotals [4]struct{ Bytes, Blocks uint64 }
+
+var vgLeak = regexp.MustCompile(`(definitely lost|indirectly lost|possibly lost|still reachable): ([\d,]+) bytes in ([\d,]+) blocks`)
+
+// valgrindLeaks runs bin under memcheck's full leak check and returns its
+// leak summary (all zero when it says no leaks are possible).
+func valgrindLeaks(t *testing.T, bin string) kindTotals {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "valgrind", "--tool=memcheck", "--leak-check=full", "--show-leak-kinds=all",
+		"--run-libc-freeres=no", "--run-cxx-freeres=no", bin)
+	cmd.Env = cliEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("valgrind %s: %v\n%s", bin, err, out)
+	}
+	var k kindTotals
+	ms := vgLeak.FindAllStringSubmatch(string(out), -1)
+	if len(ms) == 0 && !strings.Contains(string(out), "no leaks are possible") {
+		t.Fatalf("valgrind %s printed no leak summary:\n%s", bin, out)
+	}
+	for _, m := range ms {
+		i := map[string]int{"definitely lost": 0, "indirectly lost": 1, "possibly lost": 2, "still reachable": 3}[m[1]]
+		k[i].Bytes, k[i].Blocks = atoiComma(t, m[2]), atoiComma(t, m[3])
+	}
+	return k
+}
+
+// msmemscopeLeaks runs bin under msmemscope and totals its leaks report's
+// EXIT rows by Kind.
+func msmemscopeLeaks(t *testing.T, bin string) (kindTotals, []leakRow) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, bin)
+	rows := readLeaks(t, readManifest(t, out).main(t).Folder)
+	var k kindTotals
+	for _, r := range rows {
+		if r.kind != "EXIT" {
+			continue
+		}
+		i := -1
+		for j, name := range analyzer.LeakKinds {
+			if r.leakKind == name {
+				i = j
+			}
+		}
+		if i < 0 {
+			t.Fatalf("EXIT row of kind %q: %+v", r.leakKind, r)
+		}
+		k[i].Bytes += r.size
+		k[i].Blocks += uint64(r.blocks)
+	}
+	return k, rows
+}
+
+// TestLeakKindsVsValgrind: the exit leaks' four kinds, bytes and blocks,
+// equal memcheck's leak summary for programs that plant each kind (SPEC
+// §5.1), at -O0 and at -O2 (where pointers live in registers, and exit()'s
+// caller's callee-saved registers are roots).
+func TestLeakKindsVsValgrind(t *testing.T) {
+	needBuild(t)
+	for _, prog := range []string{"lk_cycle.c", "lk_tree.c", "lk_globals.c", "lk_stack.c", "lk_hidden.c", "lk_cxx.cpp"} {
+		for _, opt := range []string{"O0", "O2"} {
+			t.Run(prog+"/"+opt, func(t *testing.T) {
+				// -fno-builtin-malloc: -O2 would drop allocations it sees unused
+				bin := compile(t, prog, opt, "-"+opt, "-fno-builtin-malloc")
+				want := valgrindLeaks(t, bin)
+				got, _ := msmemscopeLeaks(t, bin)
+				if got != want {
+					t.Errorf("leak kinds (definitely, indirectly, possibly lost, still reachable):\n msmemscope: %v\n valgrind:   %v", got, want)
+				} else {
+					t.Logf("leak kinds: %v (both)", got)
+				}
+			})
+		}
+	}
+}
+
+// TestLeakKindsNotAfterExitUnderscore: a program that ends with _exit runs no
+// exit handler: its blocks alive at exit have no kind (N/A), none invented.
+func TestLeakKindsNotAfterExitUnderscore(t *testing.T) {
+	bin := compile(t, "lk_quick.c", "")
+	_, rows := msmemscopeLeaks0(t, bin)
+	var blocks int
+	for _, r := range rows {
+		if r.kind == "EXIT" {
+			blocks += r.blocks
+			if r.leakKind != "N/A" {
+				t.Errorf("EXIT row of kind %q after _exit: %+v", r.leakKind, r)
+			}
+		}
+	}
+	if blocks < 2 {
+		t.Errorf("%d blocks alive at exit, want the program's 2 at least", blocks)
+	}
+}
+
+// msmemscopeLeaks0 runs bin under msmemscope and returns its leak rows.
+func msmemscopeLeaks0(t *testing.T, bin string) (string, []leakRow) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out")
+	r := mustRun(t, 0, out, bin)
+	return r.Stderr, readLeaks(t, readManifest(t, out).main(t).Folder)
+}
