@@ -116,6 +116,7 @@ const (
 	FInherit = 0x0200 // F_INHERIT: MALLOC: a block live when this rotated log began (allocated earlier)
 	FStackID = 0x0400 // F_STACKID: MALLOC with F_CSTACK: the payload is one unit, the id of an R_STACK
 	FEarlier = 0x0800 // F_EARLIER: MALLOC/FREE in a rotated log: it pairs with a record of an earlier log (it came late); left out where this log is read first
+	FOwn     = 0x1000 // F_OWN: MALLOC: made by msmemscope's own work on its thread (msmemscope_own): its block makes no row, and neither does its FREE
 )
 
 // Rec (C ms_rec): its size and its fields' offsets.

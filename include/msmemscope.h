@@ -100,6 +100,10 @@ int msmemscope_describe_pop(void);
 int msmemscope_python_package(const char *dir);
 /* A PyTorch record (operator, snapshot, watch, tag) with a text payload. */
 int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint32_t len);
+/* msmemscope's own work on this thread (on = 1, nested; 0 ends it): what it
+ * allocates meanwhile is tracked (so that its frees pair) but makes no row,
+ * no leak and no report entry (the Python package's operator hooks). */
+int msmemscope_own(int on);
 /* A 64-bit hash of len bytes at data (the watch's); a pure function. */
 uint64_t msmemscope_hash64(const void *data, size_t len);
 

@@ -54,6 +54,20 @@ int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint3
 	return 0;
 }
 
+int msmemscope_own(int on) {
+	if (in_child()) return -1;
+	ready();
+	if (on) {
+		ms_tls.own++;
+		ms_tls.fast = NULL;
+	} else if (ms_tls.own > 0) {
+		if (--ms_tls.own == 0 && !ms_tls.guard) ms_tls.fast = ms_tls.thr;
+	} else {
+		return -1;
+	}
+	return 0;
+}
+
 // ---- public C API for msmemscope.describe: C shims, safe in a forked child ----
 int msmemscope_describe(uint64_t addr, const char *owner) {
 	return ms_py_event(R_DESCRIBE, addr, owner, owner ? (uint32_t)strnlen(owner, 1000) : 0);

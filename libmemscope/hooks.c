@@ -26,7 +26,8 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 	ms_thr *t = cur_thr();
 	if (likely(t != NULL)) t->last_ra = 0; // the next fast MALLOC names its site again
 	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
-	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF);
+	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF) |
+	              (ms_tls.own ? F_OWN : 0);
 	uint32_t site = site_id(ra);
 	if (unlikely(site == SITE_SELF)) {
 		guard_down();

@@ -162,6 +162,7 @@ typedef struct {
 	ms_thr *fast; // thr while guard is 0, else NULL: the fast path's one test
 	ms_thr *thr;
 	int guard;    // >0: inside msmemscope (or an internal thread): invisible
+	int own;      // >0: msmemscope's own work (msmemscope_own): recorded F_OWN, never the fast path
 	ms_thr *prev; // the ring this thread gave up at its end (thr_key_dtor)
 	void *alt;    // the alternate signal stack crash.c gave this thread, or NULL
 } ms_tls_t;
@@ -178,11 +179,11 @@ static inline void guard_up(void) {
 	ms_tls.fast = NULL;
 }
 static inline void guard_down(void) {
-	if (--ms_tls.guard == 0) ms_tls.fast = ms_tls.thr;
+	if (--ms_tls.guard == 0 && !ms_tls.own) ms_tls.fast = ms_tls.thr;
 }
 static inline void set_thr(ms_thr *t) {
 	ms_tls.thr = t;
-	ms_tls.fast = ms_tls.guard ? NULL : t;
+	ms_tls.fast = ms_tls.guard || ms_tls.own ? NULL : t;
 }
 
 // This library's own mappings, never roots of the leak-kind scan (exitscan.c).

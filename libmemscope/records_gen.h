@@ -116,6 +116,7 @@ enum {
 #define F_INHERIT 0x0200 // MALLOC: a block live when this rotated log began (allocated earlier)
 #define F_STACKID 0x0400 // MALLOC with F_CSTACK: the payload is one unit, the id of an R_STACK
 #define F_EARLIER 0x0800 // MALLOC/FREE in a rotated log: it pairs with a record of an earlier log (it came late); left out where this log is read first
+#define F_OWN 0x1000 // MALLOC: made by msmemscope's own work on its thread (msmemscope_own): its block makes no row, and neither does its FREE
 
 typedef struct {
 	uint32_t n; // payload units (low 16 bits); a MALLOC's site id (high 16)

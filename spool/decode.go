@@ -17,6 +17,7 @@ type block struct {
 	id      uint64
 	size    uint64
 	hidden  bool // allocated while collection was off: no MALLOC row yet
+	own     bool // msmemscope's own (format.FOwn): no row, nor for its FREE
 	tid     int32
 	cstack  string
 	pystack string
@@ -71,6 +72,7 @@ const (
 	NotWrittenRepeat    = "repeated_by_later_log"         // a block a later rotated log repeats as live
 	NotWrittenEarlier   = "paired_in_earlier_log"         // in a rotated log read first: it pairs with a record of an earlier log, not read
 	NotWrittenOption    = "not_selected"                  // a PyTorch record whose rows the options leave out
+	NotWrittenOwn       = "msmemscope_own"                // allocated or freed by msmemscope's own work (its operator hooks)
 	NotWrittenSteps     = "outside_steps"                 // written by the conversion: rows --steps leaves out
 )
 
@@ -401,6 +403,13 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 		d.reason = NotWrittenRepeat
 		return nil // a later rotated log repeats a block already live
 	}
+	if r.Flags&format.FOwn != 0 {
+		// msmemscope's own work (its operator hooks): tracked so that
+		// its FREE pairs, never a row.
+		d.live[key] = &block{size: size, own: true, tid: r.Tid}
+		d.reason = NotWrittenOwn
+		return nil
+	}
 	d.nextAID++
 	b := &block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid}
 	d.live[key] = b // replaces a block whose FREE was never seen
@@ -441,6 +450,10 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 	}
 	delete(d.live, key)
 	d.lastFree[r.Tid], d.lastSize[r.Tid] = key, b.size
+	if b.own {
+		d.reason = NotWrittenOwn
+		return nil
+	}
 	if r.Flags&format.FOff != 0 {
 		d.reason = NotWrittenOff
 		return nil

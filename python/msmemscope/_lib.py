@@ -111,6 +111,7 @@ SIGNATURES: Dict[str, Tuple[List[Any], Any]] = {
     "msmemscope_describe_pop": ([], _c.c_int),
     "msmemscope_python_package": ([_c.c_char_p], _c.c_int),
     "msmemscope_torch_event": ([_c.c_uint16, _c.c_uint64, _c.c_char_p, _c.c_uint32], _c.c_int),
+    "msmemscope_own": ([_c.c_int], _c.c_int),
     "msmemscope_hash64": ([_c.c_void_p, _c.c_size_t], _c.c_uint64),
     "msmemscope_interposed": ([], _c.c_int),
     "msmemscope_standalone": ([], _c.c_int),

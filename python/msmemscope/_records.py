@@ -112,3 +112,4 @@ F_EPOCH: Final[int] = 0x0001  # R_CALIB: a drain epoch starts at this point
 F_INHERIT: Final[int] = 0x0200  # MALLOC: a block live when this rotated log began (allocated earlier)
 F_STACKID: Final[int] = 0x0400  # MALLOC with F_CSTACK: the payload is one unit, the id of an R_STACK
 F_EARLIER: Final[int] = 0x0800  # MALLOC/FREE in a rotated log: it pairs with a record of an earlier log (it came late); left out where this log is read first
+F_OWN: Final[int] = 0x1000  # MALLOC: made by msmemscope's own work on its thread (msmemscope_own): its block makes no row, and neither does its FREE

@@ -211,62 +211,97 @@ class _State:
                     out.append(ln)
             return out
 
+        own = _lib.get().msmemscope_own
+
         class Mode(TorchDispatchMode):
+            # What the hook allocates itself is msmemscope's own (tracked,
+            # no rows); only the operator's call is the program's.
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                kwargs = kwargs or {}
-                op = ops.get(func)
-                if op is None:
-                    op = ops[func] = _Op(func)
-                n = next(_launches)
-                ins: List[Any] = []
-                for a in args:
-                    _tensors(a, Tensor, ins)
-                for a in kwargs.values():
-                    _tensors(a, Tensor, ins)
-                text = "\n".join([op.name] + lines("R", ins)).encode()
-                emit(R_OP_START, n, text, len(text))
+                own(1)
+                try:
+                    kwargs = kwargs or {}
+                    op = ops.get(func)
+                    if op is None:
+                        op = ops[func] = _Op(func)
+                    n = next(_launches)
+                    ins: List[Any] = []
+                    for a in args:
+                        _tensors(a, Tensor, ins)
+                    for a in kwargs.values():
+                        _tensors(a, Tensor, ins)
+                    text = "\n".join([op.name] + lines("R", ins)).encode()
+                    emit(R_OP_START, n, text, len(text))
+                finally:
+                    own(0)
                 out = func(*args, **kwargs)
-                outs = _tensors(out, Tensor, [])
-                if op.written_kw:
-                    muts: List[Any] = []
-                    for i in op.written_pos:
-                        if i < len(args):
-                            _tensors(args[i], Tensor, muts)
-                    for k in op.written_kw:
-                        if k in kwargs:
-                            _tensors(kwargs[k], Tensor, muts)
-                    # an in-place operator returns self: one WRITE
-                    outs += [t for t in muts if not any(t is o for o in outs)]
-                text = "\n".join([op.name] + lines(op.out_tag, outs)).encode()
-                emit(R_OP_END, n, text, len(text))
-                if state.watch is not None:
-                    state.watch.after(n, op.name, outs)
+                own(1)
+                try:
+                    outs = _tensors(out, Tensor, [])
+                    if op.written_kw:
+                        muts: List[Any] = []
+                        for i in op.written_pos:
+                            if i < len(args):
+                                _tensors(args[i], Tensor, muts)
+                        for k in op.written_kw:
+                            if k in kwargs:
+                                _tensors(kwargs[k], Tensor, muts)
+                        # an in-place operator returns self: one WRITE
+                        outs += [t for t in muts if not any(t is o for o in outs)]
+                    text = "\n".join([op.name] + lines(op.out_tag, outs)).encode()
+                    emit(R_OP_END, n, text, len(text))
+                    if state.watch is not None:
+                        state.watch.after(n, op.name, outs)
+                finally:
+                    own(0)
                 return out
 
-        self.mode = Mode()
+        own(1)
+        try:
+            self.mode = Mode()
+        finally:
+            own(0)
 
         def pack(t: Any) -> Any:
+            own(1)
             try:
                 p = t.untyped_storage().data_ptr()
+                if p:
+                    emit(R_TAG, p, b"activation", 10)
             except Exception:
-                return t
-            if p:
-                emit(R_TAG, p, b"activation", 10)
+                pass
+            finally:
+                own(0)
             return t
 
-        self.saved = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        own(1)
+        try:
+            self.saved = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        finally:
+            own(0)
 
+    # Entering and leaving the hooks is msmemscope's own work too (torch's
+    # mode stack and saved-tensor hooks allocate).
     def enter(self) -> None:
-        self.saved.__enter__()
-        self.mode.__enter__()
+        own = _lib.get().msmemscope_own
+        own(1)
+        try:
+            self.saved.__enter__()
+            self.mode.__enter__()
+        finally:
+            own(0)
 
     def exit(self) -> None:
+        own = _lib.get().msmemscope_own
+        own(1)
         try:
-            self.mode.__exit__(None, None, None)
+            try:
+                self.mode.__exit__(None, None, None)
+            finally:
+                self.saved.__exit__(None, None, None)
+            if self.watch is not None:
+                self.watch.finish()
         finally:
-            self.saved.__exit__(None, None, None)
-        if self.watch is not None:
-            self.watch.finish()
+            own(0)
 
 
 # ---- watch (SPEC §5.4) ----

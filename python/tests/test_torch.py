@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import attr, run_traced
+from conftest import REPO, attr, run_traced
 
 TIMEOUT = 300
 
@@ -208,3 +208,38 @@ def test_inefficient_planted(tmp_path, torch_available):
     assert flagged == {(1 << 16) * 4: "early_allocation", (1 << 15) * 4: "late_deallocation",
                        (1 << 14) * 4: "temporary_idleness"}, flagged
     assert all(r["Event Type"] == "PTA" for r in rows if r["Event"] == "MALLOC" and "inefficient" in attr(r))
+
+
+def _example_run(tmp_path, events):
+    with open(os.path.join(REPO, "examples", "train_mlp.py")) as f:
+        script = f.read()
+    run = run_traced(tmp_path, script, "--collect-mode=deferred", "--call-stack=python:16",
+                     "--events=" + events, timeout=TIMEOUT).check()
+    with open(os.path.join(run.main_folder(), "config.json")) as f:
+        cfg = json.load(f)
+    return run, cfg
+
+
+def test_hooks_record_nothing_of_their_own(tmp_path_factory):
+    """The operator hooks' own work (their Python code, torch's mode stack
+    and saved-tensor hooks they enter) makes no row: no HOST row has a frame
+    of the msmemscope package or of torch's dispatch-mode machinery, and
+    what they allocated is counted as msmemscope_own, not written."""
+    pytest.importorskip("torch")
+    on, on_cfg = _example_run(tmp_path_factory.mktemp("on"), "alloc,free,launch,access")
+    off, off_cfg = _example_run(tmp_path_factory.mktemp("off"), "alloc,free")
+    pkg = os.sep + "msmemscope" + os.sep
+    host = {}
+    for name, run in (("on", on), ("off", off)):
+        rows = run.rows()
+        host[name] = [r for r in rows if r["Event Type"] == "HOST"]
+        ours = [r for r in host[name] if pkg in r["Call Stack(Python)"] or "_python_dispatch.py" in r["Call Stack(Python)"]]
+        assert not ours, "%s: %d HOST rows with msmemscope's or torch's dispatch-mode frames, e.g. %s" % (
+            name, len(ours), ours[0]["Call Stack(Python)"][:300])
+    launches = sum(1 for r in on.rows() if r["Event"] == "OP_LAUNCH" and r["Event Type"] == "ATEN_START")
+    assert launches > 100
+    assert on_cfg["events_not_written"].get("msmemscope_own", 0) > 0, on_cfg["events_not_written"]
+    assert "msmemscope_own" not in off_cfg["events_not_written"], off_cfg["events_not_written"]
+    extra = len(host["on"]) - len(host["off"])
+    print("HOST rows: hooks on %d, off %d: %+d for %d launches (%.1f a launch)" % (
+        len(host["on"]), len(host["off"]), extra, launches, extra / launches))
