@@ -194,3 +194,28 @@ func sortKeys(keys []spool.BlockKey) {
 		return keys[i].Sub < keys[j].Sub
 	})
 }
+
+// LiveHost returns the host-heap blocks live after every record the rotator
+// has seen, by address with their sizes (the leak-kind scan at exit reads
+// them: with rotating logs, no one file holds the whole run).
+func (r *Rotator) LiveHost() (addrs, sizes []uint64) {
+	for k, st := range r.live {
+		if k.Sub != format.FHost {
+			continue
+		}
+		l := st.pre
+		if st.post.set {
+			l = st.pre.then(&st.post)
+		}
+		if !l.live() || !l.mSet {
+			continue
+		}
+		rec, _, ok := spool.DecodeRec(l.rec, 0, 0)
+		if !ok {
+			continue
+		}
+		addrs = append(addrs, k.Ptr)
+		sizes = append(sizes, rec.B)
+	}
+	return addrs, sizes
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"unsafe"
 
 	"msmemscope/collect"
@@ -33,10 +34,8 @@ func msGoLeakScan(sp C.uint64_t) {
 	if !eng.finished || eng.proc == nil {
 		return
 	}
-	if eng.rot == nil { // rotating logs: the live set is not in one file (kinds N/A)
-		if err := scanLeaks(uint64(sp)); err != nil {
-			fmt.Fprintf(os.Stderr, "msmemscope: leak kinds: %v\n", err)
-		}
+	if err := scanLeaks(uint64(sp)); err != nil {
+		fmt.Fprintf(os.Stderr, "msmemscope: leak kinds: %v\n", err)
 	}
 	if eng.convertLate {
 		convertAtExit()
@@ -46,9 +45,20 @@ func msGoLeakScan(sp C.uint64_t) {
 // scanLeaks sorts the blocks alive now into leak kinds and records them
 // (R_KINDS) after everything else in the spool.
 func scanLeaks(sp uint64) error {
-	blocks, err := leakscan.LiveFromSpool(filepath.Join(eng.proc.Dir, spool.SpoolDir, spool.FileName))
-	if err != nil {
-		return err
+	var blocks []leakscan.Block
+	if eng.rot != nil {
+		// Rotating logs: the rotator knows the live blocks (the oldest
+		// logs are gone).
+		addrs, sizes := eng.rot.LiveHost()
+		for i := range addrs {
+			blocks = append(blocks, leakscan.Block{Addr: addrs[i], Size: sizes[i]})
+		}
+		sort.Slice(blocks, func(i, j int) bool { return blocks[i].Addr < blocks[j].Addr })
+	} else {
+		var err error
+		if blocks, err = leakscan.LiveFromSpool(filepath.Join(eng.proc.Dir, spool.SpoolDir, spool.FileName)); err != nil {
+			return err
+		}
 	}
 	text, err := os.ReadFile("/proc/self/maps")
 	if err != nil {

@@ -45,10 +45,10 @@ func valgrindLeaks(t *testing.T, bin string) kindTotals {
 
 // msmemscopeLeaks runs bin under msmemscope and totals its leaks report's
 // EXIT rows by Kind.
-func msmemscopeLeaks(t *testing.T, bin string) (kindTotals, []leakRow) {
+func msmemscopeLeaks(t *testing.T, bin string, opts ...string) (kindTotals, []leakRow) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out")
-	mustRun(t, 0, out, bin)
+	mustRun(t, 0, out, append(opts, bin)...)
 	rows := readLeaks(t, readManifest(t, out).main(t).Folder)
 	var k kindTotals
 	for _, r := range rows {
@@ -87,6 +87,12 @@ func TestLeakKindsVsValgrind(t *testing.T) {
 					t.Errorf("leak kinds (definitely, indirectly, possibly lost, still reachable):\n msmemscope: %v\n valgrind:   %v", got, want)
 				} else {
 					t.Logf("leak kinds: %v (both)", got)
+				}
+				if opt == "O0" && (prog == "lk_tree.c" || prog == "lk_cxx.cpp") {
+					// Rotating logs: the live blocks come from the rotator.
+					if rot, _ := msmemscopeLeaks(t, bin, "--log-mode=rotate", "--log-files=2"); rot != want {
+						t.Errorf("with rotating logs: %v, valgrind %v", rot, want)
+					}
 				}
 			})
 		}

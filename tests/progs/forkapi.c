@@ -63,6 +63,7 @@ int main(void) {
 		REFUSED(msmemscope_describe_pop());
 		REFUSED(msmemscope_python_package("/"));
 		REFUSED(msmemscope_torch_event(40, 1, "x", 1));
+		REFUSED(msmemscope_own(1));
 		check(mstxRangeStartA("child", NULL) == 0, "mstxRangeStartA");
 		mstxMarkA("child", NULL);
 		mstxRangeEnd(1);
