@@ -5,6 +5,7 @@
 package collect
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -172,6 +173,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 		}
 	}
 
+	if est := uint64(sp.Bytes) * dumpBytesPerSpoolByte; est > 1<<30 && opt.Console != nil {
+		fmt.Fprintf(opt.Console, "msmemscope: %s: writing a dump of about %.1f GiB\n", res.DumpPath, float64(est)/(1<<30))
+	}
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 	var outside uint64
 	res.Rows, err = WriteDump(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
@@ -186,6 +190,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 				return w.Write(e)
 			})
 		})
+	if full := (*safefs.ErrReserve)(nil); errors.As(err, &full) {
+		return nil, fmt.Errorf("%v; the capture is kept whole: convert it again with --input=%s", err, dir)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +249,10 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	return res, nil
 }
+
+// dumpBytesPerSpoolByte estimates a CSV dump's size from its spool's: an
+// event takes ~8 bytes in the spool and ~150 as a row.
+const dumpBytesPerSpoolByte = 18
 
 // OrderWarning says what the merge of the threads' events could not settle
 // (config.json's "order"), or "" when it settled everything: a FREE no

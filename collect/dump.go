@@ -30,11 +30,14 @@ type DumpOptions struct {
 // from fill; it returns how many were written. On an error no file is left.
 func WriteDump(path string, opt DumpOptions, fill func(RowWriter) error) (uint64, error) {
 	if opt.Format == trace.FormatDB {
+		if err := safefs.CheckReserve(path, 0); err != nil {
+			return 0, err
+		}
 		w, err := trace.CreateSQLite(path)
 		if err != nil {
 			return 0, err
 		}
-		if err := fill(w); err != nil {
+		if err := fill(&reserveRows{RowWriter: w, path: path}); err != nil {
 			w.Abort()
 			return 0, err
 		}
@@ -47,7 +50,7 @@ func WriteDump(path string, opt DumpOptions, fill func(RowWriter) error) (uint64
 		return w.Rows(), w.Close()
 	}
 	var rows uint64
-	err := safefs.WriteNew(path, func(f io.Writer) error {
+	err := safefs.WriteDerived(path, func(f io.Writer) error {
 		bw := bufio.NewWriterSize(f, 1<<20)
 		cw := trace.NewCSVWriter(bw)
 		if err := fill(cw); err != nil {
@@ -125,4 +128,23 @@ func eachEvent(next func() (*trace.Event, error), f func(*trace.Event) error) er
 		}
 	}
 	return nil
+}
+
+// reserveRows stops a DB dump when the disk's reserve would be crossed
+// (safefs.Reserve): it looks at the free space every reserveRowsEvery rows.
+type reserveRows struct {
+	RowWriter
+	path string
+	n    int
+}
+
+const reserveRowsEvery = 100_000
+
+func (r *reserveRows) Write(e *trace.Event) error {
+	if r.n++; r.n%reserveRowsEvery == 0 {
+		if err := safefs.CheckReserve(r.path, 32<<20); err != nil { // room for the rows until the next look
+			return err
+		}
+	}
+	return r.RowWriter.Write(e)
 }

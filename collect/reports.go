@@ -29,7 +29,7 @@ func writeReports(res *Result, runs []*run, stamp string, cfg config.Config, wat
 				return err
 			}
 			path = uniquePath(filepath.Join(dir, r.res.File+stamp), ".csv")
-			if err := safefs.WriteNew(path, r.res.WriteCSV); err != nil {
+			if err := safefs.WriteDerived(path, r.res.WriteCSV); err != nil {
 				return err
 			}
 		}
@@ -48,7 +48,7 @@ func writeReports(res *Result, runs []*run, stamp string, cfg config.Config, wat
 			return err
 		}
 		res.WatchPath = uniquePath(filepath.Join(dir, "watch_"+stamp), ".csv")
-		if err := safefs.WriteNew(res.WatchPath, func(w io.Writer) error { return writeWatch(w, watch) }); err != nil {
+		if err := safefs.WriteDerived(res.WatchPath, func(w io.Writer) error { return writeWatch(w, watch) }); err != nil {
 			return err
 		}
 		say(watchSummary(watch))

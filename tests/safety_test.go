@@ -1,11 +1,13 @@
 package tests
 
 import (
+	"fmt"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -260,4 +262,49 @@ func TestSafetyCorruptSpool(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDiskReserveKept: when writing the dump would leave less free than the
+// reserve (1 GiB or 5% of the file system; MSMEMSCOPE_DISK_RESERVE here),
+// the conversion stops with one line, writes no dump, keeps the capture
+// whole, and the program's exit code stands; converting again with room
+// writes it.
+func TestDiskReserveKept(t *testing.T) {
+	bin := compile(t, "lk_tree.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	if err := os.MkdirAll(out, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(out, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	r := runCLIEnv(t, 120*time.Second, "", []string{fmt.Sprintf("MSMEMSCOPE_DISK_RESERVE=%d", free+1<<30)}, "--output="+out, bin)
+	if r.Code != 0 {
+		t.Fatalf("exit %d, want the program's 0\n%s", r.Code, r.Stderr)
+	}
+	var stopped []string
+	for _, l := range stderrLines(r.Stderr) {
+		if strings.Contains(l, "stopped writing") {
+			stopped = append(stopped, l)
+		}
+	}
+	if len(stopped) != 1 || !strings.Contains(stopped[0], "MSMEMSCOPE_DISK_RESERVE") || !strings.Contains(stopped[0], "--input=") {
+		t.Fatalf("want one line saying the dump was stopped and how to convert again:\n%s", r.Stderr)
+	}
+	folders, _ := filepath.Glob(filepath.Join(out, "msmemscope_*"))
+	if len(folders) != 1 {
+		t.Fatalf("capture folders %v", folders)
+	}
+	if dumps, _ := filepath.Glob(filepath.Join(folders[0], "dump", "*")); len(dumps) != 0 {
+		t.Errorf("dump files written past the reserve: %v", dumps)
+	}
+	if _, err := os.Stat(filepath.Join(folders[0], "spool", "spool.bin")); err != nil {
+		t.Fatalf("the capture is not kept: %v", err)
+	}
+	mustRun(t, 0, filepath.Join(t.TempDir(), "again"), "--input="+folders[0])
+	if dumps, _ := filepath.Glob(filepath.Join(folders[0], "dump", "memscope_dump_*.csv")); len(dumps) != 1 {
+		t.Errorf("converting again with room: dumps %v", dumps)
+	}
 }

@@ -85,7 +85,7 @@ func compare(inv *cli.Invocation) int {
 // milliseconds and then a counter when the name is taken.
 func writeUnique(dir, prefix, ext string, write func(io.Writer) error) (string, error) {
 	return safefs.CreateUnique(safefs.Stamped(filepath.Join(dir, prefix), ext, time.Now()),
-		func(p string) error { return safefs.WriteNew(p, write) })
+		func(p string) error { return safefs.WriteDerived(p, write) })
 }
 
 // offlineFile runs --analysis on a dump file (and, with --data-format naming

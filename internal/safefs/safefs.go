@@ -6,6 +6,7 @@ package safefs
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -94,13 +95,29 @@ func CreateNew(p string, extra int) (*os.File, error) {
 // WriteNew writes a new file through a temporary name and links it into
 // place only once complete: a reader never sees a half-written file, and an
 // existing file is never overwritten.
-func WriteNew(p string, write func(w io.Writer) error) error {
+func WriteNew(p string, write func(w io.Writer) error) error { return writeNew(p, write, false) }
+
+// WriteDerived is WriteNew for a file derived from a capture (a dump, a
+// report): it keeps the disk's reserve (Reserve), stopping with an
+// *ErrReserve before crossing it; the capture's own files never stop.
+func WriteDerived(p string, write func(w io.Writer) error) error { return writeNew(p, write, true) }
+
+func writeNew(p string, write func(w io.Writer) error, reserve bool) error {
 	tmp := p + ".partial"
+	if reserve {
+		if err := CheckReserve(p, 0); err != nil {
+			return err
+		}
+	}
 	f, err := CreateNew(tmp, 0)
 	if err != nil {
 		return err
 	}
-	err = write(f)
+	if reserve {
+		err = write(&reserveWriter{w: f, path: p})
+	} else {
+		err = write(f)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -108,6 +125,10 @@ func WriteNew(p string, write func(w io.Writer) error) error {
 		err = os.Link(tmp, p)
 	}
 	os.Remove(tmp)
+	var full *ErrReserve
+	if errors.As(err, &full) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %w", p, err)
 	}
