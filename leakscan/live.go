@@ -15,8 +15,6 @@ import (
 // addrLife is what one pass over a spool knows of an address.
 type addrLife struct {
 	mallocs, frees uint32
-	first          uint64 // the time of its first event
-	firstFree      bool   // that event was a FREE (of a block from before the capture)
 	lastM          uint64 // the time of its latest MALLOC
 	size           uint64 // that MALLOC's size
 }
@@ -25,15 +23,22 @@ type addrLife struct {
 // address. It reads each thread's records in order, without merging the
 // threads by time: the allocator alternates MALLOCs and FREEs on an address,
 // so their counts say whether it is live, whatever the order across threads
-// (stamps only decide whether the address's first event was a FREE, of a
-// block allocated before the capture, and which MALLOC was the latest).
+// (stamps only pick the latest MALLOC, whose size the block has). A block
+// allocated before the capture and freed in it would count a FREE too many:
+// the scan runs only where the capture began at the first allocation (the
+// library preloaded or linked). It reads what the file holds when it starts
+// (threads still running may append).
 func LiveFromSpool(path string) ([]Block, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 1<<20)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	r := bufio.NewReaderSize(io.LimitReader(f, fi.Size()), 1<<20)
 	var hdr [spool.HdrSize]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil || string(hdr[:8]) != spool.Magic {
 		return nil, fmt.Errorf("%s: not an msmemscope spool", path)
@@ -90,11 +95,8 @@ func LiveFromSpool(path string) ([]Block, error) {
 					l = &lives[i]
 				} else {
 					index[rec.A] = int32(len(lives))
-					lives = append(lives, addrLife{first: t, firstFree: rec.Kind == format.RFree})
+					lives = append(lives, addrLife{})
 					l = &lives[len(lives)-1]
-				}
-				if t < l.first {
-					l.first, l.firstFree = t, rec.Kind == format.RFree
 				}
 				if rec.Kind == format.RFree {
 					l.frees++
@@ -119,14 +121,4 @@ func LiveFromSpool(path string) ([]Block, error) {
 	return out, nil
 }
 
-func (l *addrLife) live() bool {
-	switch int64(l.mallocs) - int64(l.frees) {
-	case 1:
-		return true // MALLOC, FREE, ..., MALLOC
-	case 0:
-		return l.firstFree // FREE (of a block from before), ..., MALLOC; or MALLOC, ..., FREE
-	case -1:
-		return false
-	}
-	return l.mallocs > l.frees // records missing: the majority
-}
+func (l *addrLife) live() bool { return l.mallocs > l.frees }

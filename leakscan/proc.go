@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,43 +59,99 @@ type Process struct {
 	// ThreadSP are other threads' stack pointers: their stacks are read
 	// from there up.
 	ThreadSP []uint64
+	// Dead are the stacks of threads that ended (glibc may keep them for
+	// new threads): not roots, unless a live thread's stack pointer is in
+	// one (it was given to that thread).
+	Dead []Region
 }
 
-// Roots are the writable mappings less the heap (mappings that hold a live
-// block) and msmemscope's own ranges; stacks from their stack pointer up.
-// Device files are left out (reading them may have effects).
-func (p *Process) Roots(blocks []Block) []Region {
+// Roots are the writable mappings less the heap and msmemscope's own
+// ranges; stacks from their stack pointer up. The heap is glibc's: the brk
+// heap ([heap]) and its other arenas' heaps are left out whole (their free
+// chunks hold stale pointers); elsewhere only each live block's chunk is
+// (an mmapped chunk is a mapping of its own, but the kernel may merge it
+// with a neighbouring anonymous mapping). Character devices are not read
+// (a GPU's mappings); shared anonymous memory (/dev/zero) and /dev/shm
+// files are. blocks must have Usable set (FillUsable).
+func (p *Process) Roots(blocks []Block, mem Memory) []Region {
 	var out []Region
-	starts := make([]uint64, len(blocks))
-	for i := range blocks {
-		starts[i] = blocks[i].Addr
-	}
-	holdsBlock := func(lo, hi uint64) bool {
-		i := sort.Search(len(starts), func(i int) bool { return starts[i] >= lo })
-		return i < len(starts) && starts[i] < hi
+	sps := append([]uint64{p.StackSP}, p.ThreadSP...)
+	skip := append([]Region(nil), p.Own...)
+	for _, d := range p.Dead {
+		if !slices.ContainsFunc(sps, func(sp uint64) bool { return sp >= d.Lo && sp < d.Hi }) {
+			skip = append(skip, d)
+		}
 	}
 	for _, m := range p.Maps {
 		if len(m.Perms) < 2 || m.Perms[0] != 'r' || m.Perms[1] != 'w' {
 			continue
 		}
-		if strings.HasPrefix(m.Path, "/dev/") && m.Path != "/dev/zero" || m.Path == "[vvar]" || m.Path == "[vsyscall]" {
+		if m.Path == "[heap]" || m.Path == "[vvar]" || m.Path == "[vsyscall]" || charDevice(m.Path) || arenaHeap(m, mem) {
 			continue
 		}
-		if holdsBlock(m.Lo, m.Hi) {
-			continue // the heap: its blocks are reached from the roots, not roots
-		}
 		lo := m.Lo
-		if m.Path == "[stack]" && p.StackSP > m.Lo && p.StackSP < m.Hi {
-			lo = p.StackSP
-		}
-		for _, sp := range p.ThreadSP {
+		for _, sp := range sps {
 			if sp > m.Lo && sp < m.Hi {
-				lo = sp
+				lo = sp // a stack: its live part
 			}
 		}
-		out = append(out, subtract(Region{lo, m.Hi}, p.Own)...)
+		for _, r := range subtract(Region{lo, m.Hi}, skip) {
+			out = append(out, chunksOut(r, blocks)...)
+		}
 	}
 	return out
+}
+
+// charDevice reports whether path names a character device.
+func charDevice(path string) bool {
+	if !strings.HasPrefix(path, "/dev/") || path == "/dev/zero" {
+		return false
+	}
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// glibc's non-main arenas live in heaps aligned to their maximum size (64
+// MiB), each starting with a heap_info whose first word points at its
+// arena (in the arena's first heap, just past that heap_info).
+const arenaHeapAlign = 64 << 20
+
+func arenaHeap(m Mapping, mem Memory) bool {
+	if m.Path != "" || m.Lo%arenaHeapAlign != 0 {
+		return false
+	}
+	var b [24]byte
+	if mem.Read(m.Lo, b[:]) != len(b) {
+		return false
+	}
+	ar, size := binary.LittleEndian.Uint64(b[:]), binary.LittleEndian.Uint64(b[16:])
+	off := ar % arenaHeapAlign
+	return ar != 0 && off >= 16 && off < 256 && size > 0 && size <= arenaHeapAlign
+}
+
+// chunksOut returns r less the chunks of the blocks in it: from its
+// header (two words before the block) to its usable end.
+func chunksOut(r Region, blocks []Block) []Region {
+	i := sort.Search(len(blocks), func(i int) bool { return chunkEnd(&blocks[i]) > r.Lo })
+	var out []Region
+	lo := r.Lo
+	for ; i < len(blocks) && blocks[i].Addr-16 < r.Hi; i++ {
+		if s := blocks[i].Addr - 16; s > lo {
+			out = append(out, Region{lo, s})
+		}
+		lo = max(lo, chunkEnd(&blocks[i]))
+	}
+	if lo < r.Hi {
+		out = append(out, Region{lo, r.Hi})
+	}
+	return out
+}
+
+func chunkEnd(b *Block) uint64 {
+	if b.Usable > 0 {
+		return b.Addr + b.Usable
+	}
+	return b.Addr + (b.Size+7)&^7
 }
 
 // subtract returns r less the ranges in own.

@@ -66,8 +66,7 @@ func TestAddrLife(t *testing.T) {
 	}{
 		{addrLife{mallocs: 1}, true},
 		{addrLife{mallocs: 1, frees: 1}, false},
-		{addrLife{mallocs: 1, frees: 1, firstFree: true}, true}, // freed a block from before, allocated again
-		{addrLife{mallocs: 0, frees: 1, firstFree: true}, false},
+		{addrLife{mallocs: 0, frees: 1}, false},
 		{addrLife{mallocs: 3, frees: 2}, true},
 	} {
 		if got := c.l.live(); got != c.live {
@@ -82,12 +81,18 @@ func TestRoots(t *testing.T) {
 01000000-01100000 rw-p 00000000 00:00 0 [heap]
 7f0000000000-7f0000010000 rw-p 00000000 00:00 0
 7f0000020000-7f0000030000 rw-p 00000000 00:00 0
-7f0000040000-7f0000041000 rw-s 00000000 00:05 9 /dev/nvidia0
+7f0000040000-7f0000041000 rw-s 00000000 00:05 9 /dev/null
+7f0000050000-7f0000051000 rw-s 00000000 00:01 7 /dev/zero (deleted)
+7f0004000000-7f0004100000 rw-p 00000000 00:00 0
 7ffe00000000-7ffe00100000 rw-p 00000000 00:00 0 [stack]
 `))
+	mem := fakeMem{}
+	mem.words(0x7f0004000000, 32, 0x7f0004000020, 0, 0x100000) // an arena's first heap: its heap_info
 	p := &Process{Maps: maps, Own: []Region{{0x7f0000020000, 0x7f0000028000}}, StackSP: 0x7ffe000ff000}
-	got := p.Roots([]Block{{Addr: 0x1000010, Size: 16}})
-	want := []Region{{0x600000, 0x602000}, {0x7f0000000000, 0x7f0000010000}, {0x7f0000028000, 0x7f0000030000}, {0x7ffe000ff000, 0x7ffe00100000}}
+	blocks := []Block{{Addr: 0x1000010, Size: 16, Usable: 24}, {Addr: 0x7f0000001010, Size: 32, Usable: 40}}
+	got := p.Roots(blocks, mem)
+	want := []Region{{0x600000, 0x602000}, {0x7f0000000000, 0x7f0000001000}, {0x7f0000001038, 0x7f0000010000},
+		{0x7f0000028000, 0x7f0000030000}, {0x7f0000050000, 0x7f0000051000}, {0x7ffe000ff000, 0x7ffe00100000}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("roots\n got %x\nwant %x", got, want)
 	}

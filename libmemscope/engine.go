@@ -39,6 +39,9 @@ var eng struct {
 	// convertLate: a standalone capture's files are written after the
 	// leak-kind scan, which runs after every destructor (exitscan.go).
 	convertLate bool
+	// endLate: end.json (the capture is whole) is written after the
+	// leak kinds, so that no one converts it before they are there.
+	endLate bool
 }
 
 // The library's one init: the API's configuration is read first (api.go),
@@ -205,7 +208,11 @@ func msGoAtExit() {
 	} else {
 		C.ms_finish()
 	}
-	eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
+	if C.ms_late_armed() != 0 {
+		eng.endLate = true // end.json after the leak kinds (exitscan.go)
+	} else {
+		eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
+	}
 	if eng.proc.Standalone() && exitConvertWanted() {
 		// No CLI will convert this capture: write the files now. Frees in
 		// destructors that run after this one reach the spool only.

@@ -19,12 +19,13 @@
 #include "internal.h"
 
 // ---- msmemscope's own mappings ----
-#define OWN_MAX 8192
+#define OWN_MAX 65536 // a thread takes about three (its stack, its first segment, its ring page)
 static struct {
 	uintptr_t lo, hi;
 } own[OWN_MAX];
-static int own_n;
+static int own_n, own_free; // slots in use; a slot below which none is free
 static atomic_flag own_lock = ATOMIC_FLAG_INIT;
+static int own_full; // a mapping could not be noted
 
 static void own_take(void) {
 	while (atomic_flag_test_and_set_explicit(&own_lock, memory_order_acquire)) {
@@ -35,12 +36,15 @@ static void own_give(void) { atomic_flag_clear_explicit(&own_lock, memory_order_
 HIDDEN void own_note(void *p, size_t n) {
 	if (!p || !n) return;
 	own_take();
-	int i = 0;
+	int i = own_free;
 	while (i < own_n && own[i].lo) i++;
 	if (i < OWN_MAX) {
 		own[i].lo = (uintptr_t)p;
 		own[i].hi = (uintptr_t)p + n;
 		if (i == own_n) own_n++;
+		own_free = i + 1;
+	} else {
+		own_full = 1; // the scan says its kinds may be wrong
 	}
 	own_give();
 }
@@ -48,7 +52,10 @@ HIDDEN void own_note(void *p, size_t n) {
 HIDDEN void own_forget(void *p) {
 	own_take();
 	for (int i = 0; i < own_n; i++)
-		if (own[i].lo == (uintptr_t)p) own[i].lo = own[i].hi = 0;
+		if (own[i].lo == (uintptr_t)p) {
+			own[i].lo = own[i].hi = 0;
+			if (i < own_free) own_free = i;
+		}
 	own_give();
 }
 
@@ -66,7 +73,38 @@ int ms_own_regions(uint64_t *out, int cap) {
 		n++;
 	}
 	own_give();
+	if (own_full && n <= cap) n = cap + 1; // some were not noted: the caller warns
 	return n;
+}
+
+// ---- the stacks of threads that ended ----
+// glibc keeps a joined thread's stack for the next thread (or unmaps it):
+// its old frames are not roots. A ring of the latest ones; a stack a live
+// thread uses again is told apart at the scan (its stack pointer is in it).
+#define DEAD_MAX 4096
+static uint64_t dead[DEAD_MAX][2];
+static _Atomic uint64_t dead_n;
+
+HIDDEN void dead_stack_note(uintptr_t lo, uintptr_t hi) {
+	uint64_t i = atomic_fetch_add(&dead_n, 1) % DEAD_MAX;
+	dead[i][0] = 0; // not read while half-written
+	dead[i][1] = hi;
+	__atomic_store_n(&dead[i][0], lo, __ATOMIC_RELEASE);
+}
+
+// ms_dead_stacks copies up to cap [lo, hi) pairs of ended threads' stacks
+// into out and returns how many it copied.
+int ms_dead_stacks(uint64_t *out, int cap) {
+	uint64_t n = atomic_load(&dead_n);
+	int k = 0;
+	for (uint64_t i = 0; i < n && i < DEAD_MAX && k < cap; i++) {
+		uint64_t lo = __atomic_load_n(&dead[i][0], __ATOMIC_ACQUIRE);
+		if (!lo) continue;
+		out[2 * k] = lo;
+		out[2 * k + 1] = dead[i][1];
+		k++;
+	}
+	return k;
 }
 
 // ---- where the program's stack ends at exit ----
@@ -90,6 +128,7 @@ static int main_shim(int argc, char **argv, char **envp) {
 }
 
 extern void msGoLeakScan(uint64_t sp);
+extern void msGoAtExit(void);
 
 // Runs after every destructor: the blocks alive now are the exit leaks.
 static void late_exit(void *arg) {
@@ -98,6 +137,9 @@ static void late_exit(void *arg) {
 	uintptr_t none = 0;
 	atomic_compare_exchange_strong(&exit_sp, &none, (uintptr_t)__builtin_frame_address(0));
 	guard_up();
+	// Another thread's exit() may still be in _dl_fini, before this
+	// library's destructor: the capture is finished here first (once).
+	msGoAtExit();
 	msGoLeakScan(atomic_load(&exit_sp));
 	guard_down();
 }
@@ -123,10 +165,14 @@ int __libc_start_main(int (*main)(int, char **, char **), int argc, char **argv,
 // the registers of the threads at exit). The entry keeps them before any
 // compiled code can touch them, then goes on in C.
 __attribute__((used, visibility("hidden"))) uint64_t ms_exit_entry[7]; // rsp, rbx, rbp, r12-r15
+__attribute__((used, visibility("hidden"))) uint64_t ms_exit_claim;    // bit 0: a thread saved them
 static _Atomic int exit_regs_set;
+// Only the first thread to call exit() saves its registers.
 __asm__(".globl exit\n"
         ".type exit, @function\n"
         "exit:\n"
+        "	lock btsq $0, ms_exit_claim(%rip)\n"
+        "	jc 1f\n"
         "	movq %rsp, ms_exit_entry(%rip)\n"
         "	movq %rbx, ms_exit_entry+8(%rip)\n"
         "	movq %rbp, ms_exit_entry+16(%rip)\n"
@@ -134,12 +180,12 @@ __asm__(".globl exit\n"
         "	movq %r13, ms_exit_entry+32(%rip)\n"
         "	movq %r14, ms_exit_entry+40(%rip)\n"
         "	movq %r15, ms_exit_entry+48(%rip)\n"
-        "	jmp ms_exit_impl\n"
+        "1:	jmp ms_exit_impl\n"
         ".size exit, .-exit\n");
 
 __attribute__((used, visibility("hidden"), noreturn)) void ms_exit_impl(int status) {
-	uintptr_t none = 0;
-	if (atomic_compare_exchange_strong(&exit_sp, &none, (uintptr_t)ms_exit_entry[0])) atomic_store(&exit_regs_set, 1);
+	uintptr_t none = 0, sp = __atomic_load_n(&ms_exit_entry[0], __ATOMIC_ACQUIRE);
+	if (sp && atomic_compare_exchange_strong(&exit_sp, &none, sp)) atomic_store(&exit_regs_set, 1);
 	exit_fn real = real_exit ? real_exit : (exit_fn)dlsym(RTLD_NEXT, "exit");
 	real(status);
 }

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
 	"unsafe"
 
@@ -34,11 +36,20 @@ func msGoLeakScan(sp C.uint64_t) {
 	if !eng.finished || eng.proc == nil {
 		return
 	}
-	if err := scanLeaks(uint64(sp)); err != nil {
-		fmt.Fprintf(os.Stderr, "msmemscope: leak kinds: %v\n", err)
+	// Only the leaks analysis reads the kinds (a later --input with it
+	// gives N/A).
+	if slices.Contains(eng.cfg.Analysis, "leaks") {
+		if err := scanLeaks(uint64(sp)); err != nil {
+			fmt.Fprintf(os.Stderr, "msmemscope: leak kinds: %v\n", err)
+		}
+	}
+	if eng.endLate {
+		eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
+		eng.endLate = false
 	}
 	if eng.convertLate {
 		convertAtExit()
+		eng.convertLate = false
 	}
 }
 
@@ -71,12 +82,12 @@ func scanLeaks(sp uint64) error {
 	}
 	defer mem.Close()
 	leakscan.FillUsable(blocks, mem)
-	p := &leakscan.Process{Maps: maps, Own: ownRegions(maps), StackSP: sp, ThreadSP: leakscan.ThreadStackPointers(nil)}
+	p := &leakscan.Process{Maps: maps, Own: ownRegions(maps), StackSP: sp, ThreadSP: leakscan.ThreadStackPointers(nil), Dead: deadStacks()}
 	var regs [6]uint64
 	if C.ms_exit_regs((*C.uint64_t)(unsafe.Pointer(&regs[0]))) == 0 {
 		regs = [6]uint64{}
 	}
-	kinds := leakscan.Classify(blocks, p.Roots(blocks), regs[:], mem)
+	kinds := leakscan.Classify(blocks, p.Roots(blocks, mem), regs[:], mem)
 	units := make([]byte, 0, kindsPerRecord*8)
 	if len(blocks) == 0 { // the scan ran: nothing was left
 		C.ms_emit(C.uint16_t(format.RKinds), 0, 0, 0, nil, 0)
@@ -95,35 +106,65 @@ func scanLeaks(sp uint64) error {
 // ownRegions are msmemscope's memory: the C side's mappings, this library's
 // file, and the Go heap.
 func ownRegions(maps []leakscan.Mapping) []leakscan.Region {
-	buf := make([]uint64, 2*8192)
+	buf := make([]uint64, 2*65536)
 	n := int(C.ms_own_regions((*C.uint64_t)(unsafe.Pointer(&buf[0])), C.int(len(buf)/2)))
+	if n > len(buf)/2 {
+		fmt.Fprintf(os.Stderr, "msmemscope: warning: more than %d mappings of its own: leak kinds may call lost blocks reachable\n", len(buf)/2)
+	}
 	var own []leakscan.Region
 	for i := 0; i < min(n, len(buf)/2); i++ {
 		own = append(own, leakscan.Region{Lo: buf[2*i], Hi: buf[2*i+1]})
 	}
 	self := uint64(uintptr(unsafe.Pointer(C.ms_exit_sp)))
-	goHeap := uint64(uintptr(unsafe.Pointer(goHeapObject)))
 	var selfPath string
 	for _, m := range maps {
 		if self >= m.Lo && self < m.Hi {
 			selfPath = m.Path
 		}
 	}
+	// The Go heap: the 64 MiB arenas that hold objects of each size class
+	// range (small, large, the drain buffer), and the mappings around them.
+	var arenas []leakscan.Region
+	small, mid, large := new([16]byte), new([32 << 10]byte), make([]byte, 4<<20)
+	probes := []unsafe.Pointer{unsafe.Pointer(goHeapObject), unsafe.Pointer(small), unsafe.Pointer(mid), unsafe.Pointer(&large[0])}
+	if len(eng.buf) > 0 {
+		probes = append(probes, unsafe.Pointer(&eng.buf[0]))
+	}
+	for _, p := range probes {
+		a := uint64(uintptr(p)) &^ (goArena - 1)
+		arenas = append(arenas, leakscan.Region{Lo: a, Hi: a + goArena})
+	}
 	for _, m := range maps {
 		switch {
 		case selfPath != "" && m.Path == selfPath:
 			own = append(own, leakscan.Region{Lo: m.Lo, Hi: m.Hi})
-		case m.Path == "" && goHeap >= 0xc000000000 && goHeap < 0x10000000000 && m.Lo >= 0xc000000000 && m.Lo < 0x10000000000,
-			goHeap >= m.Lo && goHeap < m.Hi:
-			own = append(own, leakscan.Region{Lo: m.Lo, Hi: m.Hi}) // the Go heap (its arenas start at 0xc000000000)
+		case m.Path == "" && slices.ContainsFunc(arenas, func(a leakscan.Region) bool { return m.Lo < a.Hi && a.Lo < m.Hi }):
+			own = append(own, leakscan.Region{Lo: m.Lo, Hi: m.Hi})
 		}
 	}
+	runtime.KeepAlive(small)
+	runtime.KeepAlive(mid)
+	runtime.KeepAlive(large)
 	return own
 }
+
+// goArena is the Go heap's arena size on linux/amd64.
+const goArena = 64 << 20
 
 // convertAtExit writes the files of a capture no CLI will convert.
 func convertAtExit() {
 	if _, err := collect.Convert(eng.proc.Dir, collect.Options{Console: os.Stderr}); err != nil {
 		fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 	}
+}
+
+// deadStacks are the stacks of the program's threads that ended.
+func deadStacks() []leakscan.Region {
+	buf := make([]uint64, 2*4096)
+	n := int(C.ms_dead_stacks((*C.uint64_t)(unsafe.Pointer(&buf[0])), C.int(len(buf)/2)))
+	out := make([]leakscan.Region, n)
+	for i := range out {
+		out[i] = leakscan.Region{Lo: buf[2*i], Hi: buf[2*i+1]}
+	}
+	return out
 }

@@ -30,6 +30,7 @@ int ms_own_regions(uint64_t *out, int cap);
 uint64_t ms_exit_sp(void);
 int ms_exit_regs(uint64_t *out); // the callee-saved registers exit() was called with (6), 0: none
 int ms_late_armed(void);
+int ms_dead_stacks(uint64_t *out, int cap); // ended threads' stacks as [lo, hi) pairs
 int ms_is_child(void);
 void ms_guard_enter(void);
 void ms_guard_leave(void);

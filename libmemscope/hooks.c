@@ -27,7 +27,7 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 	if (likely(t != NULL)) t->last_ra = 0; // the next fast MALLOC names its site again
 	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF) |
-	              (ms_tls.own ? F_OWN : 0);
+	              (ms_tls.own && !(sub & F_UNDO) ? F_OWN : 0); // a failed realloc's block stays the program's
 	uint32_t site = site_id(ra);
 	if (unlikely(site == SITE_SELF)) {
 		guard_down();

@@ -145,6 +145,7 @@ typedef struct ms_thr {
 	// The drain's side, on a line of its own.
 	_Alignas(64) struct ms_thr *next_all; // registry, push-only
 	uintptr_t stack_hi;  // frame-pointer walks stay below this (the owner's, set once)
+	uintptr_t stack_lo;  // its stack's lowest address, 0 unknown (the leak scan leaves a dead thread's out)
 	uint64_t last_epoch; // the owner's: the epoch its last R_EPOCH said
 	int precise_seen;    // the owner's: ms_precise as its last stamp saw it
 	uint64_t last_stamp; // the owner's: the stamp of its last stamp unit or stamped half
@@ -189,6 +190,7 @@ static inline void set_thr(ms_thr *t) {
 // This library's own mappings, never roots of the leak-kind scan (exitscan.c).
 HIDDEN void own_note(void *p, size_t n);
 HIDDEN void own_forget(void *p);
+HIDDEN void dead_stack_note(uintptr_t lo, uintptr_t hi); // a thread's stack at its end (glibc may cache it)
 
 static inline void *raw_mmap(size_t n) {
 	void *p = (void *)syscall(SYS_mmap, 0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

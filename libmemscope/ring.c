@@ -16,6 +16,9 @@ HIDDEN _Atomic uint64_t ms_lost_count;
 HIDDEN void thr_key_dtor(void *v) {
 	ms_thr *t = v;
 	if (t && tls_thr == t) {
+		// Below this frame, the thread's frames are dead; above it are
+		// glibc's start frame, the thread's descriptor and its TLS.
+		if (t->stack_lo) dead_stack_note(t->stack_lo, (uintptr_t)__builtin_frame_address(0));
 		half_close(t);
 		ms_tls.prev = t;
 		set_thr(NULL);
@@ -34,7 +37,10 @@ static void thr_stack_bounds(ms_thr *t) {
 		if (pthread_getattr_np(pthread_self(), &at) == 0) {
 			void *addr;
 			size_t sz;
-			if (pthread_attr_getstack(&at, &addr, &sz) == 0) t->stack_hi = (uintptr_t)addr + sz;
+			if (pthread_attr_getstack(&at, &addr, &sz) == 0) {
+				t->stack_hi = (uintptr_t)addr + sz;
+				t->stack_lo = (uintptr_t)addr;
+			}
 			pthread_attr_destroy(&at);
 		}
 	}

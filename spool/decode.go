@@ -482,7 +482,7 @@ func (d *Decoder) leakKinds(r *Rec) {
 	}
 	for i := 0; i+8 <= len(r.Payload) && uint64(i/8) < r.A; i += 8 {
 		u := binary.LittleEndian.Uint64(r.Payload[i:])
-		if b, ok := d.live[BlockKey{Sub: format.FHost, Ptr: u & (1<<56 - 1)}]; ok {
+		if b, ok := d.live[BlockKey{Sub: format.FHost, Ptr: u & (1<<56 - 1)}]; ok && !b.own {
 			d.kinds[b.id] = uint8(u >> 56)
 		}
 	}

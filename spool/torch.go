@@ -84,7 +84,10 @@ func (d *Decoder) lookupBlock(addr uint64) *block {
 	if addr == 0 {
 		return nil
 	}
-	return d.live[BlockKey{Sub: format.FHost, Ptr: addr}]
+	if b := d.live[BlockKey{Sub: format.FHost, Ptr: addr}]; b != nil && !b.own {
+		return b
+	}
+	return nil
 }
 
 // torchRecord handles a PyTorch record: the first row it makes is returned,
