@@ -87,14 +87,17 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		int got = unw_backtrace_fn(buf, want);
 		int i = 0;
 		while (i < got && is_alloc_frame((uintptr_t)buf[i])) i++;
-		for (; i < got && n < max; i++) out[n++] = (uintptr_t)buf[i];
+		for (; i < got && n < max; i++)
+			if (!in_self((uintptr_t)buf[i])) out[n++] = (uintptr_t)buf[i]; // main's wrapper (exitscan.c)
 		return n;
 	}
 	while (t && n < max && fp >= lo && fp <= t->stack_hi - 16 && !(fp & 7)) {
 		uintptr_t ra = ((uintptr_t *)fp)[1];
 		uintptr_t next = ((uintptr_t *)fp)[0];
 		if (ra < 4096) break;
-		if (n > 0 || !is_alloc_frame(ra)) out[n++] = ra;
+		// Below the program's frames, this library's wrapper of main
+		// (exitscan.c) is left out too.
+		if (n > 0 ? !in_self(ra) : !is_alloc_frame(ra)) out[n++] = ra;
 		if (next <= fp) break;
 		fp = next;
 	}

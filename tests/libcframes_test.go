@@ -25,6 +25,9 @@ func TestLibcFramesKept(t *testing.T) {
 	mustRun(t, 0, out, "--call-stack=c:12", bin)
 	alive := map[uint64]*trace.Event{}
 	for _, e := range readDump(t, readManifest(t, out).main(t).Dump) {
+		if strings.Contains(e.CStack, "libmemscope.so") {
+			t.Errorf("a frame of msmemscope's own in a C stack: %s", e.CStack) // SPEC §2.1
+		}
 		switch e.Kind {
 		case trace.KindMalloc:
 			alive[e.AllocID] = e
