@@ -33,9 +33,9 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 		guard_down();
 		return;
 	}
-	if (unlikely(ms_py_depth > 0))
+	if (unlikely(ms_py_depth > 0) && !ms_tls.own)
 		emit_with_stacks(fl, ts, (uint64_t)p, size, site);
-	else if (cfg_cstack > 0)
+	else if (cfg_cstack > 0 && !ms_tls.own) // msmemscope's own blocks make no rows: no stacks
 		emit_with_cstack(R_MALLOC, fl, ts, (uint64_t)p, size, site);
 	else if (likely(t != NULL))
 		emit1(t, R_MALLOC, fl, ts, (uint64_t)p, size, site, 0);

@@ -56,7 +56,18 @@ static void opnew_ranges(void) {
 // C stacks, and sites of allocations made through libc/libstdc++ wrappers.
 HIDDEN void stacks_load(void) {
 	if (unw_lib) return;
+	// The loader's records of libunwind and what it needs are links of the
+	// chain of loaded objects that a library the program loads later hangs
+	// from: recorded as msmemscope's own (no rows), so that the leak scan
+	// reads them as blocks, instead of unrecorded heap it cannot see.
+	int guard = ms_tls.guard;
+	ms_tls.guard = 0;
+	ms_tls.own++;
+	ms_tls.fast = NULL;
 	unw_lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+	ms_tls.own--;
+	ms_tls.guard = guard;
+	ms_tls.fast = guard || ms_tls.own ? NULL : ms_tls.thr;
 	if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
 }
 
