@@ -166,6 +166,7 @@ typedef struct {
 	int own;      // >0: msmemscope's own work (msmemscope_own): recorded F_OWN, never the fast path
 	ms_thr *prev; // the ring this thread gave up at its end (thr_key_dtor)
 	void *alt;    // the alternate signal stack crash.c gave this thread, or NULL
+	uintptr_t frames_top; // a program thread's: above its start routine's frame (lifecycle.c), 0 unknown
 } ms_tls_t;
 extern __thread ms_tls_t ms_tls TLS_ATTR;
 #define INTERNAL_GUARD (1 << 20) // the guard of a thread this library started, for life

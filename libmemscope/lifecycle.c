@@ -163,6 +163,80 @@ static int own_stack(const pthread_attr_t *attr, pthread_attr_t *own) {
 	return 1;
 }
 
+// The program's threads are counted (from start to end, however they end):
+// when main calls pthread_exit the process must end with the last of them,
+// as it does bare, although msmemscope's own threads live on (pthread_exit).
+static long prog_threads;
+static pthread_mutex_t prog_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t prog_cv = PTHREAD_COND_INITIALIZER;
+
+static void prog_end(void *unused) {
+	(void)unused;
+	pthread_mutex_lock(&prog_mu);
+	if (--prog_threads == 0) pthread_cond_broadcast(&prog_cv);
+	pthread_mutex_unlock(&prog_mu);
+}
+
+// A program thread's start record is taken from this library's own memory,
+// never the heap: glibc keeps the thread's argument in its descriptor, where
+// the leak scan would read it as a pointer to whatever block reused the
+// memory. A record is held only until its thread starts.
+#define TRAMPS 1024
+static struct tramp tramps[TRAMPS];
+static int tramp_free[TRAMPS], tramp_nfree = -1;
+static atomic_flag tramp_lock = ATOMIC_FLAG_INIT;
+
+static struct tramp *tramp_get(void) {
+	struct tramp *t = NULL;
+	while (atomic_flag_test_and_set_explicit(&tramp_lock, memory_order_acquire)) {
+	}
+	if (tramp_nfree < 0)
+		for (tramp_nfree = 0; tramp_nfree < TRAMPS; tramp_nfree++) tramp_free[tramp_nfree] = TRAMPS - 1 - tramp_nfree;
+	if (tramp_nfree > 0) t = &tramps[tramp_free[--tramp_nfree]];
+	atomic_flag_clear_explicit(&tramp_lock, memory_order_release);
+	return t;
+}
+
+static void tramp_put(struct tramp *t) {
+	while (atomic_flag_test_and_set_explicit(&tramp_lock, memory_order_acquire)) {
+	}
+	tramp_free[tramp_nfree++] = (int)(t - tramps);
+	atomic_flag_clear_explicit(&tramp_lock, memory_order_release);
+}
+
+static void *program_start(void *v) {
+	struct tramp tr = *(struct tramp *)v;
+	tramp_put(v);
+	// Below this frame's top lie the thread's own frames: dead once it
+	// ends (the leak scan leaves them out, exitscan.c), this one included.
+	ms_tls.frames_top = (uintptr_t)__builtin_frame_address(0) + 16;
+	void *r;
+	pthread_cleanup_push(prog_end, NULL);
+	r = tr.fn(tr.arg);
+	pthread_cleanup_pop(1);
+	return r;
+}
+
+typedef void (*pthread_exit_fn)(void *) __attribute__((noreturn));
+static pthread_exit_fn real_pthread_exit;
+
+void pthread_exit(void *ret) {
+	if (!real_pthread_exit) {
+		guard_up();
+		real_pthread_exit = (pthread_exit_fn)dlsym(RTLD_NEXT, "pthread_exit");
+		guard_down();
+	}
+	if (!in_child() && (pid_t)syscall(SYS_gettid) == ms_mypid && atomic_load(&ms_state) == 2) {
+		// main leaves: the process ends, with status 0, when the last of
+		// the program's threads does.
+		pthread_mutex_lock(&prog_mu);
+		while (prog_threads > 0) pthread_cond_wait(&prog_cv, &prog_mu);
+		pthread_mutex_unlock(&prog_mu);
+		exit(0);
+	}
+	real_pthread_exit(ret);
+}
+
 int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
 	if (!real_pthread_create) {
 		guard_up();
@@ -191,7 +265,19 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 		guard_down();
 		return rc;
 	}
-	return real_pthread_create(th, attr, fn, arg);
+	struct tramp *tr = tramp_get();
+	if (!tr) return real_pthread_create(th, attr, fn, arg); // 1024 threads starting at once: not counted
+	tr->fn = fn;
+	tr->arg = arg;
+	pthread_mutex_lock(&prog_mu);
+	prog_threads++;
+	pthread_mutex_unlock(&prog_mu);
+	int rc = real_pthread_create(th, attr, program_start, tr);
+	if (rc) {
+		tramp_put(tr);
+		prog_end(NULL);
+	}
+	return rc;
 }
 
 // ---- fork and exec ----

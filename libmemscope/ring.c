@@ -18,7 +18,9 @@ HIDDEN void thr_key_dtor(void *v) {
 	if (t && tls_thr == t) {
 		// Below this frame, the thread's frames are dead; above it are
 		// glibc's start frame, the thread's descriptor and its TLS.
-		if (t->stack_lo) dead_stack_note(t->stack_lo, (uintptr_t)__builtin_frame_address(0));
+		uintptr_t top = (uintptr_t)__builtin_frame_address(0);
+		if (ms_tls.frames_top > top && ms_tls.frames_top < t->stack_hi) top = ms_tls.frames_top;
+		if (t->stack_lo) dead_stack_note(t->stack_lo, top);
 		half_close(t);
 		ms_tls.prev = t;
 		set_thr(NULL);

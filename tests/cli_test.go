@@ -292,3 +292,18 @@ func TestCLIHelp(t *testing.T) {
 		t.Error("--help does not give the default call stack depth (50)")
 	}
 }
+
+// TestMainPthreadExit: a program whose main calls pthread_exit ends when its
+// last thread does, exit code 0, its capture whole (it hung: msmemscope's
+// own threads kept the process alive).
+func TestMainPthreadExit(t *testing.T) {
+	bin := compile(t, "mainexit.c", "", "-pthread")
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, 30*time.Second, "", "--output="+out, bin)
+	if r.Code != 0 {
+		t.Fatalf("exit %d, want 0\n%s", r.Code, r.Stderr)
+	}
+	if c := readConfig(t, readManifest(t, out).main(t).Folder); c.Ended != "exit" {
+		t.Errorf("config.json: ended %q, want exit", c.Ended)
+	}
+}

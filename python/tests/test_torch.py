@@ -238,8 +238,11 @@ def test_hooks_record_nothing_of_their_own(tmp_path_factory):
             name, len(ours), ours[0]["Call Stack(Python)"][:300])
     launches = sum(1 for r in on.rows() if r["Event"] == "OP_LAUNCH" and r["Event Type"] == "ATEN_START")
     assert launches > 100
-    assert on_cfg["events_not_written"].get("msmemscope_own", 0) > 0, on_cfg["events_not_written"]
-    assert "msmemscope_own" not in off_cfg["events_not_written"], off_cfg["events_not_written"]
+    # (without the hooks, msmemscope_own counts the loader's records of the
+    # unwinder msmemscope loads: the hooks add theirs)
+    own_on = on_cfg["events_not_written"].get("msmemscope_own", 0)
+    own_off = off_cfg["events_not_written"].get("msmemscope_own", 0)
+    assert own_on > own_off + launches, (on_cfg["events_not_written"], off_cfg["events_not_written"])
     extra = len(host["on"]) - len(host["off"])
     print("HOST rows: hooks on %d, off %d: %+d for %d launches (%.1f a launch)" % (
         len(host["on"]), len(host["off"]), extra, launches, extra / launches))
