@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"msmemscope/trace"
+
+	"msmemscope/internal/safefs"
 )
 
 // Compare (SPEC §5.2): the launch sequences of two captures are aligned by a
@@ -259,9 +261,9 @@ func (r *CompareReport) Summary(top int) string {
 
 func signedBytes(n int64) string {
 	if n < 0 {
-		return "-" + leakHumanBytes(uint64(-n))
+		return "-" + safefs.HumanBytes(uint64(-n))
 	}
-	return leakHumanBytes(uint64(n))
+	return safefs.HumanBytes(uint64(n))
 }
 
 // ---------------------------------------------------------------------------

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"msmemscope/trace"
+
+	"msmemscope/internal/safefs"
 )
 
 // Inefficient memory (SPEC §5.3). The api id of a process counts its
@@ -506,14 +508,14 @@ func (r *IneffReport) Summary(top int) string {
 		r.Input, r.Rows, r.APIs, r.Judged, r.MemSize, r.IdleThreshold)
 	for _, t := range r.Types {
 		s := r.Totals[t]
-		fmt.Fprintf(&b, "  %-19s %6d block%s %10s  %d api%s wasted\n", t, s.Blocks, leakPlural(s.Blocks), leakHumanBytes(s.Bytes), s.APISpan, leakPlural(int(s.APISpan)))
+		fmt.Fprintf(&b, "  %-19s %6d block%s %10s  %d api%s wasted\n", t, s.Blocks, leakPlural(s.Blocks), safefs.HumanBytes(s.Bytes), s.APISpan, leakPlural(int(s.APISpan)))
 	}
 	if len(r.Blocks) > 0 && top > 0 {
 		bs := slices.Clone(r.Blocks)
 		slices.SortStableFunc(bs, func(x, y IneffBlock) int { return cmp.Compare(y.Size, x.Size) })
 		b.WriteString("  largest:\n")
 		for _, x := range bs[:min(top, len(bs))] {
-			fmt.Fprintf(&b, "    ID %d: %s %s (allocation_id %d): %s\n", x.ID, leakHumanBytes(x.Size), x.EventType, x.AllocID, strings.Join(x.Types, "|"))
+			fmt.Fprintf(&b, "    ID %d: %s %s (allocation_id %d): %s\n", x.ID, safefs.HumanBytes(x.Size), x.EventType, x.AllocID, strings.Join(x.Types, "|"))
 		}
 	}
 	switch {

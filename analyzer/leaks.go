@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"msmemscope/internal/safefs"
 	"msmemscope/trace"
 )
 
@@ -353,8 +354,8 @@ func (r *LeakReport) Summary(top int) string {
 		stepBytes += r.StepLeaks[i].Size
 	}
 	fmt.Fprintf(&b, "leaks: %d step leak%s (%s) over %d step%s; %d block%s (%s) alive at exit from %d call site%s\n",
-		len(r.StepLeaks), leakPlural(len(r.StepLeaks)), leakHumanBytes(stepBytes), r.Steps, leakPlural(r.Steps),
-		r.ExitBlocks, leakPlural(r.ExitBlocks), leakHumanBytes(r.ExitBytes), len(r.ExitLeaks), leakPlural(len(r.ExitLeaks)))
+		len(r.StepLeaks), leakPlural(len(r.StepLeaks)), safefs.HumanBytes(stepBytes), r.Steps, leakPlural(r.Steps),
+		r.ExitBlocks, leakPlural(r.ExitBlocks), safefs.HumanBytes(r.ExitBytes), len(r.ExitLeaks), leakPlural(len(r.ExitLeaks)))
 	if r.ByKind != nil {
 		b.WriteString("leak summary:")
 		for i, k := range LeakKinds {
@@ -363,7 +364,7 @@ func (r *LeakReport) Summary(top int) string {
 			if i == 0 {
 				sep = ""
 			}
-			fmt.Fprintf(&b, "%s %s: %s in %d block%s", sep, strings.ReplaceAll(k, "_", " "), leakHumanBytes(t.Bytes), t.Blocks, leakPlural(t.Blocks))
+			fmt.Fprintf(&b, "%s %s: %s in %d block%s", sep, strings.ReplaceAll(k, "_", " "), safefs.HumanBytes(t.Bytes), t.Blocks, leakPlural(t.Blocks))
 		}
 		b.WriteString("\n")
 	}
@@ -388,7 +389,7 @@ func leakWriteSites(b *strings.Builder, gs []LeakGroup, top int) {
 		if g.Kind != "" {
 			kind = strings.ReplaceAll(g.Kind, "_", " ") + ": "
 		}
-		fmt.Fprintf(b, "  %10s in %d block%s  %s%s\n", leakHumanBytes(g.Bytes), g.Count, leakPlural(g.Count), kind, leakCallSite(g.Stack, 3))
+		fmt.Fprintf(b, "  %10s in %d block%s  %s%s\n", safefs.HumanBytes(g.Bytes), g.Count, leakPlural(g.Count), kind, leakCallSite(g.Stack, 3))
 	}
 	if len(gs) > top {
 		fmt.Fprintf(b, "  ... and %d more call site%s\n", len(gs)-top, leakPlural(len(gs)-top))
@@ -431,20 +432,6 @@ func leakCallSite(stack string, frames int) string {
 		s += fmt.Sprintf(" < ... (%d more)", n-frames)
 	}
 	return s
-}
-
-// leakHumanBytes formats a byte count: "512 B", "4.0 KiB", "1.5 MiB".
-func leakHumanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return strconv.FormatUint(n, 10) + " B"
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func leakPlural(n int) string {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"msmemscope/trace"
+
+	"msmemscope/internal/safefs"
 )
 
 // seq builds a process's event sequence.
@@ -266,8 +268,8 @@ func TestLeakSummaryEmpty(t *testing.T) {
 
 func TestLeakHelpers(t *testing.T) {
 	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 5 << 20: "5.0 MiB", 3 << 30: "3.0 GiB"} {
-		if got := leakHumanBytes(n); got != want {
-			t.Errorf("leakHumanBytes(%d) = %q, want %q", n, got, want)
+		if got := safefs.HumanBytes(n); got != want {
+			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 	if got := leakCallSite("a;b;c;d", 2); got != "a < b < ... (2 more)" {

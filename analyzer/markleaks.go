@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"msmemscope/trace"
+
+	"msmemscope/internal/safefs"
 )
 
 // Mark leaks (SPEC §5.1, offline check_leaks): the marks whose message is
@@ -205,7 +207,7 @@ func (r *MarkLeakReport) Summary(top int) string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, "  %d block%s (%s) allocated between A and B are not freed before C:\n",
-		len(r.Leaks), leakPlural(len(r.Leaks)), leakHumanBytes(r.Bytes))
+		len(r.Leaks), leakPlural(len(r.Leaks)), safefs.HumanBytes(r.Bytes))
 	for i := range r.Leaks[:min(top, len(r.Leaks))] {
 		l := &r.Leaks[i]
 		site := ""
@@ -215,7 +217,7 @@ func (r *MarkLeakReport) Summary(top int) string {
 		case l.PyStack != "":
 			site = "  " + leakCallSite(l.PyStack, 3)
 		}
-		fmt.Fprintf(&b, "    ID %d: %s %s at %s (allocation_id %d, device %s, owner %s)%s\n", l.ID, leakHumanBytes(l.Size),
+		fmt.Fprintf(&b, "    ID %d: %s %s at %s (allocation_id %d, device %s, owner %s)%s\n", l.ID, safefs.HumanBytes(l.Size),
 			l.EventType, l.Ptr, l.AllocID, leakNA(l.Device), leakNA(l.Owner), site)
 	}
 	if len(r.Leaks) > top {

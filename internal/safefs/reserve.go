@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -44,13 +45,13 @@ type ErrReserve struct {
 
 func (e *ErrReserve) Error() string {
 	return fmt.Sprintf("stopped writing %s: its file system has %s free, and msmemscope keeps %s free (1 GiB, or 5%% of the file system if less; MSMEMSCOPE_DISK_RESERVE sets another)",
-		e.Path, humanBytes(e.Free), humanBytes(e.Reserve))
+		e.Path, HumanBytes(e.Free), HumanBytes(e.Reserve))
 }
 
 // CheckReserve returns an *ErrReserve when writing n more bytes to path
 // would leave less than the reserve free.
 func CheckReserve(path string, n uint64) error {
-	reserve, free, err := Reserve(dirOf(path))
+	reserve, free, err := Reserve(filepath.Dir(path))
 	if err != nil {
 		return nil // nothing to measure by: the write itself will tell
 	}
@@ -58,18 +59,6 @@ func CheckReserve(path string, n uint64) error {
 		return &ErrReserve{Path: path, Free: free, Reserve: reserve}
 	}
 	return nil
-}
-
-func dirOf(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if p[i] == '/' {
-			if i == 0 {
-				return "/"
-			}
-			return p[:i]
-		}
-	}
-	return "."
 }
 
 // reserveWriter stops writing path when the reserve would be crossed.
@@ -93,7 +82,8 @@ func (r *reserveWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func humanBytes(n uint64) string {
+// HumanBytes formats a byte count: "512 B", "4.0 KiB", "1.5 MiB".
+func HumanBytes(n uint64) string {
 	const unit = 1024
 	if n < unit {
 		return strconv.FormatUint(n, 10) + " B"
