@@ -1,8 +1,6 @@
 package leakscan
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -10,39 +8,20 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"msmemscope/symbolize"
 )
 
 // Mapping is one line of /proc/self/maps.
-type Mapping struct {
-	Lo, Hi uint64
-	Perms  string // "rw-p"
-	Path   string // "" for anonymous memory, "[stack]", a file
-}
+type Mapping = symbolize.MapsLine
 
 // ReadMaps parses a /proc/<pid>/maps text.
 func ReadMaps(text []byte) []Mapping {
 	var out []Mapping
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 5 {
-			continue
+	for _, line := range strings.Split(string(text), "\n") {
+		if m, ok := symbolize.ParseMapsLine(line); ok {
+			out = append(out, m)
 		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		if !ok {
-			continue
-		}
-		l, err1 := strconv.ParseUint(lo, 16, 64)
-		h, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		m := Mapping{Lo: l, Hi: h, Perms: f[1]}
-		if len(f) >= 6 {
-			m.Path = strings.Join(f[5:], " ")
-		}
-		out = append(out, m)
 	}
 	return out
 }

@@ -84,8 +84,17 @@ func New(maps string) *Symbolizer {
 	return s
 }
 
-func parseMapsLine(line string) *mapping {
-	// start-end perms offset dev inode [path]; the path may contain spaces.
+// MapsLine is one line of /proc/<pid>/maps.
+type MapsLine struct {
+	Lo, Hi, Offset uint64
+	Perms          string // "rw-p"
+	Path           string // "" for anonymous memory, "[stack]", a file
+	Deleted        bool   // the file was deleted (" (deleted)" cut from Path)
+}
+
+// ParseMapsLine parses one line of /proc/<pid>/maps: start-end perms
+// offset dev inode [path], the path possibly holding spaces.
+func ParseMapsLine(line string) (MapsLine, bool) {
 	rest := strings.TrimSpace(line)
 	var f [5]string
 	for i := range f {
@@ -97,26 +106,30 @@ func parseMapsLine(line string) *mapping {
 			f[i], rest = rest[:j], rest[j:]
 		}
 		if f[i] == "" {
-			return nil
+			return MapsLine{}, false
 		}
 	}
 	lo, hi, ok := strings.Cut(f[0], "-")
 	if !ok {
-		return nil
+		return MapsLine{}, false
 	}
 	start, err1 := strconv.ParseUint(lo, 16, 64)
 	end, err2 := strconv.ParseUint(hi, 16, 64)
 	off, err3 := strconv.ParseUint(f[2], 16, 64)
 	if err1 != nil || err2 != nil || err3 != nil || end <= start || len(f[1]) < 3 {
+		return MapsLine{}, false
+	}
+	m := MapsLine{Lo: start, Hi: end, Offset: off, Perms: f[1], Path: strings.TrimSpace(rest)}
+	m.Path, m.Deleted = strings.CutSuffix(m.Path, " (deleted)")
+	return m, true
+}
+
+func parseMapsLine(line string) *mapping {
+	l, ok := ParseMapsLine(line)
+	if !ok {
 		return nil
 	}
-	m := &mapping{start: start, end: end, offset: off, exec: f[1][2] == 'x'}
-	path := strings.TrimSpace(rest)
-	if p, ok := strings.CutSuffix(path, " (deleted)"); ok {
-		path, m.deleted = p, true
-	}
-	m.path = path
-	return m
+	return &mapping{start: l.Lo, end: l.Hi, offset: l.Offset, exec: l.Perms[2] == 'x', path: l.Path, deleted: l.Deleted}
 }
 
 func moduleName(path string) string {
