@@ -57,14 +57,9 @@ int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint3
 int msmemscope_own(int on) {
 	if (in_child()) return -1;
 	ready();
-	if (on) {
-		ms_tls.own++;
-		ms_tls.fast = NULL;
-	} else if (ms_tls.own > 0) {
-		if (--ms_tls.own == 0 && !ms_tls.guard) ms_tls.fast = ms_tls.thr;
-	} else {
-		return -1;
-	}
+	if (on) own_up();
+	else if (ms_tls.own > 0) own_down();
+	else return -1;
 	return 0;
 }
 

@@ -183,6 +183,14 @@ static inline void guard_up(void) {
 static inline void guard_down(void) {
 	if (--ms_tls.guard == 0 && !ms_tls.own) ms_tls.fast = ms_tls.thr;
 }
+// msmemscope's own work on this thread (msmemscope_own): recorded F_OWN.
+static inline void own_up(void) {
+	ms_tls.own++;
+	ms_tls.fast = NULL;
+}
+static inline void own_down(void) {
+	if (--ms_tls.own == 0 && !ms_tls.guard) ms_tls.fast = ms_tls.thr;
+}
 static inline void set_thr(ms_thr *t) {
 	ms_tls.thr = t;
 	ms_tls.fast = ms_tls.guard || ms_tls.own ? NULL : t;

@@ -62,12 +62,11 @@ HIDDEN void stacks_load(void) {
 	// reads them as blocks, instead of unrecorded heap it cannot see.
 	int guard = ms_tls.guard;
 	ms_tls.guard = 0;
-	ms_tls.own++;
-	ms_tls.fast = NULL;
+	own_up();
 	unw_lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-	ms_tls.own--;
+	own_down();
 	ms_tls.guard = guard;
-	ms_tls.fast = guard || ms_tls.own ? NULL : ms_tls.thr;
+	if (guard) ms_tls.fast = NULL;
 	if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
 }
 
