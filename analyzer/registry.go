@@ -22,7 +22,8 @@ import (
 type Param = spec.Param
 
 // Analysis is one analysis over a stream of events: it is fed the rows of
-// the kinds it reads (spec.Analysis.Reads), then finished once.
+// the kinds it reads (spec.Analysis.Reads), then finished once. The events
+// are reused: an analysis copies what it keeps of e, never e itself.
 type Analysis interface {
 	Observe(e *trace.Event)
 	Finish() (*Result, error)

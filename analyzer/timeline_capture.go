@@ -213,7 +213,7 @@ func parseLog(path string, step uint64) logSpan {
 			span.max = append(span.max, total) // an interval starts at the level it inherits
 		}
 		span.lastNs = ns
-		k := spool.BlockKey{Sub: r.Flags & format.FSubMask, Ptr: r.A}
+		k := spool.KeyOf(r)
 		if r.Kind == format.RMalloc {
 			if r.Flags&format.FUndo != 0 {
 				continue

@@ -188,10 +188,10 @@ func (r *Rotator) settle() map[int32][]byte {
 
 func sortKeys(keys []spool.BlockKey) {
 	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].Ptr != keys[j].Ptr {
-			return keys[i].Ptr < keys[j].Ptr
+		if keys[i].Ptr() != keys[j].Ptr() {
+			return keys[i].Ptr() < keys[j].Ptr()
 		}
-		return keys[i].Sub < keys[j].Sub
+		return keys[i].Sub() < keys[j].Sub()
 	})
 }
 
@@ -200,7 +200,7 @@ func sortKeys(keys []spool.BlockKey) {
 // them: with rotating logs, no one file holds the whole run).
 func (r *Rotator) LiveHost() (addrs, sizes []uint64) {
 	for k, st := range r.live {
-		if k.Sub != format.FHost {
+		if k.Sub() != format.FHost {
 			continue
 		}
 		l := st.pre
@@ -214,7 +214,7 @@ func (r *Rotator) LiveHost() (addrs, sizes []uint64) {
 		if !ok {
 			continue
 		}
-		addrs = append(addrs, k.Ptr)
+		addrs = append(addrs, k.Ptr())
 		sizes = append(sizes, rec.B)
 	}
 	return addrs, sizes

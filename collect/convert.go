@@ -285,5 +285,6 @@ func newDecoder(sp *spool.Spool, dir string, meta *spool.ProcessMeta, cfg config
 	d := spool.NewDecoder(sp, dir, meta, cfg)
 	d.SymbolizeWith(mapsFile, "")
 	d.UseTorch(torch)
+	d.ReuseEvents() // eachEvent copies them
 	return d
 }

@@ -1,7 +1,6 @@
 package collect
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -51,16 +50,12 @@ func WriteDump(path string, opt DumpOptions, fill func(RowWriter) error) (uint64
 	}
 	var rows uint64
 	err := safefs.WriteDerived(path, func(f io.Writer) error {
-		bw := bufio.NewWriterSize(f, 1<<20)
-		cw := trace.NewCSVWriter(bw)
+		cw := trace.NewCSVWriter(f) // buffers whole: no bufio, no second copy
 		if err := fill(cw); err != nil {
 			return err
 		}
-		if err := cw.Flush(); err != nil {
-			return err
-		}
 		rows = cw.Rows()
-		return bw.Flush()
+		return cw.Flush()
 	})
 	return rows, err
 }
@@ -71,23 +66,31 @@ func pythonTraces(dumpDir string) []string {
 	return traces
 }
 
-// batch is a run of decoded events handed from the decoder to the writer.
+// batch is a run of decoded events handed from the decoder to the writer:
+// copies, as the decoder reuses its events (Decoder.ReuseEvents).
 type batch struct {
-	events []*trace.Event
+	events []trace.Event
 	err    error
 }
 
+const batchSize = 4096
+
 // decodeBatches runs next on its own goroutine, so decoding the spool and
 // formatting the dump use both cores. The channel closes at the end (or
-// after a batch carrying an error).
-func decodeBatches(next func() (*trace.Event, error)) <-chan batch {
+// after a batch carrying an error). Batches the consumer is done with come
+// back through free.
+func decodeBatches(next func() (*trace.Event, error), free <-chan []trace.Event) <-chan batch {
 	out := make(chan batch, 8)
 	go func() {
 		defer close(out)
-		const size = 4096
 		for {
-			b := batch{events: make([]*trace.Event, 0, size)}
-			for len(b.events) < size {
+			var b batch
+			select {
+			case b.events = <-free:
+			default:
+				b.events = make([]trace.Event, 0, batchSize)
+			}
+			for len(b.events) < batchSize {
 				e, err := next()
 				if err != nil {
 					b.err = err
@@ -96,12 +99,12 @@ func decodeBatches(next func() (*trace.Event, error)) <-chan batch {
 				if e == nil {
 					break
 				}
-				b.events = append(b.events, e)
+				b.events = append(b.events, *e)
 			}
 			if len(b.events) > 0 || b.err != nil {
 				out <- b
 			}
-			if b.err != nil || len(b.events) < size {
+			if b.err != nil || len(b.events) < batchSize {
 				return
 			}
 		}
@@ -110,9 +113,11 @@ func decodeBatches(next func() (*trace.Event, error)) <-chan batch {
 }
 
 // eachEvent hands f every event next decodes (on another goroutine), in
-// order, until the end or an error.
+// order, until the end or an error. next may reuse its events; f must not
+// keep e after it returns.
 func eachEvent(next func() (*trace.Event, error), f func(*trace.Event) error) error {
-	batches := decodeBatches(next)
+	free := make(chan []trace.Event, 10)
+	batches := decodeBatches(next, free)
 	defer func() {
 		for range batches { // let the decoder finish if f stopped early
 		}
@@ -121,10 +126,14 @@ func eachEvent(next func() (*trace.Event, error), f func(*trace.Event) error) er
 		if b.err != nil {
 			return b.err
 		}
-		for _, e := range b.events {
-			if err := f(e); err != nil {
+		for i := range b.events {
+			if err := f(&b.events[i]); err != nil {
 				return err
 			}
+		}
+		select {
+		case free <- b.events[:0]:
+		default:
 		}
 	}
 	return nil

@@ -33,7 +33,7 @@ type Decoder struct {
 	meta     *ProcessMeta
 	cfg      config.Config
 	pid      int64
-	live     map[BlockKey]*block
+	live     map[BlockKey]block
 	ranges   map[uint64]string
 	steps    trace.StepTracker
 	nextID   uint64
@@ -43,6 +43,9 @@ type Decoder struct {
 	exec     string
 	forks    []int
 	pending  []*trace.Event // a shadow MALLOC waits here before its FREE
+	arena    []trace.Event  // where the next events are made (slot)
+	arenaAt  []trace.Event  // the arena from its start, when events are reused
+	reuse    bool           // ReuseEvents
 	lastFree map[int32]BlockKey
 	lastSize map[int32]uint64
 
@@ -114,7 +117,7 @@ func (d *Decoder) Order() OrderStats { return d.r.Stats }
 func NewDecoder(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) *Decoder {
 	d := &Decoder{
 		r: sp.Reader(), meta: meta, cfg: cfg, pid: int64(meta.Pid),
-		live: map[BlockKey]*block{}, ranges: map[uint64]string{}, unrowed: map[string]uint64{},
+		live: map[BlockKey]block{}, ranges: map[uint64]string{}, unrowed: map[string]uint64{},
 		lastFree: map[int32]BlockKey{}, lastSize: map[int32]uint64{},
 		symDir: dir, stackMemo: map[string]string{},
 		sp: sp, pyMemo: map[string]string{}, pyLines: map[PyFrame]int{}, scopes: map[int32][]string{},
@@ -287,7 +290,15 @@ func (d *Decoder) emit(e *trace.Event) *trace.Event {
 	return e
 }
 
+// ReuseEvents lets Next reuse its events: each is valid only until the next
+// call. The memory then stays in the cache instead of a new 264 bytes a row.
+func (d *Decoder) ReuseEvents() { d.reuse = true }
+
+// Next returns the next row's event, or nil at the end.
 func (d *Decoder) Next() (*trace.Event, error) {
+	if d.reuse && len(d.pending) == 0 {
+		d.arena = d.arenaAt // no event handed out before is in use
+	}
 	if len(d.pending) > 0 {
 		e := d.pending[0]
 		d.pending = d.pending[1:]
@@ -301,7 +312,11 @@ func (d *Decoder) Next() (*trace.Event, error) {
 		d.records++
 		pend := len(d.pending)
 		d.reason = NotWrittenOption
-		ev := d.record(r, ns)
+		e := d.slot(ns, r.Tid)
+		ev := d.record(r, e)
+		if ev != nil || len(d.pending) != pend {
+			d.arena = d.arena[1:] // e may be in use: the next record gets a fresh one
+		}
 		if !isEvent(r.Kind) {
 			if ev != nil {
 				return d.emit(ev), nil
@@ -325,10 +340,25 @@ func (d *Decoder) Next() (*trace.Event, error) {
 	}
 }
 
-// record turns one record into its first row (nil: none; others wait in
-// d.pending), setting d.reason when it makes none.
-func (d *Decoder) record(r *Rec, ns uint64) *trace.Event {
-	e := &trace.Event{Timestamp: ns, Tid: int64(r.Tid)}
+// slot is the event the next record fills: the first of d.arena, which Next
+// moves past once the record made a row. Events come from arenas of
+// eventArena, allocated whole: one allocation per row was a fifth of the
+// conversion's time.
+func (d *Decoder) slot(ns uint64, tid int32) *trace.Event {
+	if len(d.arena) == 0 {
+		d.arena = make([]trace.Event, eventArena)
+		d.arenaAt = d.arena
+	}
+	e := &d.arena[0]
+	*e = trace.Event{Timestamp: ns, Tid: int64(tid)}
+	return e
+}
+
+const eventArena = 256
+
+// record turns one record into its first row, filling e (nil: none; others
+// wait in d.pending), setting d.reason when it makes none.
+func (d *Decoder) record(r *Rec, e *trace.Event) *trace.Event {
 	switch r.Kind {
 	case format.RMalloc:
 		return d.malloc(r, e)
@@ -388,7 +418,7 @@ func owner(typ string) string {
 }
 
 func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
-	key := BlockKey{Sub: r.Flags & format.FSubMask, Ptr: r.A}
+	key := KeyOf(r)
 	size := r.B
 	if r.Flags&format.FUndo != 0 {
 		// A failed realloc: the block freed just before lives on.
@@ -399,28 +429,29 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 		size = d.lastSize[r.Tid]
 	}
 	inherited := r.Flags&format.FInherit != 0
-	if _, ok := d.live[key]; ok && inherited {
+	if _, ok := d.live[key]; inherited && ok {
 		d.reason = NotWrittenRepeat
 		return nil // a later rotated log repeats a block already live
 	}
 	if r.Flags&format.FOwn != 0 {
 		// msmemscope's own work (its operator hooks): tracked so that
 		// its FREE pairs, never a row.
-		d.live[key] = &block{size: size, own: true, tid: r.Tid}
+		d.live[key] = block{size: size, own: true, tid: r.Tid}
 		d.reason = NotWrittenOwn
 		return nil
 	}
 	d.nextAID++
-	b := &block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid}
-	d.live[key] = b // replaces a block whose FREE was never seen
+	b := block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid}
 	if b.hidden {
 		if !d.fast {
 			b.cstack = d.cstack(r)
 			b.pystack = d.pystack(r)
 		}
+		d.live[key] = b
 		d.reason = NotWrittenOff
 		return nil
 	}
+	d.live[key] = b // replaces a block whose FREE was never seen
 	e.Kind = trace.KindMalloc
 	e.Type = subType(r.Flags)
 	e.Device = trace.DeviceHost
@@ -442,7 +473,7 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 }
 
 func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
-	key := BlockKey{Sub: r.Flags & format.FSubMask, Ptr: r.A}
+	key := KeyOf(r)
 	b, ok := d.live[key]
 	if !ok {
 		d.reason = NotWrittenUntracked
@@ -482,7 +513,7 @@ func (d *Decoder) leakKinds(r *Rec) {
 	}
 	for i := 0; i+8 <= len(r.Payload) && uint64(i/8) < r.A; i += 8 {
 		u := binary.LittleEndian.Uint64(r.Payload[i:])
-		if b, ok := d.live[BlockKey{Sub: format.FHost, Ptr: u & (1<<56 - 1)}]; ok && !b.own {
+		if b, ok := d.live[MakeKey(format.FHost, u&(1<<56-1))]; ok && !b.own {
 			d.kinds[b.id] = uint8(u >> 56)
 		}
 	}

@@ -33,11 +33,21 @@ import (
 // address within one stamp's window) admit two pairings: the merge takes
 // the one its estimates give, and counts it as ambiguous.
 
-// BlockKey names a block: its kind (format.FHost, FMmap) and address.
-type BlockKey struct {
-	Sub uint16
-	Ptr uint64
+// BlockKey names a block: its kind (format.FHost, FMmap) in the top four
+// bits and its address below (user-space addresses need at most 57 bits).
+// One integer, so that the maps keyed by it hash as fast as they can.
+type BlockKey uint64
+
+// MakeKey is the key of the block of kind sub (format.FSubMask bits) at ptr.
+func MakeKey(sub uint16, ptr uint64) BlockKey {
+	return BlockKey(ptr&(1<<60-1) | uint64(sub&format.FSubMask)<<60)
 }
+
+// Sub is the block's kind (format.FHost, FMmap).
+func (k BlockKey) Sub() uint16 { return uint16(k >> 60) }
+
+// Ptr is the block's address.
+func (k BlockKey) Ptr() uint64 { return uint64(k) & (1<<60 - 1) }
 
 // OrderStats counts what the ordering repair did and could not do.
 // config.json writes it as "order".
@@ -50,15 +60,18 @@ type OrderStats struct {
 
 type cursorHeap []*threadCursor
 
-func (h cursorHeap) Len() int { return len(h) }
-func (h cursorHeap) Less(i, j int) bool {
-	if h[i].ns != h[j].ns {
-		return h[i].ns < h[j].ns
+func (h cursorHeap) Len() int           { return len(h) }
+func (h cursorHeap) Less(i, j int) bool { return h.Less2(h[i], h[j]) }
+
+// Less2 is the merge's order: by estimated time, then thread, then sequence.
+func (cursorHeap) Less2(a, b *threadCursor) bool {
+	if a.ns != b.ns {
+		return a.ns < b.ns
 	}
-	if h[i].tid != h[j].tid {
-		return h[i].tid < h[j].tid
+	if a.tid != b.tid {
+		return a.tid < b.tid
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
 func (h cursorHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
@@ -119,10 +132,10 @@ func (r *Reader) SetLive(live func(BlockKey) bool) {
 }
 
 // KeyOf is the block a MALLOC or FREE record names.
-func KeyOf(rec *Rec) BlockKey { return BlockKey{Sub: rec.Flags & format.FSubMask, Ptr: rec.A} }
+func KeyOf(rec *Rec) BlockKey { return MakeKey(rec.Flags, rec.A) }
 
 func recentSlot(k BlockKey) int {
-	return int((k.Ptr>>4 ^ uint64(k.Sub)*0x9E3779B97F4A7C15) * 0x9E3779B97F4A7C15 >> 50)
+	return int((uint64(k)>>4 ^ uint64(k.Sub())*0x9E3779B97F4A7C15) * 0x9E3779B97F4A7C15 >> 50)
 }
 
 // ordered reports whether rec is a MALLOC or FREE whose order the
@@ -315,8 +328,12 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 				heap.Push(&r.h, c)
 			}
 		}
-	} else if r.last != nil {
-		c := r.last
+	}
+	// fresh is the cursor of the record last delivered, moved on: it goes
+	// first without a trip through the heap when nothing comes before it
+	// (one thread, or a thread's run of records between others').
+	var fresh *threadCursor
+	if c := r.last; c != nil {
 		r.last = nil
 		ok, err := c.load(r.s)
 		if err != nil {
@@ -324,7 +341,7 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 		}
 		if ok {
 			c.seq++
-			heap.Push(&r.h, c)
+			fresh = c
 		}
 	}
 	if r.wake {
@@ -332,13 +349,22 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 		r.wakeOn(r.wakeKey)
 	}
 	for {
-		if r.nPark > 0 {
-			r.releaseStale()
+		var c *threadCursor
+		if fresh != nil && r.nPark == 0 && (len(r.h) == 0 || !r.h.Less2(r.h[0], fresh)) {
+			c, fresh = fresh, nil
+		} else {
+			if fresh != nil {
+				heap.Push(&r.h, fresh)
+				fresh = nil
+			}
+			if r.nPark > 0 {
+				r.releaseStale()
+			}
+			if len(r.h) == 0 {
+				return nil, 0, nil
+			}
+			c = heap.Pop(&r.h).(*threadCursor)
 		}
-		if len(r.h) == 0 {
-			return nil, 0, nil
-		}
-		c := heap.Pop(&r.h).(*threadCursor)
 		if r.blocked(c) {
 			r.park(c)
 			continue
@@ -352,8 +378,10 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 			k := KeyOf(&c.cur)
 			lo, hi := c.tight()
 			r.recent[recentSlot(k)] = lastOn{key: k, tid: c.tid, kind: c.cur.Kind, lo: lo, hi: hi}
-			if _, ok := r.parked[k]; ok {
-				r.wakeKey, r.wake = k, true
+			if r.nPark > 0 {
+				if _, ok := r.parked[k]; ok {
+					r.wakeKey, r.wake = k, true
+				}
 			}
 		}
 		return &c.cur, c.ns, nil

@@ -578,13 +578,14 @@ type threadCursor struct {
 	parkKey BlockKey // the address it is held back on, while in Reader.parked (order.go)
 }
 
-// raw reads the next record of the thread; its payload stays valid because
-// every chunk gets a fresh buffer.
-func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
+// raw reads the next record of the thread into rec; its payload stays
+// valid because every chunk gets a fresh buffer. (Records are filled in
+// place: a Rec is 64 bytes, and copying it out of each layer showed.)
+func (c *threadCursor) raw(f io.ReaderAt, rec *Rec) (bool, error) {
 	for {
-		rec, ok, err := c.next(f)
+		ok, err := c.next(f, rec)
 		if !ok || err != nil {
-			return rec, ok, err
+			return ok, err
 		}
 		if c.repeat && rec.Kind == format.RMalloc && rec.Flags&format.FInherit != 0 {
 			continue // live already in the logs before this one
@@ -593,44 +594,46 @@ func (c *threadCursor) raw(f io.ReaderAt) (Rec, bool, error) {
 			*c.early++ // its partner is in an earlier log, not read
 			continue
 		}
-		return rec, true, nil
+		return true, nil
 	}
 }
 
 // next is raw without leaving out a later log's inherited blocks.
-func (c *threadCursor) next(f io.ReaderAt) (Rec, bool, error) {
-	for c.pos >= len(c.buf) {
-		if len(c.chunks) == 0 {
-			return Rec{}, false, nil
+func (c *threadCursor) next(f io.ReaderAt, rec *Rec) (bool, error) {
+	for {
+		for c.pos >= len(c.buf) {
+			if len(c.chunks) == 0 {
+				return false, nil
+			}
+			ch := c.chunks[0]
+			c.chunks = c.chunks[1:]
+			c.buf = make([]byte, int(ch.nunit)*UnitSize)
+			if _, err := f.ReadAt(c.buf, ch.off); err != nil {
+				return false, err
+			}
+			c.pos, c.repeat = 0, ch.repeats
 		}
-		ch := c.chunks[0]
-		c.chunks = c.chunks[1:]
-		c.buf = make([]byte, int(ch.nunit)*UnitSize)
-		if _, err := f.ReadAt(c.buf, ch.off); err != nil {
-			return Rec{}, false, err
+		var size int
+		var ok bool
+		*rec, size, ok = c.dec.Next(c.buf[c.pos:]) // the index kept whole events only
+		if !ok {
+			c.pos = len(c.buf) // cannot happen for an indexed chunk; never loop on it
+			continue
 		}
-		c.pos, c.repeat = 0, ch.repeats
-	}
-	rec, size, ok := c.dec.Next(c.buf[c.pos:]) // the index kept whole events only
-	if !ok {
-		c.pos = len(c.buf) // cannot happen for an indexed chunk; never loop on it
-		return c.next(f)
-	}
-	c.pos += size
-	rec.Tid = c.tid
-	if rec.Kind == format.RMalloc {
-		if rec.Flags&format.FStackID != 0 && len(rec.Payload) >= UnitSize {
+		c.pos += size
+		if rec.Kind == format.REpoch || rec.Kind == format.RStack || rec.Kind == NoEvent {
+			continue // not events
+		}
+		rec.Tid = c.tid
+		if rec.Kind == format.RMalloc && rec.Flags&format.FStackID != 0 && len(rec.Payload) >= UnitSize {
 			// The stack named by id, as if it had come whole (none if unknown: a killed run).
 			rec.Payload = c.stacks[uint32(binary.LittleEndian.Uint64(rec.Payload))]
 			if rec.Flags &^= format.FStackID; len(rec.Payload) == 0 {
 				rec.Flags &^= format.FCStack
 			}
 		}
+		return true, nil
 	}
-	if rec.Kind == format.REpoch || rec.Kind == format.RStack || rec.Kind == NoEvent {
-		return c.next(f) // not events
-	}
-	return rec, true, nil
 }
 
 const maxLookahead = 1 << 16
@@ -639,14 +642,16 @@ func (c *threadCursor) load(s *Spool) (bool, error) {
 	if c.qi >= len(c.q) {
 		c.q, c.qns, c.qi = c.q[:0], c.qns[:0], 0
 		for len(c.q) < maxLookahead {
-			r, ok, err := c.raw(s.f)
+			c.q = append(c.q, Rec{})
+			r := &c.q[len(c.q)-1]
+			ok, err := c.raw(s.f, r)
 			if err != nil {
 				return false, err
 			}
 			if !ok {
+				c.q = c.q[:len(c.q)-1]
 				break
 			}
-			c.q = append(c.q, r)
 			if r.TS&TSEpoch == 0 {
 				break
 			}

@@ -196,7 +196,7 @@ func TestSpoolParkUntilFree(t *testing.T) {
 		if rc == nil {
 			break
 		}
-		k := BlockKey{rc.Flags & format.FSubMask, rc.A}
+		k := KeyOf(rc)
 		switch rc.Kind {
 		case format.RMalloc:
 			live[k] = rc.Tid
@@ -242,7 +242,7 @@ func TestSpoolParkedWithoutFreeKeepsOrder(t *testing.T) {
 	var got []string
 	var prev uint64
 	eachRec(t, r, func(rc *Rec, ns uint64) {
-		k := BlockKey{rc.Flags & format.FSubMask, rc.A}
+		k := KeyOf(rc)
 		live[k] = rc.Tid
 		if ns < prev {
 			t.Errorf("MALLOC %#x of thread %d at %d, after a record at %d", rc.A, rc.Tid, ns, prev)

@@ -84,8 +84,8 @@ func (d *Decoder) lookupBlock(addr uint64) *block {
 	if addr == 0 {
 		return nil
 	}
-	if b := d.live[BlockKey{Sub: format.FHost, Ptr: addr}]; b != nil && !b.own {
-		return b
+	if b, ok := d.live[MakeKey(format.FHost, addr)]; ok && !b.own {
+		return &b
 	}
 	return nil
 }

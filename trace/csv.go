@@ -2,7 +2,7 @@ package trace
 
 import (
 	"io"
-	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -44,6 +44,10 @@ type CSVWriter struct {
 	rows   uint64
 	header bool
 	err    error
+
+	id, stamp decRun // the ID and Timestamp columns
+	pid       int64  // the last Process Id, formatted in pidText
+	pidText   []byte
 }
 
 // NewCSVWriter returns a writer to w. The header is written with the first row,
@@ -71,7 +75,7 @@ func (w *CSVWriter) Write(e *Event) error {
 	if !w.header {
 		w.writeHeader()
 	}
-	b := strconv.AppendUint(w.buf, e.ID, 10)
+	b := w.id.append(w.buf, e.ID)
 	b = append(b, ',')
 	b = append(b, e.Kind.String()...) // kind names never need quotes
 	b = append(b, ',')
@@ -79,22 +83,31 @@ func (w *CSVWriter) Write(e *Event) error {
 	b = append(b, ',')
 	b = appendCSVFieldNA(b, e.Name)
 	b = append(b, ',')
-	b = strconv.AppendUint(b, e.Timestamp, 10)
+	b = w.stamp.append(b, e.Timestamp)
 	b = append(b, ',')
-	b = strconv.AppendInt(b, e.Pid, 10)
+	if e.Pid != w.pid || w.pidText == nil {
+		w.pid, w.pidText = e.Pid, appendInt(w.pidText[:0], e.Pid)
+	}
+	b = append(b, w.pidText...)
 	b = append(b, ',')
-	b = strconv.AppendInt(b, e.Tid, 10)
+	b = appendInt(b, e.Tid)
 	b = append(b, ',')
 	b = appendCSVFieldNA(b, e.Device)
 	b = append(b, ',')
+	ptr := len(b)
 	if e.HasPtr {
 		b = append(b, "0x"...)
-		b = strconv.AppendUint(b, e.Ptr, 16)
+		b = appendHex(b, e.Ptr)
 	} else {
 		b = append(b, NA...)
 	}
+	ptrText := b[ptr:]
 	b = append(b, ',')
-	b = w.appendAttr(b, e)
+	if e.Kind == KindMalloc || e.Kind == KindFree {
+		b = appendMemAttr(b, e, ptrText)
+	} else {
+		b = w.appendAttr(b, e)
+	}
 	b = append(b, ',')
 	b = appendCSVFieldNA(b, e.PyStack)
 	b = append(b, ',')
@@ -106,6 +119,37 @@ func (w *CSVWriter) Write(e *Event) error {
 		return w.flushBuf()
 	}
 	return nil
+}
+
+// appendMemAttr appends a MALLOC's or FREE's Attr field: e.AppendAttr's
+// text, quoted, written directly when it holds no '"' (the Ptr column's
+// text ptrText is its addr). An Attr of three pairs or more has a ',', so
+// it is always quoted.
+func appendMemAttr(b []byte, e *Event, ptrText []byte) []byte {
+	if len(e.Extra) > 0 || !e.HasPtr || strings.IndexByte(e.Owner, '"') >= 0 || strings.IndexByte(e.Inefficient, '"') >= 0 {
+		var w CSVWriter
+		return w.appendAttr(b, e)
+	}
+	b = append(b, `"{allocation_id:`...)
+	b = appendUint(b, e.AllocID)
+	b = append(b, ",addr:"...)
+	b = append(b, ptrText...)
+	b = append(b, ",size:"...)
+	b = appendUint(b, e.Size)
+	if e.Kind == KindMalloc {
+		if e.Owner != "" {
+			b = append(b, ",owner:"...)
+			b = append(b, e.Owner...)
+		}
+		if e.Inefficient != "" {
+			b = append(b, ",inefficient:"...)
+			b = append(b, e.Inefficient...)
+		}
+		if e.Shadow {
+			b = append(b, ",shadow:true"...)
+		}
+	}
+	return append(b, `}"`...)
 }
 
 // appendAttr appends the Attr field, formatted in place after a tentative

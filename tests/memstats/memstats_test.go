@@ -267,7 +267,7 @@ func TestRotatingLogs(t *testing.T) {
 			if r == nil {
 				break
 			}
-			k := spool.BlockKey{Sub: r.Flags & format.FSubMask, Ptr: r.A}
+			k := spool.KeyOf(r)
 			switch r.Kind {
 			case format.RMalloc:
 				live[k]++

@@ -1,0 +1,116 @@
+package trace
+
+import (
+	"math/bits"
+	"strconv"
+)
+
+// Number formatting for the CSV writer, the conversion's hottest code: a
+// row holds eight numbers. The output is strconv's, byte for byte; these
+// write in place (no temporary, no copy) and skip what a row repeats.
+
+const digitPairs = "00010203040506070809" +
+	"10111213141516171819" +
+	"20212223242526272829" +
+	"30313233343536373839" +
+	"40414243444546474849" +
+	"50515253545556575859" +
+	"60616263646566676869" +
+	"70717273747576777879" +
+	"80818283848586878889" +
+	"90919293949596979899"
+
+const hexDigits = "0123456789abcdef"
+
+var pow10 = [20]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
+	1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19}
+
+// decLen is the number of decimal digits of v (1 for 0).
+func decLen(v uint64) int {
+	t := (bits.Len64(v|1) * 1233) >> 12 // ≈ log10, low by at most one
+	if v >= pow10[t] {                  // t ≤ 19
+		t++
+	}
+	return max(t, 1)
+}
+
+// grow makes room for n more bytes after len(b) and returns b extended by n.
+func grow(b []byte, n int) []byte {
+	l := len(b)
+	if cap(b)-l < n {
+		nb := make([]byte, l, 2*cap(b)+n)
+		copy(nb, b)
+		b = nb
+	}
+	return b[:l+n]
+}
+
+// appendUint is strconv.AppendUint(b, v, 10).
+func appendUint(b []byte, v uint64) []byte {
+	n := decLen(v)
+	b = grow(b, n)
+	putDec(b[len(b)-n:], v)
+	return b
+}
+
+// putDec writes v's decimal digits right-aligned into d, which is exactly
+// as long as they need (or longer: zero padding).
+func putDec(d []byte, v uint64) {
+	i := len(d)
+	for v >= 100 && i >= 2 {
+		q := v / 100
+		j := (v - q*100) * 2
+		i -= 2
+		d[i], d[i+1] = digitPairs[j], digitPairs[j+1]
+		v = q
+	}
+	for i > 0 {
+		i--
+		d[i] = byte('0' + v%10)
+		v /= 10
+	}
+}
+
+// appendInt is strconv.AppendInt(b, v, 10).
+func appendInt(b []byte, v int64) []byte {
+	if v < 0 {
+		return strconv.AppendInt(b, v, 10)
+	}
+	return appendUint(b, uint64(v))
+}
+
+// appendHex is strconv.AppendUint(b, v, 16).
+func appendHex(b []byte, v uint64) []byte {
+	n := max((bits.Len64(v)+3)/4, 1)
+	b = grow(b, n)
+	d := b[len(b)-n:]
+	for i := n - 1; i >= 0; i-- {
+		d[i] = hexDigits[v&15]
+		v >>= 4
+	}
+	return b
+}
+
+// decRun formats a run of numbers that change mostly in their low digits
+// (row ids, nanosecond stamps): the digits above the low six are formatted
+// once per change and copied otherwise.
+type decRun struct {
+	hi     uint64
+	digits []byte // hi's digits; empty until the first number ≥ 1e6
+}
+
+const decRunLow = 1e6
+
+func (r *decRun) append(b []byte, v uint64) []byte {
+	hi := v / decRunLow
+	if hi == 0 {
+		return appendUint(b, v)
+	}
+	if hi != r.hi || len(r.digits) == 0 {
+		r.hi, r.digits = hi, appendUint(r.digits[:0], hi)
+	}
+	b = append(b, r.digits...)
+	b = grow(b, 6)
+	putDec(b[len(b)-6:], v-hi*decRunLow)
+	return b
+}
