@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"msmemscope/internal/safefs"
+	"msmemscope/internal/u64map"
 	"msmemscope/trace"
 )
 
@@ -105,7 +106,9 @@ type KindTotal struct {
 // exit leaks are grouped by call stack (Leak.Stack), the group with the most
 // bytes first (ties: more blocks, then the stack string).
 type LeakAnalyzer struct {
-	live    map[uint64]*Leak            // AllocID → live block
+	live    u64map.Map[int32]           // AllocID → its live block in slab
+	slab    []Leak                      // the live blocks (and free entries)
+	unused  []int32                     // slab entries free for the next MALLOC
 	pending map[int]map[uint64]struct{} // step s ≥ 2 → its live blocks not yet judged
 	found   []Leak
 
@@ -124,7 +127,7 @@ func (a *LeakAnalyzer) SetKinds(kindOf func(allocID uint64) (string, bool)) { a.
 
 // NewLeakAnalyzer returns an analyzer with no events seen.
 func NewLeakAnalyzer() *LeakAnalyzer {
-	return &LeakAnalyzer{live: make(map[uint64]*Leak), pending: make(map[int]map[uint64]struct{})}
+	return &LeakAnalyzer{pending: make(map[int]map[uint64]struct{})}
 }
 
 // Observe feeds the next event.
@@ -146,12 +149,21 @@ func (a *LeakAnalyzer) Observe(e *trace.Event) {
 	switch e.Kind {
 	case trace.KindMalloc:
 		a.free(e.AllocID) // a second MALLOC of a live id replaces the block
-		l := &Leak{
+		// Blocks live in a slab, entries reused: one allocation per
+		// MALLOC was most of this analysis's time.
+		var i int32
+		if n := len(a.unused); n > 0 {
+			i, a.unused = a.unused[n-1], a.unused[:n-1]
+		} else {
+			i = int32(len(a.slab))
+			a.slab = append(a.slab, Leak{})
+		}
+		a.slab[i] = Leak{
 			AllocID: e.AllocID, Ptr: e.Ptr, Size: e.Size, Step: e.Step, Type: e.Type,
 			Device: e.Device, Owner: e.Owner, PyStack: e.PyStack, CStack: e.CStack,
 			MallocID: e.ID, Timestamp: e.Timestamp,
 		}
-		a.live[e.AllocID] = l
+		a.live.Put(e.AllocID, i)
 		if e.Step >= 2 {
 			p := a.pending[e.Step]
 			if p == nil {
@@ -166,14 +178,15 @@ func (a *LeakAnalyzer) Observe(e *trace.Event) {
 }
 
 func (a *LeakAnalyzer) free(id uint64) {
-	l, ok := a.live[id]
+	i, ok := a.live.Take(id)
 	if !ok {
 		return
 	}
-	delete(a.live, id)
-	if p := a.pending[l.Step]; p != nil {
+	if p := a.pending[a.slab[i].Step]; p != nil {
 		delete(p, id)
 	}
+	a.slab[i] = Leak{} // its strings go
+	a.unused = append(a.unused, i)
 }
 
 // endStep judges the blocks of every step s ≤ k-1 still pending: step s+1 ≤ k
@@ -189,7 +202,8 @@ func (a *LeakAnalyzer) endStep(k int) {
 	for _, s := range steps {
 		start := len(a.found)
 		for id := range a.pending[s] {
-			a.found = append(a.found, *a.live[id])
+			i, _ := a.live.Get(id)
+			a.found = append(a.found, a.slab[i])
 		}
 		slices.SortFunc(a.found[start:], func(x, y Leak) int { return cmp.Compare(x.MallocID, y.MallocID) })
 		delete(a.pending, s)
@@ -213,7 +227,8 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 			r.ByKind = map[string]KindTotal{}
 		}
 	}
-	for _, l := range a.live {
+	a.live.Each(func(_ uint64, i *int32) {
+		l := &a.slab[*i]
 		if r.ByKind != nil {
 			l.Kind, _ = a.kindOf(l.AllocID)
 			t := r.ByKind[l.Kind]
@@ -232,13 +247,13 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 		g.Blocks = append(g.Blocks, *l)
 		r.ExitBlocks++
 		r.ExitBytes += l.Size
-	}
+	})
 	for _, g := range groups {
 		slices.SortFunc(g.Blocks, func(x, y Leak) int { return cmp.Compare(x.MallocID, y.MallocID) })
 		r.ExitLeaks = append(r.ExitLeaks, *g)
 	}
 	sortLeakGroups(r.ExitLeaks)
-	a.live, a.pending = nil, nil
+	a.live, a.slab, a.unused, a.pending = u64map.Map[int32]{}, nil, nil, nil
 	a.done = r
 	return r
 }

@@ -159,7 +159,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if judgeFirst(runs, sp.Holds) {
 		first := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 		first.JudgeOnly()
-		err := eachEvent(inputNext(first.Next), func(e *trace.Event) error {
+		err := eachEvent(inputNext(first.NextInto), nil, func(e *trace.Event) error {
 			if written(e) {
 				observe(runs, true, e)
 			}
@@ -180,8 +180,10 @@ func Convert(dir string, opt Options) (*Result, error) {
 	var outside uint64
 	res.Rows, err = WriteDump(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
 		func(w RowWriter) error {
-			return eachEvent(inputNext(dec.Next), func(e *trace.Event) error {
-				observe(runs, false, e)
+			// The analyses that only read rows are fed on the decoding
+			// goroutine: the writing one has the most to do.
+			pre := func(e *trace.Event) { observe(runs, false, e) }
+			return eachEvent(inputNext(dec.NextInto), pre, func(e *trace.Event) error {
 				if !written(e) {
 					outside++
 					return nil
@@ -285,6 +287,5 @@ func newDecoder(sp *spool.Spool, dir string, meta *spool.ProcessMeta, cfg config
 	d := spool.NewDecoder(sp, dir, meta, cfg)
 	d.SymbolizeWith(mapsFile, "")
 	d.UseTorch(torch)
-	d.ReuseEvents() // eachEvent copies them
 	return d
 }

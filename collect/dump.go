@@ -66,8 +66,9 @@ func pythonTraces(dumpDir string) []string {
 	return traces
 }
 
-// batch is a run of decoded events handed from the decoder to the writer:
-// copies, as the decoder reuses its events (Decoder.ReuseEvents).
+// batch is a run of decoded events handed from the decoder to the writer.
+// The decoder fills its events in place (Decoder.NextInto): an event is
+// 264 bytes, and copying each showed.
 type batch struct {
 	events []trace.Event
 	err    error
@@ -76,10 +77,10 @@ type batch struct {
 const batchSize = 4096
 
 // decodeBatches runs next on its own goroutine, so decoding the spool and
-// formatting the dump use both cores. The channel closes at the end (or
-// after a batch carrying an error). Batches the consumer is done with come
-// back through free.
-func decodeBatches(next func() (*trace.Event, error), free <-chan []trace.Event) <-chan batch {
+// formatting the dump use both cores; pre (if not nil) sees each event
+// there too. The channel closes at the end (or after a batch carrying an
+// error). Batches the consumer is done with come back through free.
+func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), free <-chan []trace.Event) <-chan batch {
 	out := make(chan batch, 8)
 	go func() {
 		defer close(out)
@@ -88,10 +89,12 @@ func decodeBatches(next func() (*trace.Event, error), free <-chan []trace.Event)
 			select {
 			case b.events = <-free:
 			default:
-				b.events = make([]trace.Event, 0, batchSize)
+				b.events = make([]trace.Event, batchSize)
 			}
-			for len(b.events) < batchSize {
-				e, err := next()
+			n := 0
+			for n < batchSize {
+				dst := &b.events[n]
+				e, err := next(dst)
 				if err != nil {
 					b.err = err
 					break
@@ -99,12 +102,19 @@ func decodeBatches(next func() (*trace.Event, error), free <-chan []trace.Event)
 				if e == nil {
 					break
 				}
-				b.events = append(b.events, *e)
+				if e != dst {
+					*dst = *e
+				}
+				if pre != nil {
+					pre(dst)
+				}
+				n++
 			}
-			if len(b.events) > 0 || b.err != nil {
+			b.events = b.events[:n]
+			if n > 0 || b.err != nil {
 				out <- b
 			}
-			if b.err != nil || len(b.events) < batchSize {
+			if b.err != nil || n < batchSize {
 				return
 			}
 		}
@@ -113,11 +123,12 @@ func decodeBatches(next func() (*trace.Event, error), free <-chan []trace.Event)
 }
 
 // eachEvent hands f every event next decodes (on another goroutine), in
-// order, until the end or an error. next may reuse its events; f must not
-// keep e after it returns.
-func eachEvent(next func() (*trace.Event, error), f func(*trace.Event) error) error {
+// order, until the end or an error; pre (if not nil) sees each event first,
+// on the decoding goroutine, to share the work between the two. Neither
+// may keep e after it returns.
+func eachEvent(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), f func(*trace.Event) error) error {
 	free := make(chan []trace.Event, 10)
-	batches := decodeBatches(next, free)
+	batches := decodeBatches(next, pre, free)
 	defer func() {
 		for range batches { // let the decoder finish if f stopped early
 		}
@@ -132,7 +143,7 @@ func eachEvent(next func() (*trace.Event, error), f func(*trace.Event) error) er
 			}
 		}
 		select {
-		case free <- b.events[:0]:
+		case free <- b.events[:batchSize]:
 		default:
 		}
 	}

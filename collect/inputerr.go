@@ -28,10 +28,10 @@ func BadInput(err error) error {
 	return &InputError{err}
 }
 
-// inputNext marks what next (a decoder's) fails with as the input's.
-func inputNext(next func() (*trace.Event, error)) func() (*trace.Event, error) {
-	return func() (*trace.Event, error) {
-		e, err := next()
+// inputNext marks what next (a decoder's NextInto) fails with as the input's.
+func inputNext(next func(*trace.Event) (*trace.Event, error)) func(*trace.Event) (*trace.Event, error) {
+	return func(dst *trace.Event) (*trace.Event, error) {
+		e, err := next(dst)
 		return e, BadInput(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"msmemscope/format"
+	"msmemscope/internal/u64map"
 	"msmemscope/spool"
 )
 
@@ -43,10 +44,11 @@ func LiveFromSpool(path string) ([]Block, error) {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil || string(hdr[:8]) != spool.Magic {
 		return nil, fmt.Errorf("%s: not an msmemscope spool", path)
 	}
-	index := map[uint64]int32{} // address -> its addrLife in lives
-	var lives []addrLife
+	var lives u64map.Map[addrLife] // by address
 	decs := map[int32]*spool.RecDecoder{}
 	epochTick := map[uint64]uint64{}
+	var lastEpoch, lastTick uint64
+	var haveEpoch bool
 	var ch [spool.ChunkHdrSize]byte
 	var body []byte
 	for {
@@ -81,6 +83,7 @@ func LiveFromSpool(path string) ([]Block, error) {
 			case format.RCalib:
 				if rec.Flags&format.FEpoch != 0 {
 					epochTick[rec.B] = rec.TS
+					haveEpoch = false
 				}
 			case format.RMalloc, format.RFree:
 				if rec.Flags&format.FSubMask != format.FHost {
@@ -88,16 +91,12 @@ func LiveFromSpool(path string) ([]Block, error) {
 				}
 				t := rec.TS
 				if t&spool.TSEpoch != 0 {
-					t = epochTick[t&^spool.TSEpoch]
+					if e := t &^ spool.TSEpoch; e != lastEpoch || !haveEpoch {
+						lastEpoch, lastTick, haveEpoch = e, epochTick[e], true
+					}
+					t = lastTick // epochs change seldom: one lookup a run
 				}
-				var l *addrLife
-				if i, ok := index[rec.A]; ok {
-					l = &lives[i]
-				} else {
-					index[rec.A] = int32(len(lives))
-					lives = append(lives, addrLife{})
-					l = &lives[len(lives)-1]
-				}
+				l := lives.Slot(rec.A)
 				if rec.Kind == format.RFree {
 					l.frees++
 				} else {
@@ -112,11 +111,11 @@ func LiveFromSpool(path string) ([]Block, error) {
 		}
 	}
 	var out []Block
-	for a, i := range index {
-		if l := &lives[i]; l.live() {
+	lives.Each(func(a uint64, l *addrLife) {
+		if l.live() {
 			out = append(out, Block{Addr: a, Size: l.size})
 		}
-	}
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
 	return out, nil
 }

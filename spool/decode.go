@@ -8,19 +8,18 @@ import (
 
 	"msmemscope/config"
 	"msmemscope/format"
+	"msmemscope/internal/u64map"
 	"msmemscope/symbolize"
 	"msmemscope/trace"
 )
 
 // block is a live allocation while decoding.
 type block struct {
-	id      uint64
-	size    uint64
-	hidden  bool // allocated while collection was off: no MALLOC row yet
-	own     bool // msmemscope's own (format.FOwn): no row, nor for its FREE
-	tid     int32
-	cstack  string
-	pystack string
+	id     uint64
+	size   uint64
+	hidden bool // allocated while collection was off: no MALLOC row yet (its stacks: Decoder.hidden)
+	own    bool // msmemscope's own (format.FOwn): no row, nor for its FREE
+	tid    int32
 }
 
 // Decoder turns spool records into dump events: it numbers rows, pairs FREEs
@@ -33,7 +32,8 @@ type Decoder struct {
 	meta     *ProcessMeta
 	cfg      config.Config
 	pid      int64
-	live     map[BlockKey]block
+	live     u64map.Map[block]    // by BlockKey
+	hidden   map[uint64][2]string // the C and Python stacks of hidden blocks, by allocation id
 	ranges   map[uint64]string
 	steps    trace.StepTracker
 	nextID   uint64
@@ -42,12 +42,14 @@ type Decoder struct {
 	lost     uint64
 	exec     string
 	forks    []int
-	pending  []*trace.Event // a shadow MALLOC waits here before its FREE
-	arena    []trace.Event  // where the next events are made (slot)
-	arenaAt  []trace.Event  // the arena from its start, when events are reused
-	reuse    bool           // ReuseEvents
-	lastFree map[int32]BlockKey
-	lastSize map[int32]uint64
+	pending  []*trace.Event   // a shadow MALLOC waits here before its FREE
+	arena    []trace.Event    // where the next events are made (slot)
+	arenaAt  []trace.Event    // the arena from its start, when events are reused
+	reuse    bool             // ReuseEvents
+	dst      *trace.Event     // the caller's event to fill (NextInto)
+	lastFree map[int32]*freed // each thread's last FREE (a failed realloc's block lives on)
+	freedTid int32            // the thread of freedAt, the last one looked up
+	freedAt  *freed
 
 	sym       *symbolize.Symbolizer
 	symDir    string
@@ -117,13 +119,13 @@ func (d *Decoder) Order() OrderStats { return d.r.Stats }
 func NewDecoder(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) *Decoder {
 	d := &Decoder{
 		r: sp.Reader(), meta: meta, cfg: cfg, pid: int64(meta.Pid),
-		live: map[BlockKey]block{}, ranges: map[uint64]string{}, unrowed: map[string]uint64{},
-		lastFree: map[int32]BlockKey{}, lastSize: map[int32]uint64{},
-		symDir: dir, stackMemo: map[string]string{},
+		hidden: map[uint64][2]string{}, ranges: map[uint64]string{}, unrowed: map[string]uint64{},
+		lastFree: map[int32]*freed{},
+		symDir:   dir, stackMemo: map[string]string{},
 		sp: sp, pyMemo: map[string]string{}, pyLines: map[PyFrame]int{}, scopes: map[int32][]string{},
 	}
 	d.steps.UseStepCalls = sp.HasStep
-	d.r.SetLive(func(k BlockKey) bool { _, ok := d.live[k]; return ok })
+	d.r.SetLive(func(k BlockKey) bool { return d.live.Has(uint64(k)) })
 	return d
 }
 
@@ -294,6 +296,15 @@ func (d *Decoder) emit(e *trace.Event) *trace.Event {
 // call. The memory then stays in the cache instead of a new 264 bytes a row.
 func (d *Decoder) ReuseEvents() { d.reuse = true }
 
+// NextInto is Next filling dst: it returns dst, or another event (a row
+// that was waiting) that the caller copies. dst is never kept.
+func (d *Decoder) NextInto(dst *trace.Event) (*trace.Event, error) {
+	d.dst = dst
+	e, err := d.Next()
+	d.dst = nil
+	return e, err
+}
+
 // Next returns the next row's event, or nil at the end.
 func (d *Decoder) Next() (*trace.Event, error) {
 	if d.reuse && len(d.pending) == 0 {
@@ -314,7 +325,7 @@ func (d *Decoder) Next() (*trace.Event, error) {
 		d.reason = NotWrittenOption
 		e := d.slot(ns, r.Tid)
 		ev := d.record(r, e)
-		if ev != nil || len(d.pending) != pend {
+		if d.dst == nil && (ev != nil || len(d.pending) != pend) {
 			d.arena = d.arena[1:] // e may be in use: the next record gets a fresh one
 		}
 		if !isEvent(r.Kind) {
@@ -345,6 +356,10 @@ func (d *Decoder) Next() (*trace.Event, error) {
 // eventArena, allocated whole: one allocation per row was a fifth of the
 // conversion's time.
 func (d *Decoder) slot(ns uint64, tid int32) *trace.Event {
+	if d.dst != nil {
+		*d.dst = trace.Event{Timestamp: ns, Tid: int64(tid)}
+		return d.dst
+	}
 	if len(d.arena) == 0 {
 		d.arena = make([]trace.Event, eventArena)
 		d.arenaAt = d.arena
@@ -423,35 +438,34 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	if r.Flags&format.FUndo != 0 {
 		// A failed realloc: the block freed just before lives on.
 		d.reason = NotWrittenUndo
-		if d.lastFree[r.Tid] != key {
+		f := d.freedBy(r.Tid)
+		if f.key != key {
 			return nil
 		}
-		size = d.lastSize[r.Tid]
+		size = f.size
 	}
 	inherited := r.Flags&format.FInherit != 0
-	if _, ok := d.live[key]; inherited && ok {
+	if inherited && d.live.Has(uint64(key)) {
 		d.reason = NotWrittenRepeat
 		return nil // a later rotated log repeats a block already live
 	}
 	if r.Flags&format.FOwn != 0 {
 		// msmemscope's own work (its operator hooks): tracked so that
 		// its FREE pairs, never a row.
-		d.live[key] = block{size: size, own: true, tid: r.Tid}
+		d.live.Put(uint64(key), block{size: size, own: true, tid: r.Tid})
 		d.reason = NotWrittenOwn
 		return nil
 	}
 	d.nextAID++
 	b := block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid}
+	d.live.Put(uint64(key), b) // replaces a block whose FREE was never seen
 	if b.hidden {
 		if !d.fast {
-			b.cstack = d.cstack(r)
-			b.pystack = d.pystack(r)
+			d.hidden[b.id] = [2]string{d.cstack(r), d.pystack(r)}
 		}
-		d.live[key] = b
 		d.reason = NotWrittenOff
 		return nil
 	}
-	d.live[key] = b // replaces a block whose FREE was never seen
 	e.Kind = trace.KindMalloc
 	e.Type = subType(r.Flags)
 	e.Device = trace.DeviceHost
@@ -474,13 +488,13 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 
 func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 	key := KeyOf(r)
-	b, ok := d.live[key]
+	b, ok := d.live.Take(uint64(key))
 	if !ok {
 		d.reason = NotWrittenUntracked
 		return nil // freed memory we never saw allocated (or a file mapping)
 	}
-	delete(d.live, key)
-	d.lastFree[r.Tid], d.lastSize[r.Tid] = key, b.size
+	f := d.freedBy(r.Tid)
+	f.key, f.size = key, b.size
 	if b.own {
 		d.reason = NotWrittenOwn
 		return nil
@@ -497,13 +511,35 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 	if b.hidden {
 		// Allocated while collection was off, freed while on: a synthetic
 		// MALLOC just before the FREE (SPEC §3).
+		st := d.hidden[b.id]
+		delete(d.hidden, b.id)
 		m := &trace.Event{Kind: trace.KindMalloc, Type: e.Type, Timestamp: e.Timestamp, Tid: e.Tid,
 			Device: e.Device, Ptr: e.Ptr, HasPtr: true, AllocID: b.id, Size: b.size,
-			Owner: owner(e.Type), Shadow: true, CStack: b.cstack, PyStack: b.pystack}
-		d.pending = append(d.pending, e)
+			Owner: owner(e.Type), Shadow: true, CStack: st[0], PyStack: st[1]}
+		f := *e // e may be the caller's (NextInto), which m is copied into
+		d.pending = append(d.pending, &f)
 		return m
 	}
 	return e
+}
+
+// freed is a thread's last FREE: its block and size.
+type freed struct {
+	key  BlockKey
+	size uint64
+}
+
+// freedBy is thread tid's last FREE, looked up once per run of its records.
+func (d *Decoder) freedBy(tid int32) *freed {
+	if d.freedAt == nil || d.freedTid != tid {
+		f := d.lastFree[tid]
+		if f == nil {
+			f = &freed{}
+			d.lastFree[tid] = f
+		}
+		d.freedTid, d.freedAt = tid, f
+	}
+	return d.freedAt
 }
 
 // leakKinds notes the leak kinds the scan at exit gave the blocks live then.
@@ -513,7 +549,7 @@ func (d *Decoder) leakKinds(r *Rec) {
 	}
 	for i := 0; i+8 <= len(r.Payload) && uint64(i/8) < r.A; i += 8 {
 		u := binary.LittleEndian.Uint64(r.Payload[i:])
-		if b, ok := d.live[MakeKey(format.FHost, u&(1<<56-1))]; ok && !b.own {
+		if b, ok := d.live.Get(uint64(MakeKey(format.FHost, u&(1<<56-1)))); ok && !b.own {
 			d.kinds[b.id] = uint8(u >> 56)
 		}
 	}

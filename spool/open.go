@@ -193,6 +193,9 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 	}
 	dec := NewDecoder(sp, in.found.Capture, meta, meta.Config)
 	dec.SymbolizeWith("", in.maps)
+	if in.opt.Reuse {
+		dec.ReuseEvents() // each event valid until the next: within "a few thousand"
+	}
 	if in.torch {
 		if err := dec.DecodeTorch(); err != nil {
 			sp.Close()

@@ -84,7 +84,7 @@ func (d *Decoder) lookupBlock(addr uint64) *block {
 	if addr == 0 {
 		return nil
 	}
-	if b, ok := d.live[MakeKey(format.FHost, addr)]; ok && !b.own {
+	if b, ok := d.live.Get(uint64(MakeKey(format.FHost, addr))); ok && !b.own {
 		return &b
 	}
 	return nil
@@ -221,6 +221,9 @@ func (d *Decoder) torchEmitted(e *trace.Event) {
 				t.cat[e.AllocID] = catRank["aten"]
 			}
 			return
+		}
+		if len(t.tag) == 0 && len(t.pta) == 0 {
+			return // no PyTorch records
 		}
 		tag := t.tag[e.AllocID]
 		if !t.pta[e.AllocID] {

@@ -48,6 +48,15 @@ type CSVWriter struct {
 	id, stamp decRun // the ID and Timestamp columns
 	pid       int64  // the last Process Id, formatted in pidText
 	pidText   []byte
+	tids      [16]tidText
+	plain     [numCols]string // per column, the last value seen that needs no quotes
+}
+
+// tidText is a Thread Id and its text (CSVWriter.tids: a small cache, as
+// rows alternate between a few threads).
+type tidText struct {
+	tid  int64
+	text []byte
 }
 
 // NewCSVWriter returns a writer to w. The header is written with the first row,
@@ -79,9 +88,9 @@ func (w *CSVWriter) Write(e *Event) error {
 	b = append(b, ',')
 	b = append(b, e.Kind.String()...) // kind names never need quotes
 	b = append(b, ',')
-	b = appendCSVField(b, e.Type)
+	b = w.field(b, colType, e.Type)
 	b = append(b, ',')
-	b = appendCSVFieldNA(b, e.Name)
+	b = w.field(b, colName, e.Name)
 	b = append(b, ',')
 	b = w.stamp.append(b, e.Timestamp)
 	b = append(b, ',')
@@ -90,9 +99,13 @@ func (w *CSVWriter) Write(e *Event) error {
 	}
 	b = append(b, w.pidText...)
 	b = append(b, ',')
-	b = appendInt(b, e.Tid)
+	t := &w.tids[e.Tid&15]
+	if t.tid != e.Tid || t.text == nil {
+		t.tid, t.text = e.Tid, appendInt(t.text[:0], e.Tid)
+	}
+	b = append(b, t.text...)
 	b = append(b, ',')
-	b = appendCSVFieldNA(b, e.Device)
+	b = w.field(b, colDevice, e.Device)
 	b = append(b, ',')
 	ptr := len(b)
 	if e.HasPtr {
@@ -109,9 +122,9 @@ func (w *CSVWriter) Write(e *Event) error {
 		b = w.appendAttr(b, e)
 	}
 	b = append(b, ',')
-	b = appendCSVFieldNA(b, e.PyStack)
+	b = w.field(b, colPyStack, e.PyStack)
 	b = append(b, ',')
-	b = appendCSVFieldNA(b, e.CStack)
+	b = w.field(b, colCStack, e.CStack)
 	b = append(b, '\n')
 	w.buf = b
 	w.rows++
@@ -214,9 +227,18 @@ func (w *CSVWriter) Flush() error {
 // Rows returns the number of rows written (the header not counted).
 func (w *CSVWriter) Rows() uint64 { return w.rows }
 
-func appendCSVFieldNA(b []byte, s string) []byte {
-	if s == "" {
+// field appends column col's field s ("" is N/A), skipping the look for
+// characters to quote when s is the column's last value that had none
+// (rows repeat their types, devices and stacks).
+func (w *CSVWriter) field(b []byte, col int, s string) []byte {
+	switch {
+	case s == "":
 		return append(b, NA...)
+	case s == w.plain[col]:
+		return append(b, s...)
+	case !csvNeedsQuotes(s):
+		w.plain[col] = s
+		return append(b, s...)
 	}
 	return appendCSVField(b, s)
 }

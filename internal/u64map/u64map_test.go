@@ -1,0 +1,71 @@
+package u64map
+
+import (
+	"math/rand"
+	"testing"
+)
+
+type val struct {
+	id, size uint64
+	tid      int32
+}
+
+// The map agrees with a Go map under random puts, takes and looks, with
+// keys that collide (close addresses, key 0), through growing and emptying.
+func TestAsGoMap(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	var m Map[val]
+	ref := map[uint64]val{}
+	keys := []uint64{0}
+	for i := 0; i < 4000; i++ {
+		keys = append(keys, uint64(1+rng.Intn(2))<<60|0x5500_0000_0000+uint64(rng.Intn(6000))*16)
+	}
+	for op := 0; op < 400000; op++ {
+		k := keys[rng.Intn(len(keys))]
+		switch rng.Intn(4) {
+		case 0:
+			v := val{id: uint64(op), size: uint64(rng.Intn(100)), tid: int32(op % 7)}
+			m.Put(k, v)
+			ref[k] = v
+		case 1:
+			m.Slot(k).size++
+			v := ref[k]
+			v.size++
+			ref[k] = v
+		case 2:
+			got, ok := m.Take(k)
+			want, wok := ref[k]
+			delete(ref, k)
+			if ok != wok || got != want {
+				t.Fatalf("op %d: Take(%#x) = %v %v, want %v %v", op, k, got, ok, want, wok)
+			}
+		default:
+			got, ok := m.Get(k)
+			want, wok := ref[k]
+			if ok != wok || got != want || m.Has(k) != wok {
+				t.Fatalf("op %d: Get(%#x) = %v %v, want %v %v", op, k, got, ok, want, wok)
+			}
+		}
+		if m.Len() != len(ref) {
+			t.Fatalf("op %d: %d keys, want %d", op, m.Len(), len(ref))
+		}
+	}
+	seen := 0
+	m.Each(func(k uint64, v *val) {
+		if ref[k] != *v {
+			t.Fatalf("Each: %#x = %v, want %v", k, *v, ref[k])
+		}
+		seen++
+	})
+	if seen != len(ref) {
+		t.Fatalf("Each saw %d keys, want %d", seen, len(ref))
+	}
+	for k, want := range ref {
+		if got, ok := m.Take(k); !ok || got != want {
+			t.Fatalf("final Take(%#x) = %v %v, want %v", k, got, ok, want)
+		}
+	}
+	if m.Len() != 0 {
+		t.Fatalf("%d keys left", m.Len())
+	}
+}
