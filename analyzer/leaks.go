@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"msmemscope/internal/safefs"
-	"msmemscope/internal/u64map"
 	"msmemscope/trace"
 )
 
@@ -106,9 +105,7 @@ type KindTotal struct {
 // exit leaks are grouped by call stack (Leak.Stack), the group with the most
 // bytes first (ties: more blocks, then the stack string).
 type LeakAnalyzer struct {
-	live    u64map.Map[int32]           // AllocID → its live block in slab
-	slab    []Leak                      // the live blocks (and free entries)
-	unused  []int32                     // slab entries free for the next MALLOC
+	live    leakLive                    // the live blocks, by AllocID
 	pending map[int]map[uint64]struct{} // step s ≥ 2 → its live blocks not yet judged
 	found   []Leak
 
@@ -149,21 +146,11 @@ func (a *LeakAnalyzer) Observe(e *trace.Event) {
 	switch e.Kind {
 	case trace.KindMalloc:
 		a.free(e.AllocID) // a second MALLOC of a live id replaces the block
-		// Blocks live in a slab, entries reused: one allocation per
-		// MALLOC was most of this analysis's time.
-		var i int32
-		if n := len(a.unused); n > 0 {
-			i, a.unused = a.unused[n-1], a.unused[:n-1]
-		} else {
-			i = int32(len(a.slab))
-			a.slab = append(a.slab, Leak{})
-		}
-		a.slab[i] = Leak{
+		a.live.add(Leak{
 			AllocID: e.AllocID, Ptr: e.Ptr, Size: e.Size, Step: e.Step, Type: e.Type,
 			Device: e.Device, Owner: e.Owner, PyStack: e.PyStack, CStack: e.CStack,
 			MallocID: e.ID, Timestamp: e.Timestamp,
-		}
-		a.live.Put(e.AllocID, i)
+		})
 		if e.Step >= 2 {
 			p := a.pending[e.Step]
 			if p == nil {
@@ -178,15 +165,13 @@ func (a *LeakAnalyzer) Observe(e *trace.Event) {
 }
 
 func (a *LeakAnalyzer) free(id uint64) {
-	i, ok := a.live.Take(id)
+	step, ok := a.live.take(id)
 	if !ok {
 		return
 	}
-	if p := a.pending[a.slab[i].Step]; p != nil {
+	if p := a.pending[step]; p != nil {
 		delete(p, id)
 	}
-	a.slab[i] = Leak{} // its strings go
-	a.unused = append(a.unused, i)
 }
 
 // endStep judges the blocks of every step s ≤ k-1 still pending: step s+1 ≤ k
@@ -202,8 +187,8 @@ func (a *LeakAnalyzer) endStep(k int) {
 	for _, s := range steps {
 		start := len(a.found)
 		for id := range a.pending[s] {
-			i, _ := a.live.Get(id)
-			a.found = append(a.found, a.slab[i])
+			l, _ := a.live.get(id)
+			a.found = append(a.found, l)
 		}
 		slices.SortFunc(a.found[start:], func(x, y Leak) int { return cmp.Compare(x.MallocID, y.MallocID) })
 		delete(a.pending, s)
@@ -227,8 +212,7 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 			r.ByKind = map[string]KindTotal{}
 		}
 	}
-	a.live.Each(func(_ uint64, i *int32) {
-		l := &a.slab[*i]
+	a.live.each(func(l Leak) {
 		if r.ByKind != nil {
 			l.Kind, _ = a.kindOf(l.AllocID)
 			t := r.ByKind[l.Kind]
@@ -244,7 +228,7 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 		}
 		g.Count++
 		g.Bytes += l.Size
-		g.Blocks = append(g.Blocks, *l)
+		g.Blocks = append(g.Blocks, l)
 		r.ExitBlocks++
 		r.ExitBytes += l.Size
 	})
@@ -253,7 +237,7 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 		r.ExitLeaks = append(r.ExitLeaks, *g)
 	}
 	sortLeakGroups(r.ExitLeaks)
-	a.live, a.slab, a.unused, a.pending = u64map.Map[int32]{}, nil, nil, nil
+	a.live, a.pending = leakLive{}, nil
 	a.done = r
 	return r
 }

@@ -287,5 +287,6 @@ func newDecoder(sp *spool.Spool, dir string, meta *spool.ProcessMeta, cfg config
 	d := spool.NewDecoder(sp, dir, meta, cfg)
 	d.SymbolizeWith(mapsFile, "")
 	d.UseTorch(torch)
+	d.NoSites() // no analysis of a conversion reads them
 	return d
 }

@@ -44,7 +44,7 @@ func LiveFromSpool(path string) ([]Block, error) {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil || string(hdr[:8]) != spool.Magic {
 		return nil, fmt.Errorf("%s: not an msmemscope spool", path)
 	}
-	var lives u64map.Map[addrLife] // by address
+	lives := u64map.Map[addrLife]{Runs: true, Grain: 4} // by address
 	decs := map[int32]*spool.RecDecoder{}
 	epochTick := map[uint64]uint64{}
 	var lastEpoch, lastTick uint64

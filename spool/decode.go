@@ -63,6 +63,7 @@ type Decoder struct {
 	kinds    map[uint64]uint8   // allocation id -> leak kind, from the scan at exit (R_KINDS)
 	torch    *torchDec          // PyTorch records (torch.go)
 	fast     bool               // a pass that only judges rows: no stacks, sites or attrs
+	noSites  bool               // NoSites
 
 	events  uint64            // events recorded (rows they make, or one each that makes none)
 	unrowed map[string]uint64 // events that made no row, by reason (Unwritten)
@@ -119,6 +120,7 @@ func (d *Decoder) Order() OrderStats { return d.r.Stats }
 func NewDecoder(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) *Decoder {
 	d := &Decoder{
 		r: sp.Reader(), meta: meta, cfg: cfg, pid: int64(meta.Pid),
+		live:   u64map.Map[block]{Runs: true, Grain: 4}, // blocks allocated together are near
 		hidden: map[uint64][2]string{}, ranges: map[uint64]string{}, unrowed: map[string]uint64{},
 		lastFree: map[int32]*freed{},
 		symDir:   dir, stackMemo: map[string]string{},
@@ -172,6 +174,10 @@ func (d *Decoder) UseTorch(ti *TorchInfo) {
 		d.torch.pta, d.torch.cat, d.torch.tag = ti.t.pta, ti.t.cat, ti.t.tag
 	}
 }
+
+// NoSites leaves Event.Site empty: a reader with no use for allocation
+// sites (they are not a column) reads no debug information for them.
+func (d *Decoder) NoSites() { d.noSites = true }
 
 // JudgeOnly makes this decoder a pass that only judges rows (the first
 // pass of an analysis that annotates rows): no stacks, sites or attrs.
@@ -477,7 +483,9 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	}
 	if !d.fast {
 		e.CStack = d.cstack(r)
-		e.Site = d.site(r.Site)
+		if !d.noSites {
+			e.Site = d.site(r.Site)
+		}
 		e.PyStack = d.pystack(r)
 	}
 	// Allocated before the oldest rotated log still kept: like a block

@@ -7,6 +7,16 @@ package u64map
 
 // Map is the map; its zero value is empty and ready.
 type Map[V any] struct {
+	// Runs says the keys come in runs of consecutive integers (allocation
+	// ids; addresses in units of 1<<Grain bytes): runs of 64 then keep
+	// together in the table, so that blocks allocated together are looked
+	// up in nearby memory (a million live keys scattered by the hash missed
+	// the cache at every look). A run's place in the table is hashed, and
+	// so is its keys' offset within it, so strided keys spread out as well.
+	// Set both before the first Put.
+	Runs  bool
+	Grain uint
+
 	slots []slot[V]
 	n     int
 	shift uint // 64 - log2(len(slots))
@@ -18,7 +28,14 @@ type slot[V any] struct {
 	val V
 }
 
-func (m *Map[V]) home(k uint64) int { return int(k * 0x9E3779B97F4A7C15 >> m.shift) }
+func (m *Map[V]) home(k uint64) int {
+	if m.Runs { // the run's place by the hash, then the key's within it
+		u := k >> m.Grain
+		h := (u >> 6) * 0x9E3779B97F4A7C15
+		return int(h>>(m.shift+6)<<6 | (u+h>>32)&63)
+	}
+	return int(k * 0x9E3779B97F4A7C15 >> m.shift)
+}
 
 // find returns k's slot index, or -1 (k ≠ 0).
 func (m *Map[V]) find(k uint64) int {

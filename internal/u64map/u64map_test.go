@@ -13,12 +13,43 @@ type val struct {
 // The map agrees with a Go map under random puts, takes and looks, with
 // keys that collide (close addresses, key 0), through growing and emptying.
 func TestAsGoMap(t *testing.T) {
+	for _, runs := range []bool{false, true} {
+		for _, grain := range []uint{0, 4} {
+			testAsGoMap(t, runs, grain)
+		}
+	}
+}
+
+// Keys that share their low bits (strides of 64 and of pages) in a map of
+// Runs take no longer to find than others: their offsets within runs are
+// spread too.
+func TestRunsStrided(t *testing.T) {
+	for _, stride := range []uint64{1, 64, 4096 * 16} {
+		m := Map[int]{Runs: true}
+		for i := uint64(1); i <= 100000; i++ {
+			m.Put(i*stride, 1)
+		}
+		probes := 0
+		for i := uint64(1); i <= 100000; i++ {
+			k := i * stride
+			for j := m.home(k); m.slots[j].key != k; j = (j + 1) & (len(m.slots) - 1) {
+				probes++
+			}
+		}
+		if avg := float64(probes) / 100000; avg > 2 {
+			t.Errorf("stride %d: %.1f extra probes a key", stride, avg)
+		}
+	}
+}
+
+func testAsGoMap(t *testing.T, runs bool, grain uint) {
 	rng := rand.New(rand.NewSource(7))
-	var m Map[val]
+	m := Map[val]{Runs: runs, Grain: grain}
 	ref := map[uint64]val{}
 	keys := []uint64{0}
 	for i := 0; i < 4000; i++ {
 		keys = append(keys, uint64(1+rng.Intn(2))<<60|0x5500_0000_0000+uint64(rng.Intn(6000))*16)
+		keys = append(keys, uint64(i+1), uint64(i)*1024) // runs of ids; a stride
 	}
 	for op := 0; op < 400000; op++ {
 		k := keys[rng.Intn(len(keys))]
