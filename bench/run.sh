@@ -69,25 +69,36 @@ for threads in 1 2; do
 	done
 done
 
-# Whole command (start-up, recording, converting to CSV: what a user waits
-# for) against the bare program and heaptrack's whole command, alternating,
-# WREPS repetitions; and CSV rows/s of one conversion.
+# Whole command (start-up, recording, the exit's leak scan, converting to
+# CSV, the leaks analysis: everything a user waits for with the default
+# options) against the bare program and heaptrack's whole command,
+# alternating, WREPS repetitions; and CSV rows/s of one conversion. WPAIRS
+# is smaller than PAIRS: its 10 M rows (1.4 GB of CSV) fit this machine's
+# page cache, where 40 M rows (5.5 GB) would time the disk (README, "Time
+# to answer").
 WREPS=${WREPS:-3}
+WPAIRS=${WPAIRS:-5000000}
 declare -A whole whole_ht whole_vs rows_s spool_bpe
+# whole_run NAME BARE-CMD...: one repetition of bare, msmemscope and heaptrack
+# whole commands, appended to bw, mw and hw.
+whole_run() {
+	local t0
+	t0=$(now_ns)
+	"$@" >/dev/null
+	bw+="$(($(now_ns) - t0)) "
+	rm -rf "$WORK/cli" && sync
+	t0=$(now_ns)
+	"$CLI" --output="$WORK/cli" "$@" >/dev/null 2>&1
+	mw+="$(($(now_ns) - t0)) "
+	rm -rf "$WORK/ht" && mkdir -p "$WORK/ht" && sync
+	t0=$(now_ns)
+	(cd "$WORK/ht" && heaptrack "$@" >/dev/null 2>&1)
+	hw+="$(($(now_ns) - t0)) "
+}
 for threads in 1 2; do
 	bw="" mw="" hw=""
 	for rep in $(seq "$WREPS"); do
-		t0=$(now_ns)
-		"$WORK/malloc_bench" "$PAIRS" "$threads" >/dev/null
-		bw+="$(($(now_ns) - t0)) "
-		rm -rf "$WORK/cli" && sync
-		t0=$(now_ns)
-		"$CLI" --analysis= --output="$WORK/cli" "$WORK/malloc_bench" "$PAIRS" "$threads" >/dev/null 2>&1
-		mw+="$(($(now_ns) - t0)) "
-		rm -rf "$WORK/ht" && mkdir -p "$WORK/ht" && sync
-		t0=$(now_ns)
-		(cd "$WORK/ht" && heaptrack "$WORK/malloc_bench" "$PAIRS" "$threads" >/dev/null 2>&1)
-		hw+="$(($(now_ns) - t0)) "
+		whole_run "$WORK/malloc_bench" "$WPAIRS" "$threads"
 		echo "threads=$threads whole rep=$rep ns: bare ${bw}/ msmemscope ${mw}/ heaptrack ${hw}" >&2
 	done
 	whole[$threads]=$(ratios "$mw" "$bw" | median)
@@ -98,13 +109,26 @@ for threads in 1 2; do
 	events=$(grep -o '"events_recorded": [0-9]*' "$dir/config.json" | awk '{print $2}')
 	spool=$(stat -c %s "$dir/spool/spool.bin")
 	spool_bpe[$threads]=$(awk -v s="$spool" -v e="$events" 'BEGIN {printf "%.1f", s/e}')
-	rm -f "$dir"/dump/*.csv
+	rm -f "$dir"/dump/*.csv "$dir"/analysis/*
 	t0=$(now_ns)
-	"$CLI" --input="$dir" --analysis= >/dev/null 2>&1
+	"$CLI" --input="$dir" >/dev/null 2>&1
 	conv=$(($(now_ns) - t0))
 	rows_s[$threads]=$(awk -v r="$rows" -v t="$conv" 'BEGIN {printf "%.0f", r/(t/1e9)}')
 	rm -rf "$WORK/cli" "$WORK/ht"
 done
+
+# Thousands of short-lived threads whose blocks other threads free.
+gcc -O2 -g -fno-omit-frame-pointer -o "$WORK/short_threads" bench/short_threads.c -lpthread
+STHREADS=${STHREADS:-2000}
+bw="" mw="" hw=""
+for rep in $(seq "$WREPS"); do
+	whole_run "$WORK/short_threads" "$STHREADS" 200
+	echo "short threads whole rep=$rep ns: bare ${bw}/ msmemscope ${mw}/ heaptrack ${hw}" >&2
+done
+st_ms=$(ratios "$mw" "$bw" | median)
+st_ht=$(ratios "$hw" "$bw" | median)
+st_vs=$(ratios "$mw" "$hw" | median)
+rm -rf "$WORK/cli" "$WORK/ht"
 
 {
 	echo "# msmemscope benchmarks"
@@ -138,15 +162,25 @@ done
 		done
 	done
 	echo
-	echo "Whole command: \`msmemscope prog\` (CSV written) and \`heaptrack prog\` (its trace written), start to end, against"
-	echo "the bare program; $WREPS repetitions alternating, medians of the per-repetition ratios."
+	echo "Whole command: \`msmemscope prog\` with the default options (CSV written, leak scan at exit, leaks"
+	echo "analysis) and \`heaptrack prog\` (its trace written), start to end, against the bare program; $WPAIRS pairs"
+	echo "($((2 * WPAIRS / 1000000)) M rows, whose CSV fits the page cache), $WREPS repetitions alternating, medians of"
+	echo "the per-repetition ratios. The conversion alone (\`--input=\` on the capture, defaults) gives the rows/s;"
+	echo "per core divides them by the $(nproc) cores it runs on."
 	echo
-	echo "| threads | msmemscope whole / bare | heaptrack whole / bare | msmemscope / heaptrack | spool bytes/event | CSV rows/s written |"
-	echo "|---|---|---|---|---|---|"
+	echo "| threads | msmemscope whole / bare | heaptrack whole / bare | msmemscope / heaptrack | spool bytes/event | conversion rows/s | rows/s per core |"
+	echo "|---|---|---|---|---|---|---|"
 	for threads in 1 2; do
-		awk -v t="$threads" -v m="${whole[$threads]}" -v h="${whole_ht[$threads]}" -v v="${whole_vs[$threads]}" -v s="${spool_bpe[$threads]}" -v r="${rows_s[$threads]}" \
-			'BEGIN {printf "| %s | %.1f× | %.1f× | %.2f× | %s | %s |\n", t, m, h, v, s, r}'
+		awk -v t="$threads" -v m="${whole[$threads]}" -v h="${whole_ht[$threads]}" -v v="${whole_vs[$threads]}" -v s="${spool_bpe[$threads]}" -v r="${rows_s[$threads]}" -v c="$(nproc)" \
+			'BEGIN {printf "| %s | %.1f× | %.1f× | %.2f× | %s | %s | %.0f |\n", t, m, h, v, s, r, r/c}'
 	done
+	echo
+	echo "$STHREADS short-lived threads, 8 at a time, each allocating 200 blocks and freeing the 200 the thread"
+	echo "before it left ($((STHREADS * 200)) blocks, nearly all freed by another thread), whole commands as above:"
+	echo
+	echo "| msmemscope whole / bare | heaptrack whole / bare | msmemscope / heaptrack |"
+	echo "|---|---|---|"
+	awk -v m="$st_ms" -v h="$st_ht" -v v="$st_vs" 'BEGIN {printf "| %.1f× | %.1f× | %.2f× |\n", m, h, v}'
 	echo
 	echo "Modes: bare = the program alone; ms = msmemscope recording alloc/free without stacks;"
 	echo "ms_c16 = with \`--call-stack=c:16\`; heaptrack = \`heaptrack prog\` (Debian 1.4)."
