@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/ianlancetaylor/demangle"
 )
@@ -246,33 +247,102 @@ type module struct {
 	path    string
 	name    string
 	deleted bool
+	loaded  bool
+	*elfData // set by load; shared between Symbolizers while KeepModules holds
+}
 
-	loaded bool
-	ok     bool // ELF headers read; vaddr translation possible
-	broken bool // a panic occurred while reading symbols/DWARF
+// elfData is what load reads of a module's file.
+type elfData struct {
+	mu     sync.Mutex // lookup parses DWARF units lazily, and may mark it broken
+	ok     bool       // ELF headers read; vaddr translation possible
+	broken bool       // a panic occurred while reading symbols/DWARF
 	etExec bool
 	loads  []elf.ProgHeader
 	syms   []symbol
 	dw     *dwarfIndex
 }
 
-// load opens the ELF file once and reads program headers, symbol tables and
-// the DWARF unit index. It never panics.
+// kept holds the modules read while KeepModules is in force, by file
+// identity: the processes of one run share their libc, their interpreter
+// and often their program, whose symbols and DWARF index are read once.
+var kept struct {
+	sync.Mutex
+	holds int
+	mods  map[fileID]*elfData
+}
+
+type fileID struct {
+	dev, ino    uint64
+	size, mtime int64
+}
+
+// KeepModules makes every Symbolizer share the modules read (same file:
+// same device, inode, size and modification time) until release is
+// called: the CLI converting the processes of a run reads libc once, not
+// once a process.
+func KeepModules() (release func()) {
+	kept.Lock()
+	defer kept.Unlock()
+	if kept.holds++; kept.mods == nil {
+		kept.mods = map[fileID]*elfData{}
+	}
+	return func() {
+		kept.Lock()
+		defer kept.Unlock()
+		if kept.holds--; kept.holds == 0 {
+			kept.mods = nil
+		}
+	}
+}
+
+func identify(path string) (fileID, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{uint64(st.Dev), st.Ino, fi.Size(), fi.ModTime().UnixNano()}, true
+}
+
+// load reads the module's file once (or takes what KeepModules kept of it).
 func (mod *module) load() {
 	if mod.loaded {
 		return
 	}
 	mod.loaded = true
+	mod.elfData = &elfData{}
 	if mod.deleted || strings.HasPrefix(mod.path, "[") || !filepath.IsAbs(mod.path) {
 		return
 	}
+	id, ok := identify(mod.path)
+	kept.Lock()
+	if d := kept.mods[id]; ok && d != nil {
+		mod.elfData = d
+		kept.Unlock()
+		return
+	}
+	kept.Unlock()
+	mod.elfData.read(mod.path)
+	kept.Lock()
+	if ok && kept.mods != nil {
+		kept.mods[id] = mod.elfData
+	}
+	kept.Unlock()
+}
+
+// read opens the ELF file and reads program headers, symbol tables and the
+// DWARF unit index. It never panics.
+func (mod *elfData) read(path string) {
 	defer func() {
 		if recover() != nil {
 			mod.syms, mod.dw = nil, nil
 			mod.broken = true
 		}
 	}()
-	f, err := elf.Open(mod.path)
+	f, err := elf.Open(path)
 	if err != nil {
 		return
 	}
@@ -296,7 +366,7 @@ func (mod *module) load() {
 	// Separate debug info (/usr/lib/debug, .gnu_debuglink) when the file
 	// itself lacks DWARF or a full symbol table.
 	if d == nil || !hasSection(f, ".symtab") {
-		if df := openDebugFile(f, mod.path); df != nil {
+		if df := openDebugFile(f, path); df != nil {
 			defer df.Close()
 			if d == nil {
 				d, _ = df.DWARF()
@@ -348,6 +418,8 @@ func (mod *module) vaddr(addr uint64, m *mapping) (uint64, bool) {
 // lookup returns function, source file base name and line for pc (an ELF
 // virtual address). Any may be empty/zero.
 func (mod *module) lookup(pc uint64) (fn, file string, line int) {
+	mod.mu.Lock()
+	defer mod.mu.Unlock()
 	if mod.broken {
 		return "", "", 0
 	}

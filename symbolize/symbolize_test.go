@@ -491,9 +491,9 @@ func funcPC(fn any) uintptr { return reflect.ValueOf(fn).Pointer() }
 // TestLookupRecovers forces a panic inside DWARF parsing (a unit without
 // data) and checks that the module degrades to having no symbols.
 func TestLookupRecovers(t *testing.T) {
-	mod := &module{name: "x.so", loaded: true, ok: true,
+	mod := &module{name: "x.so", loaded: true, elfData: &elfData{ok: true,
 		syms: []symbol{{addr: 1, end: 100, sized: true, name: "fallback"}},
-		dw:   &dwarfIndex{units: []*unit{{}}, ranges: []addrRange{{1, 100, 0}}}}
+		dw:   &dwarfIndex{units: []*unit{{}}, ranges: []addrRange{{1, 100, 0}}}}}
 	fn, file, line := mod.lookup(10)
 	if fn != "" || file != "" || line != 0 || !mod.broken {
 		t.Fatalf("lookup = %q %q %d, broken=%v", fn, file, line, mod.broken)
@@ -539,5 +539,27 @@ int main(int, char **argv) {
 	defer s.Close()
 	if got := s.Frame(addrs["ret"]); !strings.HasPrefix(got, "zoo::leak_here(int) (p+0x") {
 		t.Errorf("frame in zoo::leak_here: %q, want zoo::leak_here(int) (p+0x...)", got)
+	}
+}
+
+// While KeepModules holds, Symbolizers of different processes share a
+// library's symbols: the second finds them read, and names frames alike.
+func TestKeepModulesShares(t *testing.T) {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip(err)
+	}
+	pc := uint64(funcPC(TestKeepModulesShares)) + 1
+	release := KeepModules()
+	a, b := New(string(maps)), New(string(maps))
+	fa, fb := a.Frame(pc), b.Frame(pc)
+	ma, mb := a.find(pc).mod, b.find(pc).mod
+	if fa != fb || ma.elfData == nil || ma.elfData != mb.elfData {
+		t.Fatalf("frames %q and %q, modules' data shared: %v", fa, fb, ma.elfData == mb.elfData)
+	}
+	release()
+	c := New(string(maps))
+	if fc := c.Frame(pc); fc != fa || c.find(pc).mod.elfData == ma.elfData {
+		t.Fatalf("after release: %q, still shared", fc)
 	}
 }

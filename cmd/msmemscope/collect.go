@@ -14,6 +14,7 @@ import (
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
+	"msmemscope/symbolize"
 )
 
 // ensureOutput creates the output folder and proves it writable before the
@@ -53,6 +54,7 @@ func waitForStragglers(dirs []string, metas []*spool.ProcessMeta) {
 func collectRun(cfg config.Config, runID string, mainPid int, command []string, code int, sig syscall.Signal) (*spool.Manifest, string, error) {
 	dirs, metas := spool.RunFolders(cfg.Output, runID)
 	waitForStragglers(dirs, metas)
+	defer symbolize.KeepModules()() // the run's processes share libc and more
 	traced := map[int]bool{}
 	lastMain := -1
 	for i, m := range metas {
@@ -139,6 +141,7 @@ func offline(inv *cli.Invocation) int {
 		return usage(fmt.Errorf("--input %s: no capture found (no spool/process.json)", in))
 	}
 	rc := 0
+	defer symbolize.KeepModules()() // the run's processes share libc and more
 	for _, d := range dirs {
 		opt := collect.Options{Console: os.Stderr}
 		if inv.Set["analysis"] || inv.Set["steps"] || inv.Set["data-format"] {
