@@ -244,10 +244,10 @@ type symbol struct {
 }
 
 type module struct {
-	path    string
-	name    string
-	deleted bool
-	loaded  bool
+	path     string
+	name     string
+	deleted  bool
+	loaded   bool
 	*elfData // set by load; shared between Symbolizers while KeepModules holds
 }
 
