@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+#include "now.h"
 
 static long pairs;
 
@@ -22,12 +22,6 @@ static void *work(void *arg) {
 	}
 	for (int i = 0; i < 64; i++) free(keep[i]);
 	return NULL;
-}
-
-static double now(void) {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
 int main(int argc, char **argv) {

@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+#include "now.h"
 
 #define W 8
 
@@ -24,12 +24,6 @@ static void *work(void *arg) {
 	}
 	handed[slot] = mine;
 	return NULL;
-}
-
-static double now(void) {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
 int main(int argc, char **argv) {
