@@ -464,6 +464,11 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	}
 	d.nextAID++
 	b := block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid}
+	if len(d.hidden) > 0 {
+		if old, ok := d.live.Get(uint64(key)); ok && old.hidden {
+			delete(d.hidden, old.id) // replaced: its FREE was never seen
+		}
+	}
 	d.live.Put(uint64(key), b) // replaces a block whose FREE was never seen
 	if b.hidden {
 		if !d.fast {
@@ -508,6 +513,9 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 		return nil
 	}
 	if r.Flags&format.FOff != 0 {
+		if b.hidden {
+			delete(d.hidden, b.id) // no shadow MALLOC will need its stacks
+		}
 		d.reason = NotWrittenOff
 		return nil
 	}

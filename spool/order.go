@@ -330,8 +330,9 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 		}
 	}
 	// fresh is the cursor of the record last delivered, moved on: it goes
-	// first without a trip through the heap when nothing comes before it
-	// (one thread, or a thread's run of records between others').
+	// first without a trip through the heap when it comes strictly before
+	// the heap's first (one thread, or a thread's run of records between
+	// others'); a tie goes through the heap, as it always did.
 	var fresh *threadCursor
 	if c := r.last; c != nil {
 		r.last = nil
@@ -350,7 +351,7 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 	}
 	for {
 		var c *threadCursor
-		if fresh != nil && r.nPark == 0 && (len(r.h) == 0 || !r.h.Less2(r.h[0], fresh)) {
+		if fresh != nil && r.nPark == 0 && (len(r.h) == 0 || r.h.Less2(fresh, r.h[0])) {
 			c, fresh = fresh, nil
 		} else {
 			if fresh != nil {

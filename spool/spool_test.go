@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"msmemscope/format"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"msmemscope/config"
+	"msmemscope/format"
+	"msmemscope/trace"
 )
 
 // spoolBuilder writes synthetic spools in the layout of format/records.def.
@@ -569,4 +573,44 @@ func FuzzSpool(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The stacks kept for blocks allocated while collection was off go with
+// the blocks: freed while off too (no shadow MALLOC will need them) or
+// replaced, none are left; a block freed while on still gets its shadow
+// MALLOC.
+func TestHiddenStacksGoWithTheirBlocks(t *testing.T) {
+	sb := newSpoolBuilder(7)
+	recs := []rec{calib(1000, 1)}
+	ts := uint64(1001)
+	for i := 0; i < 1000; i++ {
+		recs = append(recs, rec{ts: ts, a: 0x1000 + uint64(i)*16, b: 8, kind: format.RMalloc, flags: format.FHost | format.FOff})
+		recs = append(recs, rec{ts: ts + 1, a: 0x1000 + uint64(i)*16, kind: format.RFree, flags: format.FHost | format.FOff})
+		ts += 2
+	}
+	recs = append(recs, rec{ts: ts, a: 0x8000, b: 8, kind: format.RMalloc, flags: format.FHost | format.FOff})
+	recs = append(recs, rec{ts: ts + 1, a: 0x8000, b: 8, kind: format.RMalloc, flags: format.FHost | format.FOff}) // its FREE never seen
+	recs = append(recs, rec{ts: ts + 2, a: 0x9000, b: 8, kind: format.RMalloc, flags: format.FHost | format.FOff})
+	recs = append(recs, rec{ts: ts + 3, a: 0x9000, kind: format.RFree, flags: format.FHost})
+	recs = append(recs, rec{ts: ts + 4, a: 0x8000, kind: format.RFree, flags: format.FHost | format.FOff})
+	sb.chunk(5, recs...)
+	d := NewDecoder(sb.open(t), "", &ProcessMeta{Pid: 7}, config.Config{})
+	var dst trace.Event
+	var rows []string
+	for {
+		e, err := d.NextInto(&dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil {
+			break
+		}
+		rows = append(rows, fmt.Sprintf("%v shadow=%v", e.Kind, e.Shadow))
+	}
+	if want := []string{"MALLOC shadow=true", "FREE shadow=false"}; !slices.Equal(rows, want) {
+		t.Errorf("rows %q, want %q", rows, want)
+	}
+	if len(d.hidden) != 0 || d.live.Len() != 0 {
+		t.Errorf("%d hidden blocks' stacks and %d live blocks left", len(d.hidden), d.live.Len())
+	}
 }

@@ -88,9 +88,9 @@ func (w *CSVWriter) Write(e *Event) error {
 	b = append(b, ',')
 	b = append(b, e.Kind.String()...) // kind names never need quotes
 	b = append(b, ',')
-	b = w.field(b, colType, e.Type)
+	b = w.field(b, colType, e.Type, "") // an empty type stays empty
 	b = append(b, ',')
-	b = w.field(b, colName, e.Name)
+	b = w.field(b, colName, e.Name, NA)
 	b = append(b, ',')
 	b = w.stamp.append(b, e.Timestamp)
 	b = append(b, ',')
@@ -105,7 +105,7 @@ func (w *CSVWriter) Write(e *Event) error {
 	}
 	b = append(b, t.text...)
 	b = append(b, ',')
-	b = w.field(b, colDevice, e.Device)
+	b = w.field(b, colDevice, e.Device, NA)
 	b = append(b, ',')
 	ptr := len(b)
 	if e.HasPtr {
@@ -122,9 +122,9 @@ func (w *CSVWriter) Write(e *Event) error {
 		b = w.appendAttr(b, e)
 	}
 	b = append(b, ',')
-	b = w.field(b, colPyStack, e.PyStack)
+	b = w.field(b, colPyStack, e.PyStack, NA)
 	b = append(b, ',')
-	b = w.field(b, colCStack, e.CStack)
+	b = w.field(b, colCStack, e.CStack, NA)
 	b = append(b, '\n')
 	w.buf = b
 	w.rows++
@@ -227,13 +227,13 @@ func (w *CSVWriter) Flush() error {
 // Rows returns the number of rows written (the header not counted).
 func (w *CSVWriter) Rows() uint64 { return w.rows }
 
-// field appends column col's field s ("" is N/A), skipping the look for
-// characters to quote when s is the column's last value that had none
-// (rows repeat their types, devices and stacks).
-func (w *CSVWriter) field(b []byte, col int, s string) []byte {
+// field appends column col's field s (empty: empty, written as it is: N/A
+// or ""), skipping the look for characters to quote when s is the column's
+// last value that had none (rows repeat their types, devices and stacks).
+func (w *CSVWriter) field(b []byte, col int, s, empty string) []byte {
 	switch {
 	case s == "":
-		return append(b, NA...)
+		return append(b, empty...)
 	case s == w.plain[col]:
 		return append(b, s...)
 	case !csvNeedsQuotes(s):

@@ -443,6 +443,7 @@ func TestCSVWriterFastPathsMatchEncodingCSV(t *testing.T) {
 			Ptr: 1, HasPtr: true, AllocID: 4, Size: 1 << 40, Owner: "HOST", Extra: []KV{{"k", "v"}}},
 		{ID: 2_000_001, Kind: KindFree, Type: TypeHost, Timestamp: 33815923000001, Pid: -4, Tid: 8, Device: DeviceHost,
 			Ptr: 1, HasPtr: true, AllocID: 4, Size: 1 << 40, Owner: `ignored"`},
+		{ID: 2_000_002, Kind: KindSystem, Type: "", Timestamp: 33815923000002, Pid: -4, Tid: 8}, // an empty type stays empty
 	}
 	got := writeCSV(t, evs)
 	var want bytes.Buffer
