@@ -32,6 +32,12 @@ type Options struct {
 	// running, converted by stop()); default spool/maps.end.txt, else
 	// spool/maps.start.txt.
 	MapsFile string
+	// KeepLogs is the conversion at the exit of a run with rotating logs:
+	// the logs are its record, within their bound on disk, so no dump is
+	// written (the analyses run; config.json counts the rows the logs hold
+	// as events_not_written's spool.NotWrittenInLogs). --input= on the
+	// capture writes the dump.
+	KeepLogs bool
 }
 
 // Result says what a conversion wrote and found.
@@ -146,6 +152,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		ext = ".db"
 	}
 	res.DumpPath = uniquePath(filepath.Join(dumpDir, "memscope_dump_"+stamp), ext)
+	noDump := opt.KeepLogs && len(spool.LogFiles(dir)) > 0
 
 	torch, err := spool.LearnTorch(sp, dir, meta, cfg)
 	if err != nil {
@@ -173,12 +180,22 @@ func Convert(dir string, opt Options) (*Result, error) {
 		}
 	}
 
-	if est := uint64(sp.Bytes) * dumpBytesPerSpoolByte; est > 1<<30 && opt.Console != nil {
+	if est := uint64(sp.Bytes) * dumpBytesPerSpoolByte; est > 1<<30 && opt.Console != nil && !noDump {
 		fmt.Fprintf(opt.Console, "msmemscope: %s: writing a dump of about %.1f GiB\n", res.DumpPath, float64(est)/(1<<30))
 	}
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 	var outside uint64
-	res.Rows, err = WriteDump(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
+	write := func(path string, opt DumpOptions, fill func(RowWriter) error) (uint64, error) {
+		return WriteDump(path, opt, fill)
+	}
+	var inLogs countRows
+	if noDump {
+		res.DumpPath = ""
+		write = func(_ string, _ DumpOptions, fill func(RowWriter) error) (uint64, error) {
+			return 0, fill(&inLogs)
+		}
+	}
+	res.Rows, err = write(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
 		func(w RowWriter) error {
 			// The analyses that only read rows are fed on the decoding
 			// goroutine: the writing one has the most to do.
@@ -205,6 +222,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 	res.Unwritten, res.Order = dec.Unwritten(), dec.Order()
 	if outside > 0 {
 		res.Unwritten[spool.NotWrittenSteps] = outside
+	}
+	if inLogs.n > 0 {
+		res.Unwritten[spool.NotWrittenInLogs] = inLogs.n
 	}
 	res.Lost = dec.Lost()
 	if end != nil {
@@ -240,7 +260,10 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if _, err := os.Stat(cpath); err == nil {
 		// Named after the dump (memscope_dump_{key} -> config_{key}), so
 		// that a reader finds the config that counts its rows (trace.Open).
-		key := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(res.DumpPath), "memscope_dump_"), ext)
+		key := stamp
+		if res.DumpPath != "" {
+			key = strings.TrimSuffix(strings.TrimPrefix(filepath.Base(res.DumpPath), "memscope_dump_"), ext)
+		}
 		cpath = uniquePath(filepath.Join(dir, "config_"+key), ".json")
 	}
 	if err := safefs.WriteJSON(cpath, cj); err != nil {
@@ -251,6 +274,12 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	return res, nil
 }
+
+// countRows counts the rows of a conversion that writes no dump (KeepLogs).
+type countRows struct{ n uint64 }
+
+func (c *countRows) Write(*trace.Event) error { c.n++; return nil }
+func (c *countRows) Rows() uint64             { return c.n }
 
 // dumpBytesPerSpoolByte estimates a CSV dump's size from its spool's: an
 // event takes ~8 bytes in the spool and ~150 as a row.

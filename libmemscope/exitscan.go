@@ -153,7 +153,7 @@ const goArena = 64 << 20
 
 // convertAtExit writes the files of a capture no CLI will convert.
 func convertAtExit() {
-	if _, err := collect.Convert(eng.proc.Dir, collect.Options{Console: os.Stderr}); err != nil {
+	if _, err := collect.Convert(eng.proc.Dir, collect.Options{Console: os.Stderr, KeepLogs: eng.cfg.LogMode == "rotate"}); err != nil {
 		fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 	}
 }

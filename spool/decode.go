@@ -80,6 +80,7 @@ const (
 	NotWrittenOption    = "not_selected"                  // a PyTorch record whose rows the options leave out
 	NotWrittenOwn       = "msmemscope_own"                // allocated or freed by msmemscope's own work (its operator hooks)
 	NotWrittenSteps     = "outside_steps"                 // written by the conversion: rows --steps leaves out
+	NotWrittenInLogs    = "in_rotating_logs"              // written by the conversion at a rotated run's exit: rows the logs hold, no dump written (--input= writes it)
 )
 
 // isEvent reports whether a record of kind k is an event (can make rows),

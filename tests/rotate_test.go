@@ -2,6 +2,7 @@ package tests
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"msmemscope/spool"
@@ -9,21 +10,32 @@ import (
 )
 
 // TestRotateWholeExact: a pool of 8 threads freeing each other's blocks,
-// recorded into rotating logs of 1 MiB and converted (the logs read
-// together): the dump's totals are valgrind's, nothing unpaired.
+// recorded into rotating logs of 1 MiB: the run writes no dump at exit
+// (the logs are its record, config.json counts their rows); converted with
+// --input= (the logs read together), the dump's totals are valgrind's,
+// nothing unpaired.
 func TestRotateWholeExact(t *testing.T) {
 	bin := compile(t, "pool.c", "", "-pthread")
 	out := filepath.Join(t.TempDir(), "out")
-	mustRun(t, 0, out, "--log-mode=rotate", "--log-files=1000", "--log-file-mb=1", bin)
+	r := mustRun(t, 0, out, "--log-mode=rotate", "--log-files=1000", "--log-file-mb=1", bin)
 	p := readManifest(t, out).main(t)
 	logs, _ := filepath.Glob(filepath.Join(p.Folder, "spool", "log_*.zst"))
 	if len(logs) < 3 {
 		t.Fatalf("want several rotated logs, got %d", len(logs))
 	}
-	got := hostTotalsOf(t, p)
+	if dumps, _ := filepath.Glob(filepath.Join(p.Folder, "dump", "memscope_dump_*")); len(dumps) > 0 || p.Dump != "" {
+		t.Fatalf("a rotated run wrote a dump at exit: %v (manifest: %q)", dumps, p.Dump)
+	}
+	c := readConfig(t, p.Folder)
+	if kept := c.EventsNotWritten[spool.NotWrittenInLogs]; kept == 0 || c.EventsWritten != 0 || !strings.Contains(r.Stderr, "--input="+p.Folder) {
+		t.Fatalf("config.json: %d rows kept in the logs, %d written; stderr:\n%s", kept, c.EventsWritten, r.Stderr)
+	}
+	orderSettled(t, p.Folder)
+	mustRun(t, 0, filepath.Join(t.TempDir(), "o"), "--input="+p.Folder)
+	dump := dumpOf(t, p.Folder)
+	got := hostTotals(t, readDump(t, dump))
 	root, vg, _ := valgrindHeap(t, false, bin)
 	sameTotals(t, "pool8 rotated", got, vg[root])
-	orderSettled(t, p.Folder)
 }
 
 // TestRotateLogsReadAlone: programs whose threads free each other's blocks,

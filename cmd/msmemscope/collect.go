@@ -79,11 +79,15 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 		if i == lastMain {
 			console = os.Stderr
 		}
-		res, err := collect.Convert(d, collect.Options{Console: console, TracedChildren: traced})
+		res, err := collect.Convert(d, collect.Options{Console: console, TracedChildren: traced, KeepLogs: cfg.LogMode == "rotate"})
 		if err != nil {
 			mp.Error = err.Error()
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 		} else {
+			if res.DumpPath == "" && res.Unwritten[spool.NotWrittenInLogs] > 0 {
+				fmt.Fprintf(os.Stderr, "msmemscope: process %d: %d rows kept in its rotating logs, no dump written (msmemscope --input=%s writes it)\n",
+					m.Pid, res.Unwritten[spool.NotWrittenInLogs], d)
+			}
 			mp.Events, mp.Rows, mp.Lost = res.Events, res.Rows, res.Lost
 			mp.Complete, mp.Ended, mp.Exec, mp.ForkedUntraced, mp.Dump = res.Complete, res.Ended, res.Exec, res.Untraced, res.DumpPath
 			if i != lastMain && res.Leaks != nil && len(res.Leaks.StepLeaks) > 0 {
