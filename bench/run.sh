@@ -203,5 +203,36 @@ read -r _ files _ events _ bpe _ r1 _ r2 _ sp < <("$WORK/logparse" "$(ls -d "$WO
 	echo "|---|---|---|---|---|"
 	echo "| $events | $bpe | $r1 | $r2 | ${sp}× |"
 } >>"$OUT"
+
+# Rotate mode bounded (issue 18): RPAIRS pairs into 3 logs of 20 MiB, the
+# program preloaded as the CLI does (its loop and peak RSS), its disk use at
+# the end; then the CLI converting the logs (--input=, the default leaks
+# analysis) with its peak RSS.
+RPAIRS=${RPAIRS:-50000000}
+rm -rf "$WORK/rot"
+rb=$("$WORK/malloc_bench" "$RPAIRS" 1 | awk '/loop_ns/ {print $2}')
+rbare_rss=$( { /usr/bin/time -f "%M" "$WORK/malloc_bench" 1000 1 >/dev/null; } 2>&1 | tail -1)
+rl=$( { MSMEMSCOPE_HOOK=heap=1,cstack=0 MSMEMSCOPE_RUN_ID=bench \
+	MSMEMSCOPE_CONFIG="{\"output\":\"$WORK/rot\",\"analysis\":[],\"log_mode\":\"rotate\",\"log_files\":3,\"log_file_mb\":20}" \
+	/usr/bin/time -f "rss %M" env LD_PRELOAD="$LIB" "$WORK/malloc_bench" "$RPAIRS" 1; } 2>&1)
+rloop=$(echo "$rl" | awk '/loop_ns/ {print $2}')
+rrss=$(echo "$rl" | awk '/^rss/ {print $2}')
+rdir=$(ls -d "$WORK"/rot/msmemscope_*)
+rdisk=$(du -sk "$rdir" | cut -f1)
+/usr/bin/time -o "$WORK/rconv" -f "rss %M s %e" "$CLI" --input="$rdir" >/dev/null 2>&1
+rconv=$(tail -1 "$WORK/rconv")
+{
+	echo
+	echo "## Rotate mode bounded (issue 18)"
+	echo
+	echo "The microbenchmark, $RPAIRS pairs, 1 thread, under \`--log-mode=rotate --log-files=3 --log-file-mb=20\`"
+	echo "(bound: 60 MiB): no dump is written at exit."
+	echo
+	echo "| loop / bare | program peak RSS (bare: ${rbare_rss} KB) | capture on disk at the end | converting the logs (--input=, leaks): peak RSS, seconds |"
+	echo "|---|---|---|---|"
+	awk -v l="$rloop" -v b="$rb" -v r="$rrss" -v d="$rdisk" -v c="$rconv" \
+		'BEGIN {split(c, x, " "); printf "| %.1f× | %d KB | %.1f MiB | %d KB, %s s |\n", l/b, r, d/1024, x[2], x[4]}'
+} >>"$OUT"
+rm -rf "$WORK/rot"
 cat "$OUT"
 rm -rf "$WORK"
