@@ -311,6 +311,11 @@ func TestRotatingLogs(t *testing.T) {
 			t.Fatalf("the late spool holds a %v of %#x (size %d) by thread %d: the logs missed it", r.Kind, r.A, r.B, r.Tid)
 		}
 	}
+	// The logs are the record: no dump at exit; --input= writes it.
+	if dumps, _ := filepath.Glob(filepath.Join(dirs[0], "dump", "*.csv")); len(dumps) != 0 {
+		t.Fatalf("a rotated run wrote a dump at exit: %v", dumps)
+	}
+	run(t, cli, "--input="+dirs[0], "--analysis=")
 	dumps, _ := filepath.Glob(filepath.Join(dirs[0], "dump", "*.csv"))
 	if len(dumps) != 1 {
 		t.Fatalf("dumps: %v", dumps)
