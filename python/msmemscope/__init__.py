@@ -110,7 +110,7 @@ def start() -> None:
 
 def stop() -> Optional[str]:
     """Switches collection off (SYSTEM STOP). Without the CLI, writes the
-    files of SPEC §2 from everything captured so far (new files on each
+    files (dump, config.json, reports) from everything captured so far (new files on each
     call) and returns the dump's path; under the CLI returns None (the CLI
     writes them when the program ends)."""
     tracer._range_stop()
@@ -119,7 +119,7 @@ def stop() -> Optional[str]:
 
 
 def step() -> None:
-    """Ends the current step and starts the next (SPEC §3)."""
+    """Ends the current step and starts the next."""
     _lib.get().msmemscope_step()
     if torch_hooks.enabled():
         torch_hooks.snapshot()

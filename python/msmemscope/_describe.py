@@ -1,4 +1,4 @@
-"""Owner tags (SPEC §5.5): ``msmemscope.describe``.
+"""Owner tags: ``msmemscope.describe``.
 
 Three forms:
 
@@ -10,7 +10,7 @@ Three forms:
 * ``msmemscope.describe(obj_or_address, owner="kv_cache")`` — tags the block
   at that address (a tensor's storage, a NumPy array's data, a writable
   buffer, or an int address). Recorded in the capture as a DESCRIBE record
-  (address, owner) for the decompose analysis (SPEC §5.5) to apply.
+  (address, owner) for the decompose analysis to apply.
 """
 
 from __future__ import annotations

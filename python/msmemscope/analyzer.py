@@ -1,4 +1,4 @@
-"""The analyzer classes of msMemScope's offline API (SPEC §6).
+"""The analyzer classes of msMemScope's offline API.
 
     from msmemscope.analyzer import LeaksAnalyzer, LeaksConfig
     LeaksAnalyzer().analyze(LeaksConfig(input_path="dump.csv", mstx_info="iter", start_index=0))

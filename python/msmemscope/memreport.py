@@ -1,4 +1,4 @@
-"""Where memory is now, and the peak timeline of a capture (SPEC §7).
+"""Where memory is now, and the peak timeline of a capture.
 
 ``get_mem_report()`` asks the running process: live bytes per allocation
 site (the innermost Python frame when Python stacks are on, else the

@@ -1,6 +1,6 @@
-"""mstx marks and ranges (SPEC §1.3), recorded as MSTX rows of the dump.
+"""mstx marks and ranges, recorded as MSTX rows of the dump.
 
-A range whose message is exactly ``"step start"`` delimits a step (SPEC §3)
+A range whose message is exactly ``"step start"`` delimits a step
 in a process that never calls ``msmemscope.step()``.
 """
 

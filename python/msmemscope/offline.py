@@ -1,4 +1,4 @@
-"""Offline analysis of msmemscope dumps (SPEC §6), mirroring msMemScope's API.
+"""Offline analysis of msmemscope dumps, mirroring msMemScope's API.
 
 The analyses run in the Go library (the same code the CLI runs), streaming
 the file: memory grows with the live blocks, not with the file's size. Inputs
@@ -87,7 +87,7 @@ def analyze(analyzer_type: str, **kwargs: Any) -> Any:
 
 def check_leaks(input_path: PathLike, mstx_info: str, start_index: int,
                 event_type: Optional[str] = None) -> List[Dict[str, Any]]:
-    """Leaks between mstx marks (SPEC §5.1): among the marks whose message
+    """Leaks between mstx marks: among the marks whose message
     is mstx_info, the start_index-th (from 0) is A and the next two are B and
     C; blocks allocated between A and B and not freed before C are leaks.
     event_type (e.g. "HAL", "PTA", "HOST") narrows the blocks looked at.
@@ -102,7 +102,7 @@ def check_leaks(input_path: PathLike, mstx_info: str, start_index: int,
 def check_inefficient(input_path: PathLike, mem_size: Optional[int] = None,
                       inefficient_type: Union[str, Sequence[str], None] = None,
                       idle_threshold: Optional[int] = None) -> Dict[str, Any]:
-    """Inefficient memory (SPEC §5.3): early_allocation, late_deallocation,
+    """Inefficient memory: early_allocation, late_deallocation,
     temporary_idleness of PTA and HAL blocks of at least mem_size bytes.
     mem_size and idle_threshold left None take the library's defaults
     (get_analyzer_config("inefficient")).

@@ -1,4 +1,4 @@
-"""PyTorch collection (SPEC §2.1 ACCESS/OP_LAUNCH/PTA/SNAPSHOT, §4.2, §5.4, §5.5).
+"""PyTorch collection: ACCESS, OP_LAUNCH, PTA and SNAPSHOT rows, watch, owners.
 
 While collection is on (``msmemscope.start()`` with torch imported, or
 ``enable()``), this module keeps, on the thread that started it:
@@ -304,7 +304,7 @@ class _State:
             own(0)
 
 
-# ---- watch (SPEC §5.4) ----
+# ---- watch ----
 _NTH = re.compile(r"^(.*)#(\d+)$")
 
 
@@ -397,7 +397,7 @@ class _Watch:
 
 
 def watch(tensor: Any, name: Optional[str] = None) -> None:
-    """Adds a tensor to the watched memory (SPEC §5.4) of the next watch
+    """Adds a tensor to the watched memory of the next watch
     window (config(watch=...)): its block is hashed after every launch."""
     name = name or "tensor%d" % len(_explicit_watch)
     if any(c in name for c in ",{}\n "):

@@ -1,4 +1,4 @@
-"""The Python trace (SPEC §2.3, §4.3): one row per Python function call.
+"""The Python trace: one row per Python function call.
 
 ``msmemscope.tracer.start()`` / ``stop()`` trace on their own;
 ``events`` containing ``traceback`` traces every collected range
