@@ -1,8 +1,8 @@
 package trace
 
 import (
+	"bytes"
 	"io"
-	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -107,20 +107,14 @@ func (w *CSVWriter) Write(e *Event) error {
 	b = append(b, ',')
 	b = w.field(b, colDevice, e.Device, NA)
 	b = append(b, ',')
-	ptr := len(b)
 	if e.HasPtr {
 		b = append(b, "0x"...)
 		b = appendHex(b, e.Ptr)
 	} else {
 		b = append(b, NA...)
 	}
-	ptrText := b[ptr:]
 	b = append(b, ',')
-	if e.Kind == KindMalloc || e.Kind == KindFree {
-		b = appendMemAttr(b, e, ptrText)
-	} else {
-		b = w.appendAttr(b, e)
-	}
+	b = w.appendAttr(b, e)
 	b = append(b, ',')
 	b = w.field(b, colPyStack, e.PyStack, NA)
 	b = append(b, ',')
@@ -132,37 +126,6 @@ func (w *CSVWriter) Write(e *Event) error {
 		return w.flushBuf()
 	}
 	return nil
-}
-
-// appendMemAttr appends a MALLOC's or FREE's Attr field: e.AppendAttr's
-// text, quoted, written directly when it holds no '"' (the Ptr column's
-// text ptrText is its addr). An Attr of three pairs or more has a ',', so
-// it is always quoted.
-func appendMemAttr(b []byte, e *Event, ptrText []byte) []byte {
-	if len(e.Extra) > 0 || !e.HasPtr || strings.IndexByte(e.Owner, '"') >= 0 || strings.IndexByte(e.Inefficient, '"') >= 0 {
-		var w CSVWriter
-		return w.appendAttr(b, e)
-	}
-	b = append(b, `"{allocation_id:`...)
-	b = appendUint(b, e.AllocID)
-	b = append(b, ",addr:"...)
-	b = append(b, ptrText...)
-	b = append(b, ",size:"...)
-	b = appendUint(b, e.Size)
-	if e.Kind == KindMalloc {
-		if e.Owner != "" {
-			b = append(b, ",owner:"...)
-			b = append(b, e.Owner...)
-		}
-		if e.Inefficient != "" {
-			b = append(b, ",inefficient:"...)
-			b = append(b, e.Inefficient...)
-		}
-		if e.Shadow {
-			b = append(b, ",shadow:true"...)
-		}
-	}
-	return append(b, `}"`...)
 }
 
 // appendAttr appends the Attr field, formatted in place after a tentative
@@ -186,16 +149,11 @@ func (w *CSVWriter) appendAttr(b []byte, e *Event) []byte {
 // but holds no '"', and the index of the first '"' otherwise. (It ignores the
 // leading-space and \. rules, which cannot apply to an Attr.)
 func csvQuoteIndex(f []byte) int {
-	need := false
-	for i, c := range f {
-		if csvSpecial[c] {
-			if c == '"' {
-				return i
-			}
-			need = true
-		}
+	// One vectorized look per byte value: an Attr is scanned on every row.
+	if i := bytes.IndexByte(f, '"'); i >= 0 {
+		return i
 	}
-	if need {
+	if bytes.IndexByte(f, ',') >= 0 || bytes.IndexByte(f, '\n') >= 0 || bytes.IndexByte(f, '\r') >= 0 {
 		return len(f)
 	}
 	return -1

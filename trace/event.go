@@ -7,7 +7,6 @@ package trace
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 )
 
@@ -151,47 +150,36 @@ func (e *Event) IsMemory() bool { return e.Kind == KindMalloc || e.Kind == KindF
 // first in a fixed order, then Extra.
 func (e *Event) AppendAttr(b []byte) []byte {
 	b = append(b, '{')
-	n := 0
-	sep := func() {
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-	}
+	n := len(b) // a pair after the first starts with ','
 	switch e.Kind {
 	case KindMalloc, KindFree:
-		sep()
 		b = append(b, "allocation_id:"...)
-		b = strconv.AppendUint(b, e.AllocID, 10)
-		sep()
-		b = append(b, "addr:0x"...)
-		b = strconv.AppendUint(b, e.Ptr, 16)
-		sep()
-		b = append(b, "size:"...)
-		b = strconv.AppendUint(b, e.Size, 10)
+		b = appendUint(b, e.AllocID)
+		b = append(b, ",addr:0x"...)
+		b = appendHex(b, e.Ptr)
+		b = append(b, ",size:"...)
+		b = appendUint(b, e.Size)
 		if e.Kind == KindMalloc {
 			if e.Owner != "" {
-				sep()
-				b = append(b, "owner:"...)
+				b = append(b, ",owner:"...)
 				b = append(b, e.Owner...)
 			}
 			if e.Inefficient != "" {
-				sep()
-				b = append(b, "inefficient:"...)
+				b = append(b, ",inefficient:"...)
 				b = append(b, e.Inefficient...)
 			}
 			if e.Shadow {
-				sep()
-				b = append(b, "shadow:true"...)
+				b = append(b, ",shadow:true"...)
 			}
 		}
 	case KindMstx:
-		sep()
 		b = append(b, "id:"...)
-		b = strconv.AppendUint(b, e.MstxID, 10)
+		b = appendUint(b, e.MstxID)
 	}
 	for _, kv := range e.Extra {
-		sep()
+		if len(b) > n {
+			b = append(b, ',')
+		}
 		b = append(b, kv.Key...)
 		b = append(b, ':')
 		b = append(b, kv.Value...)
