@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"msmemscope/format"
+	"msmemscope/internal/u64map"
 	"msmemscope/spool"
 	"msmemscope/trace"
 )
@@ -185,8 +186,8 @@ func parseLog(path string, step uint64) logSpan {
 		return span
 	}
 	rd := sp.Reader()
-	live := map[spool.BlockKey]liveRec{}
-	rd.SetLive(func(k spool.BlockKey) bool { _, ok := live[k]; return ok })
+	live := u64map.Map[liveRec]{Runs: true, Grain: 4} // by spool.BlockKey
+	rd.SetLive(func(k spool.BlockKey) bool { return live.Has(uint64(k)) })
 	var total uint64
 	for {
 		r, ns, err := rd.Next()
@@ -213,18 +214,17 @@ func parseLog(path string, step uint64) logSpan {
 			span.max = append(span.max, total) // an interval starts at the level it inherits
 		}
 		span.lastNs = ns
-		k := spool.KeyOf(r)
+		k := uint64(spool.KeyOf(r))
 		if r.Kind == format.RMalloc {
 			if r.Flags&format.FUndo != 0 {
 				continue
 			}
-			if old, ok := live[k]; ok {
+			if old, ok := live.Get(k); ok {
 				total -= old.size // its FREE was never recorded
 			}
-			live[k] = liveRec{r.B, r.Tid}
+			live.Put(k, liveRec{r.B, r.Tid})
 			total += r.B
-		} else if old, ok := live[k]; ok {
-			delete(live, k)
+		} else if old, ok := live.Take(k); ok {
 			total -= old.size
 		}
 		if m := &span.max[bucket-span.startBucket]; total > *m {

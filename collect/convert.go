@@ -151,14 +151,20 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if cfg.DataFormat == trace.FormatDB {
 		ext = ".db"
 	}
-	res.DumpPath = uniquePath(filepath.Join(dumpDir, "memscope_dump_"+stamp), ext)
 	noDump := opt.KeepLogs && len(spool.LogFiles(dir)) > 0
+	if !noDump {
+		res.DumpPath = uniquePath(filepath.Join(dumpDir, "memscope_dump_"+stamp), ext)
+	}
 
 	torch, err := spool.LearnTorch(sp, dir, meta, cfg)
 	if err != nil {
 		return nil, BadInput(err)
 	}
-	runs, err := newRuns(cfg.Analysis, res.DumpPath)
+	input := res.DumpPath // what the analyses' reports name as their input
+	if noDump {
+		input = dir
+	}
+	runs, err := newRuns(cfg.Analysis, input)
 	if err != nil {
 		return nil, err
 	}
@@ -181,16 +187,13 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 
 	if est := uint64(sp.Bytes) * dumpBytesPerSpoolByte; est > 1<<30 && opt.Console != nil && !noDump {
-		fmt.Fprintf(opt.Console, "msmemscope: %s: writing a dump of about %.1f GiB\n", res.DumpPath, float64(est)/(1<<30))
+		fmt.Fprintf(opt.Console, "msmemscope: %s: writing a dump of about %s\n", res.DumpPath, safefs.HumanBytes(est))
 	}
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 	var outside uint64
-	write := func(path string, opt DumpOptions, fill func(RowWriter) error) (uint64, error) {
-		return WriteDump(path, opt, fill)
-	}
+	write := WriteDump
 	var inLogs countRows
 	if noDump {
-		res.DumpPath = ""
 		write = func(_ string, _ DumpOptions, fill func(RowWriter) error) (uint64, error) {
 			return 0, fill(&inLogs)
 		}

@@ -44,8 +44,6 @@ type Decoder struct {
 	forks    []int
 	pending  []*trace.Event   // a shadow MALLOC waits here before its FREE
 	arena    []trace.Event    // where the next events are made (slot)
-	arenaAt  []trace.Event    // the arena from its start, when events are reused
-	reuse    bool             // ReuseEvents
 	dst      *trace.Event     // the caller's event to fill (NextInto)
 	lastFree map[int32]*freed // each thread's last FREE (a failed realloc's block lives on)
 	freedTid int32            // the thread of freedAt, the last one looked up
@@ -299,10 +297,6 @@ func (d *Decoder) emit(e *trace.Event) *trace.Event {
 	return e
 }
 
-// ReuseEvents lets Next reuse its events: each is valid only until the next
-// call. The memory then stays in the cache instead of a new 264 bytes a row.
-func (d *Decoder) ReuseEvents() { d.reuse = true }
-
 // NextInto is Next filling dst: it returns dst, or another event (a row
 // that was waiting) that the caller copies. dst is never kept.
 func (d *Decoder) NextInto(dst *trace.Event) (*trace.Event, error) {
@@ -314,9 +308,6 @@ func (d *Decoder) NextInto(dst *trace.Event) (*trace.Event, error) {
 
 // Next returns the next row's event, or nil at the end.
 func (d *Decoder) Next() (*trace.Event, error) {
-	if d.reuse && len(d.pending) == 0 {
-		d.arena = d.arenaAt // no event handed out before is in use
-	}
 	if len(d.pending) > 0 {
 		e := d.pending[0]
 		d.pending = d.pending[1:]
@@ -369,7 +360,6 @@ func (d *Decoder) slot(ns uint64, tid int32) *trace.Event {
 	}
 	if len(d.arena) == 0 {
 		d.arena = make([]trace.Event, eventArena)
-		d.arenaAt = d.arena
 	}
 	e := &d.arena[0]
 	*e = trace.Event{Timestamp: ns, Tid: int64(tid)}

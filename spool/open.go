@@ -137,7 +137,8 @@ type spoolInput struct {
 	dec   *Decoder
 	opt   trace.OpenOptions
 	maps  string
-	torch bool // PyTorch records become rows, as in the dump
+	torch bool        // PyTorch records become rows, as in the dump
+	ev    trace.Event // the event Next fills when events are reused (opt.Reuse)
 }
 
 func openSpoolInput(f Found, opt trace.OpenOptions) (*spoolInput, error) {
@@ -193,9 +194,6 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 	}
 	dec := NewDecoder(sp, in.found.Capture, meta, meta.Config)
 	dec.SymbolizeWith("", in.maps)
-	if in.opt.Reuse {
-		dec.ReuseEvents() // each event valid until the next: within "a few thousand"
-	}
 	if in.torch {
 		if err := dec.DecodeTorch(); err != nil {
 			sp.Close()
@@ -218,7 +216,13 @@ func spoolMeta(sp *Spool) *ProcessMeta {
 
 func (in *spoolInput) Next() (*trace.Event, error) {
 	for {
-		e, err := in.dec.Next()
+		var e *trace.Event
+		var err error
+		if in.opt.Reuse {
+			e, err = in.dec.NextInto(&in.ev) // each event valid until the next
+		} else {
+			e, err = in.dec.Next()
+		}
 		if e == nil || err != nil {
 			return nil, err
 		}

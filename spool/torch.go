@@ -84,8 +84,8 @@ func (d *Decoder) lookupBlock(addr uint64) *block {
 	if addr == 0 {
 		return nil
 	}
-	if b, ok := d.live.Get(uint64(MakeKey(format.FHost, addr))); ok && !b.own {
-		return &b
+	if b := d.live.Ptr(uint64(MakeKey(format.FHost, addr))); b != nil && !b.own {
+		return b
 	}
 	return nil
 }

@@ -317,6 +317,13 @@ func (mod *module) load() {
 	if mod.deleted || strings.HasPrefix(mod.path, "[") || !filepath.IsAbs(mod.path) {
 		return
 	}
+	kept.Lock()
+	keeping := kept.mods != nil
+	kept.Unlock()
+	if !keeping {
+		mod.elfData.read(mod.path)
+		return
+	}
 	id, ok := identify(mod.path)
 	kept.Lock()
 	if d := kept.mods[id]; ok && d != nil {
