@@ -26,16 +26,17 @@ static void rec_alloc(void *p, size_t size, uint16_t sub, uintptr_t ra) {
 	ms_thr *t = cur_thr();
 	if (likely(t != NULL)) t->last_ra = 0; // the next fast MALLOC names its site again
 	uint64_t ts = t ? ev_stamp(t, 1) : stamp_after();
+	int own = ms_tls.own; // read once: the calls below keep the compiler from merging reads
 	uint16_t fl = sub | (atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF) |
-	              (ms_tls.own && !(sub & F_UNDO) ? F_OWN : 0); // a failed realloc's block stays the program's
+	              (own && !(sub & F_UNDO) ? F_OWN : 0); // a failed realloc's block stays the program's
 	uint32_t site = site_id(ra);
 	if (unlikely(site == SITE_SELF)) {
 		guard_down();
 		return;
 	}
-	if (unlikely(ms_py_depth > 0) && !ms_tls.own)
+	if (unlikely(ms_py_depth > 0) && !own)
 		emit_with_stacks(fl, ts, (uint64_t)p, size, site);
-	else if (cfg_cstack > 0 && !ms_tls.own) // msmemscope's own blocks make no rows: no stacks
+	else if (cfg_cstack > 0 && !own) // msmemscope's own blocks make no rows: no stacks
 		emit_with_cstack(R_MALLOC, fl, ts, (uint64_t)p, size, site);
 	else if (likely(t != NULL))
 		emit1(t, R_MALLOC, fl, ts, (uint64_t)p, size, site, 0);

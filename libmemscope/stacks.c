@@ -66,7 +66,7 @@ HIDDEN void stacks_load(void) {
 	unw_lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
 	own_down();
 	ms_tls.guard = guard;
-	if (guard) ms_tls.fast = NULL;
+	set_thr(ms_tls.thr); // the fast path as the guard and own say
 	if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
 }
 

@@ -27,6 +27,7 @@ rows are made when the files are written (spool/torch.go).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import os
@@ -37,6 +38,19 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _lib
 from ._records import R_OP_START, R_OP_END, R_SNAPSHOT, R_WATCH, R_TAG
+
+
+@contextlib.contextmanager
+def _owned() -> Any:
+    """msmemscope's own work on this thread: what it allocates is tracked
+    and makes no rows (msmemscope_own)."""
+    own = _lib.get().msmemscope_own
+    own(1)
+    try:
+        yield
+    finally:
+        own(0)
+
 
 __all__ = ["enable", "disable", "enabled", "watch", "tag", "snapshot"]
 
@@ -215,7 +229,8 @@ class _State:
 
         class Mode(TorchDispatchMode):
             # What the hook allocates itself is msmemscope's own (tracked,
-            # no rows); only the operator's call is the program's.
+            # no rows); only the operator's call is the program's. (own()
+            # by hand, not _owned(): a context manager per operator costs.)
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 own(1)
                 try:
@@ -255,11 +270,8 @@ class _State:
                     own(0)
                 return out
 
-        own(1)
-        try:
+        with _owned():
             self.mode = Mode()
-        finally:
-            own(0)
 
         def pack(t: Any) -> Any:
             own(1)
@@ -273,35 +285,24 @@ class _State:
                 own(0)
             return t
 
-        own(1)
-        try:
+        with _owned():
             self.saved = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-        finally:
-            own(0)
 
     # Entering and leaving the hooks is msmemscope's own work too (torch's
     # mode stack and saved-tensor hooks allocate).
     def enter(self) -> None:
-        own = _lib.get().msmemscope_own
-        own(1)
-        try:
+        with _owned():
             self.saved.__enter__()
             self.mode.__enter__()
-        finally:
-            own(0)
 
     def exit(self) -> None:
-        own = _lib.get().msmemscope_own
-        own(1)
-        try:
+        with _owned():
             try:
                 self.mode.__exit__(None, None, None)
             finally:
                 self.saved.__exit__(None, None, None)
             if self.watch is not None:
                 self.watch.finish()
-        finally:
-            own(0)
 
 
 # ---- watch ----
