@@ -2,6 +2,7 @@ package trace
 
 import (
 	"math/bits"
+	"slices"
 	"strconv"
 )
 
@@ -35,15 +36,7 @@ func decLen(v uint64) int {
 }
 
 // grow makes room for n more bytes after len(b) and returns b extended by n.
-func grow(b []byte, n int) []byte {
-	l := len(b)
-	if cap(b)-l < n {
-		nb := make([]byte, l, 2*cap(b)+n)
-		copy(nb, b)
-		b = nb
-	}
-	return b[:l+n]
-}
+func grow(b []byte, n int) []byte { return slices.Grow(b, n)[:len(b)+n] }
 
 // appendUint is strconv.AppendUint(b, v, 10).
 func appendUint(b []byte, v uint64) []byte {
