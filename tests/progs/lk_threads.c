@@ -17,9 +17,9 @@ static void *dropper(void *a) {
 }
 static void *arena_user(void *a) {
 	(void)a;
-	volatile uintptr_t x = (uintptr_t)malloc(1 << 19) ^ 0x5555;
+	volatile uintptr_t x = (uintptr_t)malloc(1 << 19) ^ 0x5555000000000000; // hidden: no address, not even inside the block
 	void **q = malloc(64);
-	q[2] = (void *)(x ^ 0x5555);
+	q[2] = (void *)(x ^ 0x5555000000000000);
 	free(q);
 	x = 0;
 	return NULL;
