@@ -221,7 +221,7 @@ func flagsOf(s string) uint8 {
 	return f
 }
 
-func judgedType(t string) bool { return t == trace.TypePTA || t == "HAL" }
+func judgedType(t string) bool { return t == trace.TypePTA || t == trace.TypeHAL }
 
 func (a *InefficientAnalyzer) proc(pid int64) *ineffProc {
 	if a.lastProc != nil && a.lastPid == pid {

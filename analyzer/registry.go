@@ -250,6 +250,9 @@ type markLeaks struct {
 func newMarkLeaks(args map[string]any, input string) (Analysis, error) {
 	opt := MarkLeakOptions{MstxInfo: args["mstx_info"].(string), StartIndex: int(args["start_index"].(int64))}
 	if v, ok := args["event_type"].(string); ok {
+		if !slices.Contains(trace.MemoryTypes, v) {
+			return nil, &ArgError{Kind: "ValueError", Msg: fmt.Sprintf("event_type %q is not an Event Type of MALLOC rows: give one of %s, or None for all", v, strings.Join(trace.MemoryTypes, ", "))}
+		}
 		opt.EventType = v
 	}
 	if strings.TrimSpace(opt.MstxInfo) == "" {

@@ -99,7 +99,7 @@ func paramNames(params []spec.Param) string {
 
 func convertArg(p spec.Param, v any) (any, error) {
 	bad := func() error {
-		return &ArgError{Kind: "TypeError", Msg: fmt.Sprintf("%s must be %s, got %s", p.Name, pyTypeName(p.Type), jsonTypeName(v))}
+		return &ArgError{Kind: "TypeError", Msg: fmt.Sprintf("%s must be %s, got %s", p.Name, pyTypeName(p.Type), jsonValueName(v))}
 	}
 	optional := strings.HasPrefix(p.Type, "Optional[")
 	if v == nil {
@@ -169,16 +169,32 @@ func pyTypeName(t string) string {
 	return t
 }
 
-func jsonTypeName(v any) string {
-	switch v.(type) {
+// jsonValueName says what a Python caller passed: its type, and the value
+// when it is short.
+func jsonValueName(v any) string {
+	switch n := v.(type) {
 	case nil:
 		return "None"
 	case bool:
-		return "bool"
+		if n {
+			return "bool True"
+		}
+		return "bool False"
 	case string:
+		if len(n) <= 40 {
+			return fmt.Sprintf("str %q", n)
+		}
 		return "str"
-	case json.Number, float64:
-		return "a number that is not an int"
+	case json.Number:
+		if _, err := n.Int64(); err == nil {
+			return "int " + n.String()
+		}
+		return "float " + n.String()
+	case float64:
+		if n == math.Trunc(n) {
+			return fmt.Sprintf("int %.0f", n)
+		}
+		return fmt.Sprintf("float %g", n)
 	case []any:
 		return "a list holding a non-str"
 	case map[string]any:

@@ -63,6 +63,7 @@ const (
 	TypeHost        = "HOST"
 	TypeMmap        = "MMAP"
 	TypePTA         = "PTA"
+	TypeHAL         = "HAL" // CUDA driver blocks
 	TypeMark        = "Mark"
 	TypeRangeStart  = "Range_start"
 	TypeRangeEnd    = "Range_end"
@@ -71,6 +72,9 @@ const (
 	TypeRead        = "READ"
 	TypeWrite       = "WRITE"
 )
+
+// MemoryTypes are the Event Types a MALLOC row can have.
+var MemoryTypes = []string{TypeHost, TypeMmap, TypePTA, TypeHAL}
 
 // StepRangeMessage is the mstx range message that delimits a step (SPEC §3).
 const StepRangeMessage = "step start"

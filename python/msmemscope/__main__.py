@@ -60,7 +60,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args:
         sys.stderr.write(USAGE)
         return 2
+    missing = _missing(args)
+    if missing:
+        sys.stderr.write("msmemscope: %s\n" % missing)
+        return 2
     return _exec(opts + ["--", sys.executable] + args)
+
+
+def _missing(args: List[str]) -> Optional[str]:
+    """Why the program cannot run (checked before anything is traced, so a
+    typo leaves no capture behind), or None."""
+    if args[0] == "-m":
+        if len(args) < 2:
+            return "run -m: a module name is required"
+        import importlib.util
+        try:
+            found = importlib.util.find_spec(args[1])
+        except (ImportError, ValueError) as e:
+            return "run -m %s: %s" % (args[1], e)
+        if found is None:
+            return "run -m %s: no module named %r on this interpreter's path" % (args[1], args[1])
+        return None
+    script = args[0]
+    if not os.path.exists(script):
+        return "run %s: no such file" % script
+    if os.path.isdir(script) and not os.path.exists(os.path.join(script, "__main__.py")):
+        return "run %s: a folder without __main__.py" % script
+    return None
 
 
 def cli() -> None:

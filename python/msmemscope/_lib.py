@@ -219,6 +219,26 @@ def call(name: str, *args: Any) -> Dict[str, Any]:
     return reply
 
 
+def int_arg(name: str, v: Any) -> int:
+    """v, checked to be an int (not a bool): TypeError naming the argument,
+    the value and the rule."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError("%s must be an int, got %s %.40r" % (name, type(v).__name__, v))
+    return v
+
+
+def path_arg(name: str, v: Any) -> str:
+    """v, checked to be a non-empty str or os.PathLike; returned as a str."""
+    if not isinstance(v, (str, os.PathLike)):
+        raise TypeError("%s must be a str or a path, got %s %.40r" % (name, type(v).__name__, v))
+    p = os.fspath(v)
+    if not isinstance(p, str):
+        raise TypeError("%s must be a str path, got %s %.40r" % (name, type(p).__name__, p))
+    if not p:
+        raise ValueError("%s must not be empty" % name)
+    return p
+
+
 def configure(pairs: Sequence[Sequence[str]]) -> None:
     """Applies [(name, value)] with the library's rules; ValueError on a
     violation (the CLI's rule text, Python's option names)."""

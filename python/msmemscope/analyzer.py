@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from . import offline
+from . import _lib, offline
 
 __all__ = ["AnalysisConfig", "BaseAnalyzer", "LeaksConfig", "LeaksAnalyzer", "InefficientConfig",
            "InefficientAnalyzer"]
@@ -28,21 +28,14 @@ __all__ = ["AnalysisConfig", "BaseAnalyzer", "LeaksConfig", "LeaksAnalyzer", "In
 INEFFICIENT_TYPES = ("early_allocation", "late_deallocation", "temporary_idleness")
 
 
-def _int(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError("%s must be an int, got %s" % (name, type(v).__name__))
-    return v
+_int = _lib.int_arg
 
 
 class AnalysisConfig:
     """What every analysis takes: the dump file to read."""
 
     def __init__(self, input_path: offline.PathLike):
-        if not isinstance(input_path, (str, os.PathLike)):
-            raise TypeError("input_path must be a str or a path, got %s" % type(input_path).__name__)
-        input_path = os.fspath(input_path)
-        if not input_path:
-            raise ValueError("input_path must not be empty")
+        input_path = _lib.path_arg("input_path", input_path)
         self.input_path = input_path
 
     def kwargs(self) -> Dict[str, Any]:

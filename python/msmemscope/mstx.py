@@ -32,4 +32,6 @@ def range_start(message: str, stream: Any = None) -> int:
 
 def range_end(range_id: int) -> None:
     """Closes the range ``range_start`` returned."""
-    _lib.get().mstxRangeEnd(int(range_id))
+    if not 0 <= _lib.int_arg("range_id", range_id) < 1 << 64:
+        raise ValueError("range_id must be an id range_start returned (>= 0), got %d" % range_id)
+    _lib.get().mstxRangeEnd(range_id)
