@@ -118,6 +118,41 @@ func (p *Process) NoteDrainErrors(n uint64) { p.drainErrs.Add(n) }
 // NoteRotateLate records the rotator's late records (Rotator.Late).
 func (p *Process) NoteRotateLate(n uint64) { p.rotLate = n }
 
+// Move moves the capture folder, whole, into the output folder output (a
+// program's config(output=...) after the capture began). The spool's
+// descriptor and every file already open stay valid: the folder is renamed,
+// not copied, so both must be on one file system. Under a CLI run a note in
+// the old output folder tells the CLI where the folder went
+// (spool.MovedNote). Returns the old folder.
+func (p *Process) Move(output string) (string, error) {
+	if err := safefs.EnsureDir(output); err != nil {
+		return "", err
+	}
+	old := p.Dir
+	suffix := ""
+	if p.meta.Rank != "" {
+		suffix = "_rank" + p.meta.Rank
+	}
+	dir, err := NewDir(output, fmt.Sprintf("msmemscope_%d_", p.meta.Pid), suffix)
+	if err != nil {
+		return "", err
+	}
+	// rename(2) replaces the empty folder NewDir reserved (os.Rename
+	// refuses an existing folder).
+	if err := unix.Rename(old, dir); err != nil {
+		os.Remove(dir)
+		return "", err
+	}
+	p.Dir = dir
+	p.meta.Config.Output = output
+	_ = safefs.WriteJSON(filepath.Join(dir, spool.SpoolDir, spool.ProcessFile), p.meta)
+	if p.meta.RunID != "" {
+		note := spool.MovedNote(filepath.Dir(old), p.meta.RunID, p.meta.Pid)
+		_ = safefs.WriteNew(note, func(w io.Writer) error { _, err := io.WriteString(w, dir); return err })
+	}
+	return old, nil
+}
+
 // End records how the image ended. The spool stays open: events after this
 // (frees in later destructors) are still written to it.
 func (p *Process) End(lost, forks uint64) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -100,6 +101,17 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 	lf, err := r.open(0)
 	r.cur = lf
 	return r, err
+}
+
+// Moved rebases the logs' paths after their folder was renamed from old to
+// dir (config(output=...), Process.Move).
+func (r *Rotator) Moved(old, dir string) {
+	r.dir = dir
+	for i, f := range r.files {
+		if rel, err := filepath.Rel(old, f); err == nil && !strings.HasPrefix(rel, "..") {
+			r.files[i] = filepath.Join(dir, rel)
+		}
+	}
 }
 
 // Files lists the logs kept, oldest first.

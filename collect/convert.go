@@ -10,11 +10,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"msmemscope/analyzer"
 	"msmemscope/config"
+	"msmemscope/internal/logx"
 	"msmemscope/internal/safefs"
 	"msmemscope/internal/version"
 	"msmemscope/spool"
@@ -65,6 +67,7 @@ type Result struct {
 	DecomposePath string
 	Inefficient   *analyzer.IneffReport
 	WatchPath     string
+	DeviceSeen    bool // a row of a device (not the host heap)
 }
 
 // ConfigJSON is the config.json of SPEC §2.
@@ -111,6 +114,7 @@ type ConfigJSON struct {
 // without the rows it needs (no PyTorch records: no ACCESS rows) gets no
 // first pass.
 func Convert(dir string, opt Options) (*Result, error) {
+	t0 := time.Now()
 	meta, err := spool.ReadMeta(dir)
 	if err != nil {
 		return nil, BadInput(fmt.Errorf("%s is not a capture folder: %v", dir, err))
@@ -202,7 +206,12 @@ func Convert(dir string, opt Options) (*Result, error) {
 		func(w RowWriter) error {
 			// The analyses that only read rows are fed on the decoding
 			// goroutine: the writing one has the most to do.
-			pre := func(e *trace.Event) { observe(runs, false, e) }
+			pre := func(e *trace.Event) {
+				if e.Device != "" && e.Device != trace.DeviceHost {
+					res.DeviceSeen = true
+				}
+				observe(runs, false, e)
+			}
 			return eachEvent(inputNext(dec.NextInto), pre, func(e *trace.Event) error {
 				if !written(e) {
 					outside++
@@ -275,7 +284,39 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if err := writeReports(res, runs, stamp, cfg, dec.Watch(), opt.Console); err != nil {
 		return nil, err
 	}
+	if w := DeviceWarning(cfg, res.DeviceSeen); w != "" {
+		logx.WarnTo(opt.Console, "process %d: %s", meta.Pid, w)
+	}
+	logx.InfoTo(opt.Console, "process %d: %d events -> %d rows in %.2f s (%s)", meta.Pid, res.Events, res.Rows,
+		time.Since(t0).Seconds(), dir)
 	return res, nil
+}
+
+// DeviceWarning says that a device named explicitly (not the default
+// cpu,cuda) or --level=kernel found nothing to collect: no row of a device
+// was made. "" when there is nothing to say.
+func DeviceWarning(cfg config.Config, seen bool) string {
+	if seen {
+		return ""
+	}
+	var named []string
+	for _, d := range cfg.Devices {
+		if d != "cpu" {
+			named = append(named, d)
+		}
+	}
+	explicit := !slices.Equal(cfg.Devices, config.Default().Devices)
+	switch {
+	case len(named) > 0 && explicit:
+		what := "nothing was recorded for it"
+		if !cfg.HasDevice("cpu") {
+			what = "nothing was recorded (the host heap is collected only with --device=cpu)"
+		}
+		return fmt.Sprintf("--device=%s: no %s device was seen in this process, so %s", strings.Join(cfg.Devices, ","), strings.Join(named, ","), what)
+	case cfg.Level == "kernel":
+		return "--level=kernel: no kernel launch was seen (kernels come from a CUDA device and none was seen in this process), and operators are collected only with --level=op"
+	}
+	return ""
 }
 
 // countRows counts the rows of a conversion that writes no dump (KeepLogs).

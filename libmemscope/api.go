@@ -32,6 +32,7 @@ import (
 
 	"msmemscope/collect"
 	"msmemscope/config"
+	"msmemscope/internal/logx"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
 )
@@ -54,6 +55,7 @@ func loadConfig() {
 			api.cfg = c
 		}
 	}
+	logx.SetLevel(api.cfg.LogLevel)
 	if C.ms_interposed() != 0 && api.cfg.PyStackOn {
 		enablePyStack(api.cfg.PyStack)
 	}
@@ -81,7 +83,7 @@ func warnOnce(key, msg string) {
 		return
 	}
 	api.warned[key] = true
-	fmt.Fprintf(os.Stderr, "msmemscope: warning: %s\n", msg)
+	logx.Warnf("%s", msg)
 }
 
 func enablePyStack(depth int) {
@@ -153,26 +155,38 @@ func Configure(items string) error {
 		return errors.New(pyError(e))
 	}
 	eng.mu.Lock()
-	begun := eng.started
-	var out string
-	if begun {
-		out = eng.cfg.Output
+	if eng.started && !eng.finished {
+		if abs, err := config.AbsOutput(c.Output); err == nil && abs != eng.cfg.Output {
+			moveCapture(abs)
+		}
+		c.Output = eng.cfg.Output
 	}
 	eng.mu.Unlock()
-	if begun {
-		abs, _ := config.AbsOutput(c.Output)
-		if abs != out {
-			warnOnce("output", fmt.Sprintf("output cannot change once the capture has begun (it is in %s)", out))
-		}
-		c.Output = out
-	}
 	api.cfg = c
+	logx.SetLevel(c.LogLevel)
 	applyHook(&c)
 	if c.CollectMode == "deferred" && !api.started {
 		C.msmemscope_stop() // deferred: off until the first start()
 	}
 	recordConfig(&c)
 	return nil
+}
+
+// moveCapture moves the capture begun before config(output=...) into the
+// new output folder, so that its files are written there (eng.mu held).
+func moveCapture(output string) {
+	eng.rotMu.Lock()
+	defer eng.rotMu.Unlock()
+	old, err := eng.proc.Move(output)
+	if err != nil {
+		warnOnce("output", fmt.Sprintf("output: the capture could not move to %s (%v): its files are written in %s", output, err, eng.proc.Dir))
+		return
+	}
+	eng.cfg.Output = output
+	if eng.rot != nil {
+		eng.rot.Moved(filepath.Join(old, spool.SpoolDir), filepath.Join(eng.proc.Dir, spool.SpoolDir))
+	}
+	setCrashFile(eng.proc.Dir)
 }
 
 // beginLazy begins the capture if it waits for start() (api.mu held).

@@ -100,12 +100,17 @@ func begin(cfg config.Config) error {
 		C.ms_set_rotating(1) // each log is read on its own (format/records.def)
 	}
 	eng.cfg, eng.proc, eng.started = cfg, p, true
-	mark := []byte(filepath.Join(p.Dir, spool.SpoolDir, spool.CrashFile))
-	C.ms_set_crash_file((*C.char)(unsafe.Pointer(&mark[0])), C.int(len(mark)))
+	setCrashFile(p.Dir)
 	C.ms_set_spool(C.int(p.SpoolFD()))
 	C.ms_calibrate()
 	startDrain()
 	return nil
+}
+
+// setCrashFile tells the crash handler where the capture in dir records a crash.
+func setCrashFile(dir string) {
+	mark := []byte(filepath.Join(dir, spool.SpoolDir, spool.CrashFile))
+	C.ms_set_crash_file((*C.char)(unsafe.Pointer(&mark[0])), C.int(len(mark)))
 }
 
 // startDrain starts moving ring contents out every millisecond, so a run
@@ -195,6 +200,9 @@ func msGoAtExit() {
 		return
 	}
 	eng.finished = true
+	if w := pyStartupSkipped(); w != "" {
+		warnOnce("pystartup", w)
+	}
 	stopDrain()
 	if eng.rot != nil {
 		// The final drain goes to the logs too: only they know each

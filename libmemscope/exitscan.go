@@ -9,6 +9,7 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
+	"msmemscope/internal/logx"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -109,7 +110,7 @@ func ownRegions(maps []leakscan.Mapping) []leakscan.Region {
 	buf := make([]uint64, 2*65536)
 	n := int(C.ms_own_regions((*C.uint64_t)(unsafe.Pointer(&buf[0])), C.int(len(buf)/2)))
 	if n > len(buf)/2 {
-		fmt.Fprintf(os.Stderr, "msmemscope: warning: more than %d mappings of its own: leak kinds may call lost blocks reachable\n", len(buf)/2)
+		logx.Warnf("more than %d mappings of its own: leak kinds may call lost blocks reachable", len(buf)/2)
 	}
 	var own []leakscan.Region
 	for i := 0; i < min(n, len(buf)/2); i++ {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"msmemscope/config"
 )
@@ -213,17 +214,38 @@ func LatestManifest(output string) (*Manifest, error) {
 	return &m, nil
 }
 
+// MovedNote is the file a process of a run leaves in its first output folder
+// when config(output=...) moved its capture elsewhere: it holds the new
+// folder's path, and RunFolders follows it.
+func MovedNote(output, runID string, pid int) string {
+	return filepath.Join(output, fmt.Sprintf("%s%s_%d", movedPrefix, runID, pid))
+}
+
+// MovedNotes is the glob pattern of a run's MovedNote files.
+func MovedNotes(output, runID string) string {
+	return filepath.Join(output, movedPrefix+runID+"_*")
+}
+
+const movedPrefix = ".msmemscope_moved_"
+
 // RunFolders finds the capture folders a run created, in the order their
-// processes started.
+// processes started; captures moved elsewhere (MovedNote) are followed.
 func RunFolders(output, runID string) ([]string, []*ProcessMeta) {
 	ents, _ := os.ReadDir(output)
 	var dirs []string
 	var metas []*ProcessMeta
 	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
 		d := filepath.Join(output, e.Name())
+		if !e.IsDir() {
+			if !strings.HasPrefix(e.Name(), movedPrefix+runID+"_") {
+				continue
+			}
+			b, err := os.ReadFile(d)
+			if err != nil {
+				continue
+			}
+			d = string(b)
+		}
 		m, err := ReadMeta(d)
 		if err != nil || m.RunID != runID {
 			continue

@@ -12,6 +12,7 @@ import (
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/collect"
 	"msmemscope/config"
+	"msmemscope/internal/logx"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
 	"msmemscope/symbolize"
@@ -94,7 +95,7 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 				fmt.Fprintf(os.Stderr, "msmemscope: process %d: %s", m.Pid, res.Leaks.Summary(3))
 			}
 			if w := collect.OrderWarning(res); w != "" {
-				fmt.Fprintf(os.Stderr, "msmemscope: process %d: %s\n", m.Pid, w)
+				logx.Warnf("process %d: %s", m.Pid, w)
 			}
 		}
 		man.Processes = append(man.Processes, mp)
@@ -110,8 +111,20 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 	if len(dirs) == 0 {
 		return nil, "", fmt.Errorf("no traced process left a capture in %s (was the program statically linked, or did it clear LD_PRELOAD?)", cfg.Output)
 	}
+	// The manifest goes where the main program's files are: a program
+	// that called config(output=...) moved its capture there.
+	manDir := cfg.Output
+	for _, p := range man.Processes {
+		if p.Main {
+			manDir = filepath.Dir(p.Folder)
+		}
+	}
+	notes, _ := filepath.Glob(spool.MovedNotes(cfg.Output, runID))
+	for _, n := range notes {
+		os.Remove(n)
+	}
 	b, _ := json.MarshalIndent(man, "", "  ")
-	path, err := safefs.CreateUnique(safefs.Stamped(filepath.Join(cfg.Output, spool.ManifestPrefix), ".json", time.Now()),
+	path, err := safefs.CreateUnique(safefs.Stamped(filepath.Join(manDir, spool.ManifestPrefix), ".json", time.Now()),
 		func(p string) error {
 			return safefs.WriteNew(p, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
 		})

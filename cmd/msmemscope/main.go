@@ -19,6 +19,7 @@ import (
 
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/config"
+	"msmemscope/internal/logx"
 	"msmemscope/internal/version"
 	"msmemscope/spool"
 )
@@ -32,6 +33,7 @@ func run(args []string) int {
 	if err != nil {
 		return usage(err)
 	}
+	logx.SetLevel(inv.Config.LogLevel)
 	switch inv.Mode {
 	case cli.ModeHelp:
 		fmt.Print(cli.Help())
@@ -83,6 +85,26 @@ func libraryPath() (string, error) {
 	return "", fmt.Errorf("libmemscope.so not found beside %s (set MSMEMSCOPE_LIB)", exe)
 }
 
+// pyStartupEnv names the Python startup hook's folder in a traced process:
+// the hook acts only where it is set, and the library says at exit when an
+// interpreter run with -I, -E or -S could not load it.
+const pyStartupEnv = "MSMEMSCOPE_PY_STARTUP"
+
+// pythonStartupDir finds the Python package's startup hook folder: in the
+// installed package (msmemscope/lib/libmemscope.so beside msmemscope/_startup)
+// or in a source checkout (build/lib beside python/msmemscope); "" if none.
+func pythonStartupDir(lib string) string {
+	libDir := filepath.Dir(lib)
+	for _, d := range []string{filepath.Join(libDir, "..", "_startup"), filepath.Join(libDir, "..", "..", "python", "msmemscope", "_startup")} {
+		if _, err := os.Stat(filepath.Join(d, "sitecustomize.py")); err == nil {
+			if abs, err := filepath.Abs(d); err == nil {
+				return abs
+			}
+		}
+	}
+	return ""
+}
+
 func newRunID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -95,6 +117,7 @@ func runProgram(inv *cli.Invocation) int {
 	if err != nil {
 		return usage(err)
 	}
+	_, statErr := os.Stat(cfg.Output)
 	if err := ensureOutput(cfg.Output); err != nil {
 		return usage(err)
 	}
@@ -103,8 +126,9 @@ func runProgram(inv *cli.Invocation) int {
 		return fail(err)
 	}
 	if os.Geteuid() == 0 {
-		fmt.Fprintln(os.Stderr, "msmemscope: warning: running as root; output is still written with modes 0750/0640 and the same path checks")
+		logx.Warnf("running as root; output is still written with modes 0750/0640 and the same path checks")
 	}
+	logx.Infof("tracing %s: output %s, options %s", strings.Join(inv.Program, " "), cfg.Output, cfg.Encode())
 	runID := newRunID()
 	env := os.Environ()
 	preload := lib
@@ -115,6 +139,16 @@ func runProgram(inv *cli.Invocation) int {
 	env = setEnv(env, config.EnvConfig, cfg.Encode())
 	env = setEnv(env, config.EnvRunID, runID)
 	env = setEnv(env, "MSMEMSCOPE_HOOK", cfg.Hook().Env())
+	if dir := pythonStartupDir(lib); dir != "" {
+		// A Python program gets its PyTorch collection without importing
+		// msmemscope (python/msmemscope/_startup/sitecustomize.py).
+		path := dir
+		if old := os.Getenv("PYTHONPATH"); old != "" {
+			path += ":" + old
+		}
+		env = setEnv(env, "PYTHONPATH", path)
+		env = setEnv(env, pyStartupEnv, dir)
+	}
 
 	cmd := exec.Command(prog, inv.Program[1:]...)
 	cmd.Args[0] = inv.Program[0]
@@ -151,8 +185,12 @@ func runProgram(inv *cli.Invocation) int {
 	if sig != 0 {
 		fmt.Fprintf(os.Stderr, "msmemscope: %s\n", howEnded(sig, man))
 	}
+	results := filepath.Dir(manPath)
+	if results != cfg.Output && os.IsNotExist(statErr) {
+		os.Remove(cfg.Output) // made for this run, left empty: the program chose another output
+	}
 	fmt.Fprintf(os.Stderr, "msmemscope: %d traced process(es); results in %s (run manifest %s)\n",
-		len(man.Processes), cfg.Output, manPath)
+		len(man.Processes), results, manPath)
 	return code
 }
 

@@ -37,6 +37,7 @@ __version__ = _lib.version()
 
 _cfg: Optional[Dict[str, Any]] = None  # the effective configuration, as the library has it
 _warned_heap = False
+_started = False  # between start() and stop()
 
 
 def _value(name: str, v: Any) -> str:
@@ -86,7 +87,7 @@ def _traceback(cfg: Dict[str, Any]) -> bool:
 
 def _warn_heap(cfg: Dict[str, Any]) -> None:
     global _warned_heap
-    if _warned_heap or _lib.preloaded():
+    if _warned_heap or _lib.preloaded() or cfg.get("log_level") == "error":
         return
     if "cpu" in (cfg.get("devices") or []) and cfg.get("events", {}).get("alloc"):
         _warned_heap = True
@@ -99,9 +100,11 @@ def _warn_heap(cfg: Dict[str, Any]) -> None:
 def start() -> None:
     """Switches collection on (SYSTEM START); with events containing
     traceback, the Python trace runs until stop()."""
+    global _started
     cfg = _config()
     _warn_heap(cfg)
     _lib.start()
+    _started = True
     if _traceback(cfg) and not _lib.in_child():
         tracer._range_start()
     if torch_hooks.wanted(cfg):
@@ -113,6 +116,8 @@ def stop() -> Optional[str]:
     files (dump, config.json, reports) from everything captured so far (new files on each
     call) and returns the dump's path; under the CLI returns None (the CLI
     writes them when the program ends)."""
+    global _started
+    _started = False
     tracer._range_stop()
     torch_hooks.disable()
     return _lib.stop()
@@ -155,6 +160,20 @@ def _auto() -> None:
 
 
 _auto()
+
+
+def _startup_torch() -> None:
+    """The CLI's startup hook calls this once the traced program has imported
+    torch: the PyTorch collection starts as if the program had called
+    start() now (in deferred mode only once it has)."""
+    if not _lib.preloaded() or _lib.in_child():
+        return
+    cfg = _config()
+    if cfg.get("collect_mode") == "deferred" and not _started:
+        return
+    if torch_hooks.wanted(cfg) and not torch_hooks.enabled():
+        torch_hooks.enable(cfg)
+        atexit.register(torch_hooks.disable)
 
 from .memreport import get_all_time_size, get_mem_report, get_mem_report_with_time  # noqa: E402
 from .offline import list_analyzers, get_analyzer_config, analyze, check_leaks, check_inefficient  # noqa: E402

@@ -477,5 +477,7 @@ def wanted(cfg: Dict[str, Any]) -> bool:
     if "torch" not in sys.modules or cfg.get("level", "op") != "op":
         return False
     ev = cfg.get("events", {})
-    return bool(ev.get("launch") or ev.get("access") or cfg.get("watch") or "decompose" in (cfg.get("analysis") or [])
-                or "inefficient" in (cfg.get("analysis") or []))
+    # alloc alone needs it too: only the dispatcher names tensor storages,
+    # which makes their blocks PTA rather than HOST rows.
+    return bool(ev.get("alloc") or ev.get("launch") or ev.get("access") or cfg.get("watch")
+                or "decompose" in (cfg.get("analysis") or []) or "inefficient" in (cfg.get("analysis") or []))
