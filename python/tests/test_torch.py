@@ -210,11 +210,11 @@ def test_inefficient_planted(tmp_path, torch_available):
     assert all(r["Event Type"] == "PTA" for r in rows if r["Event"] == "MALLOC" and "inefficient" in attr(r))
 
 
-def _example_run(tmp_path, events):
+def _example_run(tmp_path, events, *opts):
     with open(os.path.join(REPO, "examples", "train_mlp.py")) as f:
         script = f.read()
     run = run_traced(tmp_path, script, "--collect-mode=deferred", "--call-stack=python:16",
-                     "--events=" + events, timeout=TIMEOUT).check()
+                     "--events=" + events, *opts, timeout=TIMEOUT).check()
     with open(os.path.join(run.main_folder(), "config.json")) as f:
         cfg = json.load(f)
     return run, cfg
@@ -227,7 +227,8 @@ def test_hooks_record_nothing_of_their_own(tmp_path_factory):
     what they allocated is counted as msmemscope_own, not written."""
     pytest.importorskip("torch")
     on, on_cfg = _example_run(tmp_path_factory.mktemp("on"), "alloc,free,launch,access")
-    off, off_cfg = _example_run(tmp_path_factory.mktemp("off"), "alloc,free")
+    # (--level=kernel: no operator hooks; alloc alone installs them, for PTA)
+    off, off_cfg = _example_run(tmp_path_factory.mktemp("off"), "alloc,free", "--level=kernel")
     pkg = os.sep + "msmemscope" + os.sep
     host = {}
     for name, run in (("on", on), ("off", off)):
