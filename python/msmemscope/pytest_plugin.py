@@ -217,8 +217,9 @@ class Plugin:
                 limit = parse_size(m.name, m.args[0])
                 if res["leaked_bytes"] > limit:
                     problems.append(self._failure(
-                        "Test was allowed to leak %s but %s allocated during its call is still alive (%d blocks)"
-                        % (sizeof_fmt(limit), sizeof_fmt(res["leaked_bytes"]), res["leaked_blocks"]),
+                        "Test was allowed to leak %s but %s allocated during its call is still alive (%d block%s)"
+                        % (sizeof_fmt(limit), sizeof_fmt(res["leaked_bytes"]), res["leaked_blocks"],
+                           "" if res["leaked_blocks"] == 1 else "s"),
                         "Top sites of the leaked bytes", res["leak_sites"]))
         if problems:
             report.outcome = "failed"
