@@ -42,7 +42,7 @@ $(VENV)/.ok:
 	@test -n "$(PYTHON_REAL)" || { echo "python3 not found"; exit 1; }
 	$(PYTHON_REAL) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q pytest torch numpy memray
+	$(PYTHON) -m pip install -q pytest torch numpy memray pytest-memray
 	@touch $@
 
 venv: $(VENV)/.ok
@@ -110,9 +110,10 @@ demo: deps build venv
 		--events=alloc,free,launch,access --analysis=decompose,inefficient examples/train_mlp.py
 
 bench: deps build venv
-	$(PYTHON) -m pip install -q memray
+	$(PYTHON) -m pip install -q memray pytest-memray .
 	bash bench/run.sh
 	bash bench/python.sh
+	bash bench/pytest_plugin.sh
 	bash bench/offline.sh
 	{ echo; echo "## PyTorch training loop (issue 4)"; echo; echo '```'; bash bench/torch.sh; echo '```'; } | tee -a bench/results.md
 

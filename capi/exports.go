@@ -98,3 +98,18 @@ func msgo_analyze(name, kwargs *C.char) *C.char {
 		return res.Value, res.Text, nil
 	}))
 }
+
+//export msgo_window_begin
+func msgo_window_begin() *C.char {
+	return call(runtimeError, func() (any, error) { return nil, libmemscope.WindowBegin() })
+}
+
+//export msgo_window_end
+func msgo_window_end(top C.int) *C.char {
+	return call(runtimeError, func() (any, error) { return libmemscope.WindowEnd(int(top)) })
+}
+
+//export msgo_exit_files
+func msgo_exit_files(on C.int) {
+	libmemscope.SetExitFiles(on != 0)
+}

@@ -66,3 +66,14 @@ int msmemscope_standalone(void) {
 	ms_guard_leave();
 	return r;
 }
+
+char *msmemscope_window_begin(void) { REPLY(msgo_window_begin()); }
+char *msmemscope_window_end(int top) { REPLY(msgo_window_end(top)); }
+
+int msmemscope_exit_files(int on) {
+	if (ms_is_child()) return -1;
+	ms_guard_enter();
+	msgo_exit_files(on);
+	ms_guard_leave();
+	return 0;
+}

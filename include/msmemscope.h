@@ -58,6 +58,20 @@ char *msmemscope_get_mem_report(void);
 char *msmemscope_get_all_time_size(const char *input, int interval_ms);
 char *msmemscope_get_mem_report_with_time(const char *input, long long t_ms, int interval_ms);
 
+/* Measurement windows (the pytest plugin's per-test figures). begin: from
+ * now on, blocks allocated are followed; result null. end: result
+ * {"peak_bytes", "leaked_bytes", "leaked_blocks", "allocated_bytes",
+ * "allocations", "peak_sites": [...], "leak_sites": [...]}: the highest
+ * live bytes of blocks allocated in the window, those still live at its
+ * end, and their sites ({"site", "function", "size", "count", "stack"}:
+ * live bytes per site at the peak and at the end, largest first, the top
+ * `top` of each, every one when top <= 0). Frees of older blocks count
+ * for nothing. Needs the library preloaded and log_mode=full; errors are
+ * RuntimeError. Costs a drain and the events recorded since the last
+ * call (the spool is read as it grows), no replay. */
+char *msmemscope_window_begin(void);
+char *msmemscope_window_end(int top);
+
 /* Offline analyses (SPEC §6) over CSV or DB dumps. list_analyzers' result:
  * ["leaks", ...]; analyzer_config's: {"params": {name: {"type", "required",
  * "default", "description"}}, "order": [names in order]}; analyze takes
@@ -91,6 +105,10 @@ char *msmemscope_dir(void);
 int msmemscope_interposed(void);
 /* 1 when no CLI owns this capture (the library writes the files itself). */
 int msmemscope_standalone(void);
+/* Whether a standalone capture writes its files (dump, analyses) at exit:
+ * 1, the default, or 0 to leave the spool alone (a scratch capture read
+ * while it runs, as the pytest plugin's). */
+int msmemscope_exit_files(int on);
 /* Owner tags (msmemscope.describe): the block at addr, or the blocks this
  * thread allocates between push and pop. */
 int msmemscope_describe(uint64_t addr, const char *owner);

@@ -44,6 +44,7 @@ var api struct {
 	converted atomic.Bool   // stop() wrote the files and nothing was collected since
 	stops     int
 	warned    map[string]bool
+	noExit    atomic.Bool // the program asked for no files at exit (SetExitFiles)
 }
 
 // loadConfig reads the configuration the API starts from (the CLI's, or
@@ -72,8 +73,13 @@ func lazyBegin() bool {
 // exit in a standalone capture: not when stop() wrote them already and
 // nothing was collected since. (Called with eng.mu held: no api.mu here.)
 func exitConvertWanted() bool {
-	return !api.converted.Load()
+	return !api.converted.Load() && !api.noExit.Load()
 }
+
+// SetExitFiles says whether a standalone capture writes its files at exit
+// (the default) or leaves its spool alone: a scratch capture read while it
+// runs (the pytest plugin's) has no use for a dump.
+func SetExitFiles(on bool) { api.noExit.Store(!on) }
 
 func warnOnce(key, msg string) {
 	if api.warned == nil {

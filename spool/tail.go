@@ -1,0 +1,116 @@
+package spool
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"msmemscope/format"
+)
+
+// Tail reads a spool that is still being written, a little at a time: each
+// Read hands out the events of the whole chunks appended since the last one,
+// in file order (each thread's in program order; threads drained in one pass
+// follow one another). It keeps what compact records need of each thread's
+// past, the allocation sites and the Python code objects, so the whole file
+// is read once however often Read is called. It reads single spools only
+// (not rotated logs: their chunks are compressed).
+type Tail struct {
+	f     *os.File
+	off   int64
+	buf   []byte
+	dec   map[int32]*RecDecoder
+	Sites map[uint32]uint64 // site id -> return address of the allocator's caller
+	Py    PyMeta
+}
+
+// OpenTail opens the spool file at path for Tail reads, from its start.
+func OpenTail(path string) (*Tail, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	var hdr [HdrSize]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil || string(hdr[:8]) != Magic {
+		f.Close()
+		return nil, fmt.Errorf("%s: not an msmemscope spool (bad header)", path)
+	}
+	if v := binary.LittleEndian.Uint32(hdr[8:]); v < format.SpoolMinVersion || v > Version {
+		f.Close()
+		return nil, fmt.Errorf("%s: spool format version %d, this msmemscope reads version %d", path, v, Version)
+	}
+	return &Tail{f: f, off: HdrSize, dec: map[int32]*RecDecoder{}, Sites: map[uint32]uint64{}}, nil
+}
+
+// Skipped reports whether Python frames of file are msmemscope's own (its
+// package folder, as the spool noted it): left out of stacks.
+func (t *Tail) Skipped(file string) bool { return t.Py.skip(file) }
+
+// Close closes the file.
+func (t *Tail) Close() error { return t.f.Close() }
+
+// Read hands fn every MALLOC and FREE record (with its thread id) in the
+// whole chunks appended since the last Read; a chunk still being written
+// waits for the next. Sites, Python code objects and skipped folders are
+// noted on the way. The record's payload is valid only during the call.
+func (t *Tail) Read(fn func(r *Rec)) error {
+	fi, err := t.f.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	var ch [ChunkHdrSize]byte
+	for t.off+ChunkHdrSize <= size {
+		if _, err := t.f.ReadAt(ch[:], t.off); err != nil {
+			return err
+		}
+		nunit := int64(binary.LittleEndian.Uint32(ch[format.ChunkNUnitOff:]))
+		magic := binary.LittleEndian.Uint32(ch[format.ChunkMagicOff:])
+		end := t.off + ChunkHdrSize + nunit*UnitSize
+		if end > size {
+			return nil // still being written
+		}
+		switch magic {
+		case padMagic:
+			t.off = end
+			continue
+		case chunkMagic:
+		default:
+			return fmt.Errorf("corrupt chunk header at byte %d (rotated logs cannot be tailed)", t.off)
+		}
+		tid := int32(binary.LittleEndian.Uint32(ch[format.ChunkTidOff:]))
+		n := int(nunit) * UnitSize
+		if cap(t.buf) < n {
+			t.buf = make([]byte, n)
+		}
+		b := t.buf[:n]
+		if _, err := t.f.ReadAt(b, t.off+ChunkHdrSize); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		t.off = end
+		d := t.dec[tid]
+		if d == nil {
+			d = &RecDecoder{}
+			t.dec[tid] = d
+		}
+		for pos := 0; pos < n; {
+			r, used, ok := d.Next(b[pos:])
+			if !ok {
+				break // cannot happen for a whole chunk
+			}
+			pos += used
+			switch r.Kind {
+			case format.RMalloc, format.RFree:
+				r.Tid = tid
+				fn(&r)
+			case format.RSite:
+				t.Sites[uint32(r.B)] = r.A
+			case format.RPyCode, format.RPySkip, format.RConfig:
+				t.Py.note(r.Kind, r.TS, r.A, r.B, r.Payload)
+			}
+		}
+	}
+	return nil
+}
