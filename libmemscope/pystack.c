@@ -158,7 +158,7 @@ static uint32_t emit_code(uintptr_t code) {
 	if (ltlen) memcpy(p, (const char *)(lt + BYTES_DATA), ltlen);
 	p += ltlen;
 	enc_pycode_head(buf, id, *(const int32_t *)(code + CO_FIRSTLINENO), *(const int32_t *)(code + CO_FIRSTTRACEABLE),
-	                flen, nlen, qlen, ltlen);
+	                flen, nlen, qlen, PYLT_LOCATIONS, ltlen);
 	uint32_t plen = (uint32_t)(p - buf);
 	ms_emit(R_PYCODE, F_TEXT, id, plen, buf, plen);
 	if (buf != local) syscall(SYS_munmap, buf, need);
