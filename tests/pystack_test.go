@@ -14,7 +14,8 @@ import (
 
 // pyStackScript allocates bytearrays of known sizes from a method, a
 // generator, a lambda that C code calls (map: an entry shim frame sits
-// between it and its caller from 3.12 on), a multi-line call and a thread.
+// between it and its caller from 3.12 on), a multi-line call, a thread and a
+// function whose name is not ASCII (a 2-byte-kind str).
 // Next to each, it prints the stack as Python itself sees it (f_lineno
 // through f_back), the oracle the MALLOC row's stack must equal.
 const pyStackScript = `import sys, threading
@@ -49,10 +50,14 @@ def multi(n):
 def th():
     make_block(1000005)   # the thread
 
+def Ωmega(n):
+    return make_block(n)   # the names
+
 a = K().method(1000001)
 b = next(gen(1000002))
 c = via_c(1000003)
 d = multi(1000004)
+e = Ωmega(1000006)
 t = threading.Thread(target=th)
 t.start()
 t.join()
@@ -132,8 +137,8 @@ func TestPythonStacksPerVersion(t *testing.T) {
 				t.Skipf("no CPython 3.%d under $PYENV_ROOT", m)
 			}
 			_, oracle, got, script := runPyStacks(t, py)
-			if len(oracle) != 5 {
-				t.Fatalf("the script printed %d stacks, want 5: %v", len(oracle), oracle)
+			if len(oracle) != 6 {
+				t.Fatalf("the script printed %d stacks, want 6: %v", len(oracle), oracle)
 			}
 			frame := func(marker, fn string) string {
 				return fmt.Sprintf("%s:%d(%s)", script, lineOf(pyStackScript, marker), fn)
@@ -145,6 +150,7 @@ func TestPythonStacksPerVersion(t *testing.T) {
 				1000004: block + ";" + frame("# the map", "<lambda>") + ";" + frame("# the map", "via_c"),
 				1000005: block + ";" + frame("# the multi", "multi"),
 				1000006: block + ";" + frame("# the thread", "th"),
+				1000007: block + ";" + frame("# the names", "Ωmega"),
 			}
 			for size, top := range wantTop {
 				if !strings.HasPrefix(oracle[size], top+";") {
@@ -166,7 +172,7 @@ func TestPythonStacksPerVersion(t *testing.T) {
 		if strings.Count(stderr, warn) != 1 {
 			t.Errorf("want the warning %q once, stderr:\n%s", warn, stderr)
 		}
-		if len(got) != len(oracle) || len(got) != 5 {
+		if len(got) != len(oracle) || len(got) != 6 {
 			t.Fatalf("rows for %d of the %d allocations", len(got), len(oracle))
 		}
 		for size, st := range got {

@@ -123,8 +123,9 @@ def test_python_stack_of_bytearray(tmp_path):
 
 # Frames of each kind the interpreter has: a method, a generator, a lambda
 # called from C (map; 3.12 on puts an entry shim frame under it), a call
-# spread over lines, a thread. Beside each allocation the script prints the
-# stack as Python sees it (f_lineno through f_back): the row must say the same.
+# spread over lines, a thread, a name that is not ASCII. Beside each
+# allocation the script prints the stack as Python sees it (f_lineno through
+# f_back): the row must say the same.
 PYSTACK_KINDS = """
 import sys, threading
 import msmemscope
@@ -160,10 +161,14 @@ def multi(n):
 def th():
     make_block(1000005)   # the thread
 
+def Ωmega(n):
+    return make_block(n)   # the names
+
 a = K().method(1000001)
 b = next(gen(1000002))
 c = via_c(1000003)
 d = multi(1000004)
+e = Ωmega(1000006)
 t = threading.Thread(target=th)
 t.start()
 t.join()
@@ -186,6 +191,7 @@ def test_python_stacks_of_each_frame_kind(tmp_path):
         1000004: [block, at("# the map", "<lambda>"), at("# the map", "via_c")],
         1000005: [block, at("# the multi", "multi")],
         1000006: [block, at("# the thread", "th")],
+        1000007: [block, at("# the names", "Ωmega")],
     }
     rows = run.rows()
     for size, top in want_top.items():
