@@ -61,6 +61,10 @@ const (
 	// 0-28.
 	PairStamped   = uint64(0x80000000) // P_STAMPED: 1<<31: a stamped half
 	PairStampDMax = 0x1fffffff         // P_STAMP_DMAX: (1<<29)-1: the largest distance a stamped half holds
+
+	// An R_PYCODE's line table format (ms_pycode.linetable_format).
+	PyLTLocations = 0 // PYLT_LOCATIONS: CPython 3.11 on: the location table (co_linetable)
+	PyLTPEP626    = 1 // PYLT_PEP626: CPython 3.10: PEP 626 pairs (byte offset delta, signed line delta; -128: no line)
 )
 
 // Record kinds.
@@ -143,13 +147,13 @@ const (
 // The R_PYCODE payload starts with this header; file name, name, qualified
 // name and the line table (co_linetable bytes) follow, unpadded.
 const (
-	PyCodeSize              = 24
-	PyCodeIDOff             = 0  // u32 id: the code id MALLOCs' Python frames name
-	PyCodeFirstLineOff      = 4  // i32 firstlineno: co_firstlineno
-	PyCodeFirstTraceableOff = 8  // i32 firsttraceable: _co_firsttraceable, in code units
-	PyCodeFileLenOff        = 12 // u16 file_len: bytes of the file name
-	PyCodeNameLenOff        = 14 // u16 name_len: bytes of the name
-	PyCodeQualNameLenOff    = 16 // u16 qualname_len: bytes of the qualified name
-	PyCodePadOff            = 18 // u16 pad: zero
-	PyCodeLineTableLenOff   = 20 // u32 linetable_len: bytes of the line table
+	PyCodeSize               = 24
+	PyCodeIDOff              = 0  // u32 id: the code id MALLOCs' Python frames name
+	PyCodeFirstLineOff       = 4  // i32 firstlineno: co_firstlineno
+	PyCodeFirstTraceableOff  = 8  // i32 firsttraceable: _co_firsttraceable, in code units (0 on 3.10)
+	PyCodeFileLenOff         = 12 // u16 file_len: bytes of the file name
+	PyCodeNameLenOff         = 14 // u16 name_len: bytes of the name
+	PyCodeQualNameLenOff     = 16 // u16 qualname_len: bytes of the qualified name
+	PyCodeLineTableFormatOff = 18 // u16 linetable_format: the line table's format: PYLT_LOCATIONS (3.11 on) or PYLT_PEP626 (3.10)
+	PyCodeLineTableLenOff    = 20 // u32 linetable_len: bytes of the line table
 )

@@ -93,13 +93,17 @@ func warnOnce(key, msg string) {
 }
 
 func enablePyStack(depth int) {
-	switch C.ms_py_enable(C.int(depth)) {
-	case -2:
-		which := "this Python (before 3.11)"
+	switch r := C.ms_py_enable(C.int(depth)); r {
+	case -2, -3:
+		which := "this Python"
 		if v := uint64(C.ms_py_version()); v != 0 {
 			which = fmt.Sprintf("Python %d.%d", v>>24, (v>>16)&0xff)
 		}
-		warnOnce("pyversion", which+": no supported frame layout, so MALLOC rows carry no Python stack (CPython 3.11 is supported)")
+		why := "no supported frame layout"
+		if r == -3 {
+			why = "a build with another object layout (free-threaded or debug)"
+		}
+		warnOnce("pyversion", which+": "+why+", so MALLOC rows carry no Python stack (CPython 3.10, 3.11, 3.12 and 3.13 are supported)")
 	}
 }
 

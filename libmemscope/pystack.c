@@ -1,7 +1,8 @@
-// Python stacks from inside the hook (see pystack.h). Everything here reads
-// the calling thread's own interpreter state with plain loads: the thread is
-// inside malloc, so it is not running Python code, and its frame chain is
-// intact whether it holds the GIL or not (torch allocates with it released).
+// Python stacks from inside the hook (see pystack.h), CPython 3.10 to 3.13
+// (pylayout.h). Everything here reads the calling thread's own interpreter
+// state with plain loads: the thread is inside malloc, so it is not running
+// Python code, and its frame chain is intact whether it holds the GIL or not
+// (torch allocates with it released).
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -11,40 +12,16 @@
 #include <unistd.h>
 
 #include "hook.h"
+#include "pylayout.h"
 #include "pystack.h"
 #include "records.h"
 
 // exitscan.c: the code table holds code objects' addresses, never a root.
 __attribute__((visibility("hidden"))) void own_note(void *p, size_t n);
 
-// CPython 3.11 layouts (x86-64), checked against the 3.11 headers by
-// python/tests/test_layout.py.
-#define TS_CFRAME 56          // PyThreadState.cframe
-#define CF_CURRENT_FRAME 8    // _PyCFrame.current_frame
-#define FR_CODE 32            // _PyInterpreterFrame.f_code
-#define FR_PREVIOUS 48        // _PyInterpreterFrame.previous
-#define FR_PREV_INSTR 56      // _PyInterpreterFrame.prev_instr
-#define FR_OWNER 69           // _PyInterpreterFrame.owner
-#define OWNED_BY_GENERATOR 1  // FRAME_OWNED_BY_GENERATOR
-#define OB_TYPE 8             // PyObject.ob_type
-#define CO_FIRSTLINENO 72     // PyCodeObject.co_firstlineno
-#define CO_FILENAME 112
-#define CO_NAME 120
-#define CO_QUALNAME 128
-#define CO_LINETABLE 136
-#define CO_FIRSTTRACEABLE 168 // PyCodeObject._co_firsttraceable
-#define CO_CODE 184           // PyCodeObject.co_code_adaptive
-#define STR_LENGTH 16         // PyASCIIObject.length
-#define STR_STATE 32          // PyASCIIObject.state
-#define STR_ASCII_DATA 48     // sizeof(PyASCIIObject)
-#define STR_UTF8_LENGTH 48    // PyCompactUnicodeObject.utf8_length
-#define STR_UTF8 56           // PyCompactUnicodeObject.utf8
-#define STR_COMPACT_DATA 72   // sizeof(PyCompactUnicodeObject)
-#define ST_KIND(s) (((s) >> 2) & 7)
-#define ST_COMPACT 0x20
-#define ST_ASCII 0x40
-#define BYTES_SIZE 16         // PyVarObject.ob_size
-#define BYTES_DATA 32         // PyBytesObject.ob_sval
+// The interpreter's layout (pylayout.h), chosen once by ms_py_enable.
+_Static_assert(PYLT_LOCATIONS == 0 && PYLT_PEP626 == 1, "pylayout.h writes the line table formats as numbers");
+static const ms_pylayout *lay;
 
 #define MAX_FILE 1024
 #define MAX_NAME 256
@@ -56,7 +33,7 @@ __attribute__((visibility("hidden"))) void own_note(void *p, size_t n);
 
 HIDDEN int ms_py_depth;
 static void *(*tstate_fn)(void); // PyGILState_GetThisThreadState
-static int (*finalizing_fn)(void); // _Py_IsFinalizing
+static int (*finalizing_fn)(void); // _Py_IsFinalizing (Py_IsFinalizing on 3.13)
 static uintptr_t code_type, unicode_type, bytes_type;
 static unsigned long py_version;
 
@@ -75,35 +52,35 @@ static _Atomic uint32_t next_id = 1;
 
 static inline uintptr_t ld(uintptr_t p) { return *(const uintptr_t *)p; }
 
-static inline uint32_t fingerprint(uintptr_t code) {
-	uint64_t h = ld(code + CO_LINETABLE) * 0x9E3779B97F4A7C15ull;
-	h ^= ld(code + CO_FILENAME) + (h << 6) + (h >> 2);
-	h ^= ld(code + CO_QUALNAME) + (h << 6) + (h >> 2);
-	h ^= (uint64_t)(uint32_t) * (const int32_t *)(code + CO_FIRSTLINENO);
+static inline uint32_t fingerprint(const ms_pylayout *l, uintptr_t code) {
+	uint64_t h = ld(code + l->co_linetable) * 0x9E3779B97F4A7C15ull;
+	h ^= ld(code + l->co_filename) + (h << 6) + (h >> 2);
+	h ^= ld(code + l->co_qualname) + (h << 6) + (h >> 2);
+	h ^= (uint64_t)(uint32_t) * (const int32_t *)(code + l->co_firstlineno);
 	h *= 0xff51afd7ed558ccdull;
 	return (uint32_t)(h >> 32) | 1; // never 0
 }
 
 // Copies a str object as UTF-8 (at most cap bytes); returns the length.
-static uint32_t str_utf8(uintptr_t o, char *out, uint32_t cap) {
-	if (!o || (o & 7) || ld(o + OB_TYPE) != unicode_type) return 0;
-	uint32_t st = *(const uint32_t *)(o + STR_STATE);
-	int64_t len = *(const int64_t *)(o + STR_LENGTH);
-	if (!(st & ST_COMPACT) || len < 0) return 0;
-	if (st & ST_ASCII) {
+static uint32_t str_utf8(const ms_pylayout *l, uintptr_t o, char *out, uint32_t cap) {
+	if (!o || (o & 7) || ld(o + PYL_OB_TYPE) != unicode_type) return 0;
+	uint32_t st = *(const uint32_t *)(o + l->str_state);
+	int64_t len = *(const int64_t *)(o + l->str_length);
+	if (!(st & l->st_compact) || len < 0) return 0;
+	if (st & l->st_ascii) {
 		uint32_t n = len < cap ? (uint32_t)len : cap;
-		memcpy(out, (const char *)(o + STR_ASCII_DATA), n);
+		memcpy(out, (const char *)(o + l->str_ascii_data), n);
 		return n;
 	}
-	const char *u8 = (const char *)ld(o + STR_UTF8);
+	const char *u8 = (const char *)ld(o + l->str_utf8);
 	if (u8) {
-		int64_t n8 = *(const int64_t *)(o + STR_UTF8_LENGTH);
+		int64_t n8 = *(const int64_t *)(o + l->str_utf8_length);
 		uint32_t n = n8 < cap ? (uint32_t)n8 : cap;
 		memcpy(out, u8, n);
 		return n;
 	}
-	int kind = ST_KIND(st);
-	const unsigned char *d = (const unsigned char *)(o + STR_COMPACT_DATA);
+	int kind = (st >> l->st_kind_shift) & 7;
+	const unsigned char *d = (const unsigned char *)(o + l->str_compact_data);
 	uint32_t n = 0;
 	for (int64_t i = 0; i < len; i++) {
 		uint32_t c = kind == 1 ? d[i] : kind == 2 ? ((const uint16_t *)d)[i] : ((const uint32_t *)d)[i];
@@ -127,12 +104,12 @@ static uint32_t str_utf8(uintptr_t o, char *out, uint32_t cap) {
 }
 
 // Writes the code object's R_PYCODE record under a new id.
-static uint32_t emit_code(uintptr_t code) {
+static uint32_t emit_code(const ms_pylayout *l, uintptr_t code) {
 	uint32_t id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
-	uintptr_t lt = ld(code + CO_LINETABLE);
+	uintptr_t lt = ld(code + l->co_linetable);
 	uint32_t ltlen = 0;
-	if (lt && !(lt & 7) && ld(lt + OB_TYPE) == bytes_type) {
-		int64_t n = *(const int64_t *)(lt + BYTES_SIZE);
+	if (lt && !(lt & 7) && ld(lt + PYL_OB_TYPE) == bytes_type) {
+		int64_t n = *(const int64_t *)(lt + PYL_BYTES_SIZE);
 		ltlen = n < 0 ? 0 : n > MAX_LINETABLE ? MAX_LINETABLE : (uint32_t)n;
 	}
 	size_t need = sizeof(ms_pycode) + MAX_FILE + MAX_NAME + MAX_QUALNAME + ltlen;
@@ -149,24 +126,25 @@ static uint32_t emit_code(uintptr_t code) {
 		}
 	}
 	char *p = buf + sizeof(ms_pycode);
-	uint16_t flen = (uint16_t)str_utf8(ld(code + CO_FILENAME), p, MAX_FILE);
+	uint16_t flen = (uint16_t)str_utf8(l, ld(code + l->co_filename), p, MAX_FILE);
 	p += flen;
-	uint16_t nlen = (uint16_t)str_utf8(ld(code + CO_NAME), p, MAX_NAME);
+	uint16_t nlen = (uint16_t)str_utf8(l, ld(code + l->co_name), p, MAX_NAME);
 	p += nlen;
-	uint16_t qlen = (uint16_t)str_utf8(ld(code + CO_QUALNAME), p, MAX_QUALNAME);
+	uint16_t qlen = (uint16_t)str_utf8(l, ld(code + l->co_qualname), p, MAX_QUALNAME);
 	p += qlen;
-	if (ltlen) memcpy(p, (const char *)(lt + BYTES_DATA), ltlen);
+	if (ltlen) memcpy(p, (const char *)(lt + PYL_BYTES_DATA), ltlen);
 	p += ltlen;
-	enc_pycode_head(buf, id, *(const int32_t *)(code + CO_FIRSTLINENO), *(const int32_t *)(code + CO_FIRSTTRACEABLE),
-	                flen, nlen, qlen, ltlen);
+	int32_t first = l->co_firsttraceable >= 0 ? *(const int32_t *)(code + l->co_firsttraceable) : 0;
+	enc_pycode_head(buf, id, *(const int32_t *)(code + l->co_firstlineno), first, flen, nlen, qlen,
+	                (uint16_t)l->linetable_format, ltlen);
 	uint32_t plen = (uint32_t)(p - buf);
 	ms_emit(R_PYCODE, F_TEXT, id, plen, buf, plen);
 	if (buf != local) syscall(SYS_munmap, buf, need);
 	return id;
 }
 
-static uint32_t code_id(uintptr_t code) {
-	uint32_t fp = fingerprint(code);
+static uint32_t code_id(const ms_pylayout *l, uintptr_t code) {
+	uint32_t fp = fingerprint(l, code);
 	uint64_t h = (uint64_t)code * 0x9E3779B97F4A7C15ull;
 	uint32_t i = (uint32_t)(h >> 40);
 	for (int probe = 0; probe < PROBES; probe++, i++) {
@@ -175,7 +153,7 @@ static uint32_t code_id(uintptr_t code) {
 		if (k == 0) {
 			uintptr_t zero = 0;
 			if (atomic_compare_exchange_strong(&s->key, &zero, code)) {
-				uint32_t id = emit_code(code);
+				uint32_t id = emit_code(l, code);
 				atomic_store_explicit(&s->val, (uint64_t)fp << 32 | id, memory_order_release);
 				return id;
 			}
@@ -183,48 +161,67 @@ static uint32_t code_id(uintptr_t code) {
 		}
 		if (k != code) continue;
 		uint64_t v = atomic_load_explicit(&s->val, memory_order_acquire);
-		if (v == 0) return emit_code(code); // another thread is inserting it: a duplicate is harmless
+		if (v == 0) return emit_code(l, code); // another thread is inserting it: a duplicate is harmless
 		if ((uint32_t)(v >> 32) == fp) return (uint32_t)v;
-		uint32_t id = emit_code(code); // a new code object at a reused address
+		uint32_t id = emit_code(l, code); // a new code object at a reused address
 		atomic_compare_exchange_strong(&s->val, &v, (uint64_t)fp << 32 | id);
 		return id;
 	}
-	return emit_code(code); // neighbourhood full: correct, only slower
+	return emit_code(l, code); // neighbourhood full: correct, only slower
 }
 
 int ms_py_capture(uint64_t *out, int max) {
 	void *(*fn)(void) = tstate_fn;
 	if (!fn) return 0;
+	const ms_pylayout *l = lay; // set before tstate_fn (ms_py_enable)
 	// Once the interpreter finalizes, it frees other threads' states and
 	// frame stacks while daemon threads may still run C code: no stacks.
 	if (finalizing_fn && finalizing_fn()) return 0;
 	uintptr_t ts = (uintptr_t)fn();
 	if (!ts) return 0;
-	uintptr_t cf = ld(ts + TS_CFRAME);
-	if (!cf) return 0;
-	uintptr_t f = ld(cf + CF_CURRENT_FRAME);
+	uintptr_t f = ld(ts + l->ts_frame);
+	if (l->cf_current_frame >= 0) f = f ? ld(f + l->cf_current_frame) : 0; // through _PyCFrame
 	int n = 0;
-	for (int walked = 0; f && n < max && walked < MAX_WALK; walked++) {
+	for (int walked = 0; f && n < max && walked < MAX_WALK; walked++, f = ld(f + l->fr_previous)) {
 		if (f & 7) break;
-		uintptr_t code = ld(f + FR_CODE);
-		if (!code || (code & 7) || ld(code + OB_TYPE) != code_type) break;
-		intptr_t lasti = ((intptr_t)ld(f + FR_PREV_INSTR) - (intptr_t)(code + CO_CODE)) / 2;
-		int first = *(const int32_t *)(code + CO_FIRSTTRACEABLE);
+		int owner = l->fr_owner >= 0 ? *(const char *)(f + l->fr_owner) : 0;
+		// An entry shim (3.12 on) runs no Python code: skip it. So is a
+		// 3.13 frame whose f_executable is not a code object.
+		if (owner == l->owned_by_cstack) continue;
+		uintptr_t code = ld(f + l->fr_code);
+		if (!code || (code & 7) || ld(code + PYL_OB_TYPE) != code_type) continue;
+		intptr_t lasti = l->instr_is_index ? *(const int32_t *)(f + l->fr_instr)
+		                                   : ((intptr_t)ld(f + l->fr_instr) - (intptr_t)(code + l->co_code)) / 2;
 		// A frame being set up has not reached its first traceable
-		// instruction: Python itself leaves such frames out of tracebacks.
-		if (*(const char *)(f + FR_OWNER) == OWNED_BY_GENERATOR || lasti >= first) {
-			uint32_t id = code_id(code);
-			out[n++] = enc_pyframe(id, (int32_t)lasti);
-		}
-		f = ld(f + FR_PREVIOUS);
+		// instruction: Python itself leaves such frames out of tracebacks
+		// (3.10 has no such marker: -1 keeps every frame).
+		int first = l->co_firsttraceable >= 0 ? *(const int32_t *)(code + l->co_firsttraceable) : -1;
+		if (owner == l->owned_by_generator || lasti >= first) out[n++] = enc_pyframe(code_id(l, code), (int32_t)lasti);
 	}
 	return n;
 }
 
+// major << 24 | minor << 16 from a version text such as "3.10.13 (main, ...)".
+static unsigned long parse_version(const char *s) {
+	unsigned long maj = 0, min = 0;
+	if (!s || *s < '0' || *s > '9') return 0;
+	while (*s >= '0' && *s <= '9') maj = maj * 10 + (unsigned long)(*s++ - '0');
+	if (*s++ != '.' || *s < '0' || *s > '9') return 0;
+	while (*s >= '0' && *s <= '9') min = min * 10 + (unsigned long)(*s++ - '0');
+	return maj < 256 && min < 256 ? maj << 24 | min << 16 : 0;
+}
+
 unsigned long ms_py_version(void) {
 	if (!py_version) {
-		const unsigned long *v = dlsym(RTLD_DEFAULT, "Py_Version");
-		if (v) py_version = *v;
+		const unsigned long *v = dlsym(RTLD_DEFAULT, "Py_Version"); // 3.11 on
+		if (v) {
+			py_version = *v;
+		} else {
+			// Before 3.11: the version text (static strings only, no
+			// interpreter state, so it answers before Py_Initialize too).
+			const char *(*gv)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+			if (gv) py_version = parse_version(gv());
+		}
 	}
 	return py_version;
 }
@@ -238,13 +235,21 @@ int ms_py_enable(int depth) {
 	if (!tstate_fn) {
 		void *fn = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
 		if (!fn) return -1;
-		unsigned long v = ms_py_version(); // Py_Version exists from 3.11 on
-		if ((v >> 16) != 0x030B) return -2;
+		unsigned long v = ms_py_version() >> 16;
+		const ms_pylayout *l = NULL;
+		for (size_t i = 0; i < sizeof ms_pylayouts / sizeof ms_pylayouts[0]; i++)
+			if (ms_pylayouts[i].version == v) l = &ms_pylayouts[i];
+		if (!l) return -2;
 		code_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyCode_Type");
 		unicode_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyUnicode_Type");
 		bytes_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyBytes_Type");
+		uintptr_t type_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyType_Type");
 		finalizing_fn = (int (*)(void))dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
-		if (!code_type || !unicode_type || !bytes_type) return -1;
+		if (!finalizing_fn) finalizing_fn = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsFinalizing"); // 3.13
+		if (!code_type || !unicode_type || !bytes_type || !type_type) return -1;
+		// A free-threaded or Py_TRACE_REFS build moves ob_type (and more):
+		// the tables describe the default build only.
+		if (ld(code_type + PYL_OB_TYPE) != type_type) return -3;
 		if (!seen) {
 			void *m = (void *)syscall(SYS_mmap, 0, SLOTS * sizeof(slot), PROT_READ | PROT_WRITE,
 			                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -252,6 +257,7 @@ int ms_py_enable(int depth) {
 			own_note(m, SLOTS * sizeof(slot));
 			seen = m;
 		}
+		lay = l;
 		atomic_thread_fence(memory_order_release);
 		tstate_fn = (void *(*)(void))fn;
 	}

@@ -1,5 +1,5 @@
 // Python stacks read from inside the hook (DESIGN.md, rule 7): the calling
-// thread's own CPython 3.11 frames, kept as (code id, instruction) pairs; each
+// thread's own CPython frames (3.10 to 3.13, layouts in pylayout.h), kept as (code id, instruction) pairs; each
 // code object's names and line table go to the spool once, as an R_PYCODE
 // record, and line numbers are computed when files are written (Go:
 // spool/pycode.go). Their encoders are in records.h.
@@ -9,8 +9,10 @@
 //	uint64 {n_c | n_py << 32}, n_c return addresses, n_py frames
 //
 // where a frame is uint64 {code id | (uint32)instruction << 32}, innermost
-// first; the instruction is the frame's index in code units (prev_instr minus
-// the start of the code; -1 before the first instruction).
+// first; the instruction is the frame's index in code units of the
+// instruction it executes (f_lasti on 3.10; prev_instr or instr_ptr minus the
+// start of the code from 3.11 on; -1 before the first instruction on 3.10 to
+// 3.12). The R_PYCODE record says how to read its line table.
 #ifndef MEMSCOPE_PYSTACK_H
 #define MEMSCOPE_PYSTACK_H
 
@@ -24,8 +26,10 @@ extern int ms_py_depth;
 
 // Switches Python stacks on with the given depth (0: off). Returns 1 when on,
 // 0 when off, -1 when no CPython is in the process, -2 when its version has
-// no supported frame layout (ms_py_version tells which).
+// no supported frame layout (ms_py_version tells which), -3 when the build's
+// object layout is not the default one (free-threaded, Py_TRACE_REFS).
 int ms_py_enable(int depth);
+// ms_py_version: major << 24 | minor << 16 (Py_Version's form); 0 if unknown.
 unsigned long ms_py_version(void);
 
 // Fills out with up to max frames of the calling thread, innermost first.

@@ -124,8 +124,8 @@ ENC uint64_t enc_pyframe(uint32_t code, int32_t lasti) { return (uint64_t)code |
 
 // The ms_pycode header at p of an R_PYCODE payload (the texts follow it).
 ENC void enc_pycode_head(void *p, uint32_t id, int32_t firstline, int32_t firsttraceable, uint16_t file_len,
-                         uint16_t name_len, uint16_t qualname_len, uint32_t linetable_len) {
-	ms_pycode h = {id, firstline, firsttraceable, file_len, name_len, qualname_len, 0, linetable_len};
+                         uint16_t name_len, uint16_t qualname_len, uint16_t lt_format, uint32_t linetable_len) {
+	ms_pycode h = {id, firstline, firsttraceable, file_len, name_len, qualname_len, lt_format, linetable_len};
 	memcpy(p, &h, sizeof h);
 }
 

@@ -64,6 +64,10 @@
 #define P_STAMPED 0x80000000ull // 1<<31: a stamped half
 #define P_STAMP_DMAX 0x1fffffff // (1<<29)-1: the largest distance a stamped half holds
 
+// An R_PYCODE's line table format (ms_pycode.linetable_format).
+#define PYLT_LOCATIONS 0 // CPython 3.11 on: the location table (co_linetable)
+#define PYLT_PEP626 1 // CPython 3.10: PEP 626 pairs (byte offset delta, signed line delta; -128: no line)
+
 // Record kinds.
 enum {
 	R_MALLOC = 1, // a = address, b = size; n's high 16 bits: the site id (R_SITE)
@@ -141,13 +145,13 @@ _Static_assert(sizeof(ms_chunk) == 16 && offsetof(ms_chunk, magic) == 0 && offse
 typedef struct {
 	uint32_t id; // the code id MALLOCs' Python frames name
 	int32_t firstlineno; // co_firstlineno
-	int32_t firsttraceable; // _co_firsttraceable, in code units
+	int32_t firsttraceable; // _co_firsttraceable, in code units (0 on 3.10)
 	uint16_t file_len; // bytes of the file name
 	uint16_t name_len; // bytes of the name
 	uint16_t qualname_len; // bytes of the qualified name
-	uint16_t pad; // zero
+	uint16_t linetable_format; // the line table's format: PYLT_LOCATIONS (3.11 on) or PYLT_PEP626 (3.10)
 	uint32_t linetable_len; // bytes of the line table
 } ms_pycode;
-_Static_assert(sizeof(ms_pycode) == 24 && offsetof(ms_pycode, id) == 0 && offsetof(ms_pycode, firstlineno) == 4 && offsetof(ms_pycode, firsttraceable) == 8 && offsetof(ms_pycode, file_len) == 12 && offsetof(ms_pycode, name_len) == 14 && offsetof(ms_pycode, qualname_len) == 16 && offsetof(ms_pycode, pad) == 18 && offsetof(ms_pycode, linetable_len) == 20, "records.def: ms_pycode's layout");
+_Static_assert(sizeof(ms_pycode) == 24 && offsetof(ms_pycode, id) == 0 && offsetof(ms_pycode, firstlineno) == 4 && offsetof(ms_pycode, firsttraceable) == 8 && offsetof(ms_pycode, file_len) == 12 && offsetof(ms_pycode, name_len) == 14 && offsetof(ms_pycode, qualname_len) == 16 && offsetof(ms_pycode, linetable_format) == 18 && offsetof(ms_pycode, linetable_len) == 20, "records.def: ms_pycode's layout");
 
 #endif

@@ -26,7 +26,11 @@ type PyCode struct {
 	File           string
 	Name           string
 	QualName       string
-	LineTable      []byte // co_linetable (CPython 3.11 location table)
+	LineTable      []byte // co_linetable, in LineTableFormat
+	// LineTableFormat is format.PyLTLocations (CPython 3.11 on; the zero
+	// value, as spools written before the field existed say) or
+	// format.PyLTPEP626 (3.10).
+	LineTableFormat uint16
 }
 
 // PyFrame is one frame of a Python stack: a code id and the frame's
@@ -50,9 +54,10 @@ func ParsePyCode(p []byte) (*PyCode, bool) {
 		return nil, false
 	}
 	c := &PyCode{
-		ID:             binary.LittleEndian.Uint32(p[format.PyCodeIDOff:]),
-		FirstLine:      int(int32(binary.LittleEndian.Uint32(p[format.PyCodeFirstLineOff:]))),
-		FirstTraceable: int(int32(binary.LittleEndian.Uint32(p[format.PyCodeFirstTraceableOff:]))),
+		ID:              binary.LittleEndian.Uint32(p[format.PyCodeIDOff:]),
+		FirstLine:       int(int32(binary.LittleEndian.Uint32(p[format.PyCodeFirstLineOff:]))),
+		FirstTraceable:  int(int32(binary.LittleEndian.Uint32(p[format.PyCodeFirstTraceableOff:]))),
+		LineTableFormat: binary.LittleEndian.Uint16(p[format.PyCodeLineTableFormatOff:]),
 	}
 	fl := int(binary.LittleEndian.Uint16(p[format.PyCodeFileLenOff:]))
 	nl := int(binary.LittleEndian.Uint16(p[format.PyCodeNameLenOff:]))
@@ -137,7 +142,7 @@ func (r *Rec) Stacks() (c []uint64, py []PyFrame) {
 }
 
 // Line returns the source line of the instruction at index lasti (code
-// units), as CPython 3.11's PyCode_Addr2Line does, or -1 where the table
+// units), as the interpreter's PyCode_Addr2Line does, or -1 where the table
 // says the instruction has no line. Frames not yet started (lasti < 0) are
 // on the first line.
 func (c *PyCode) Line(lasti int) int {
@@ -145,6 +150,17 @@ func (c *PyCode) Line(lasti int) int {
 		return c.FirstLine
 	}
 	addr := lasti * 2
+	if c.LineTableFormat == format.PyLTPEP626 {
+		line := -1
+		c.pep626(func(start, end, l int) bool {
+			if end > addr {
+				line = l
+				return false
+			}
+			return true
+		})
+		return line
+	}
 	lt := c.LineTable
 	line, end := c.FirstLine, 0
 	for p := 0; p < len(lt); {
@@ -173,10 +189,17 @@ func (c *PyCode) Line(lasti int) int {
 	return -1
 }
 
-// Lines returns the line table as CPython 3.11's co_lines() does: one
+// Lines returns the line table as the interpreter's co_lines() does: one
 // (start, end, line) range in bytes per table entry, -1 for no line.
 func (c *PyCode) Lines() [][3]int {
 	var out [][3]int
+	if c.LineTableFormat == format.PyLTPEP626 {
+		c.pep626(func(start, end, l int) bool {
+			out = append(out, [3]int{start, end, l})
+			return true
+		})
+		return out
+	}
 	lt := c.LineTable
 	line, end := c.FirstLine, 0
 	for p := 0; p < len(lt); {
@@ -202,6 +225,27 @@ func (c *PyCode) Lines() [][3]int {
 		}
 	}
 	return out
+}
+
+// pep626 walks a CPython 3.10 line table (Objects/lnotab_notes.txt there):
+// pairs of an unsigned byte offset delta and a signed line delta, -128 for
+// no line. Like 3.10's _PyLineTable_NextAddressRange it gives each
+// non-empty range in order; an empty entry's line delta still counts.
+func (c *PyCode) pep626(yield func(start, end, line int) bool) {
+	lt := c.LineTable
+	line, end := c.FirstLine, 0
+	for p := 0; p+1 < len(lt); p += 2 {
+		start := end
+		end += int(lt[p])
+		l := -1
+		if d := int8(lt[p+1]); d != -128 {
+			line += int(d)
+			l = line
+		}
+		if end != start && !yield(start, end, l) {
+			return
+		}
+	}
 }
 
 func varint(p []byte) (int, int) {

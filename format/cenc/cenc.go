@@ -36,8 +36,9 @@ static void c_chunk(void *p, uint32_t magic, uint32_t nunit, int32_t tid, int32_
 static void c_pad(void *p, size_t len) { enc_pad(p, len); }
 static uint64_t c_pystack_head(uint32_t nc, uint32_t npy) { return enc_pystack_head(nc, npy); }
 static uint64_t c_pyframe(uint32_t code, int32_t lasti) { return enc_pyframe(code, lasti); }
-static void c_pycode_head(void *p, uint32_t id, int32_t fl, int32_t ft, uint16_t f, uint16_t n, uint16_t q, uint32_t lt) {
-	enc_pycode_head(p, id, fl, ft, f, n, q, lt);
+static void c_pycode_head(void *p, uint32_t id, int32_t fl, int32_t ft, uint16_t f, uint16_t n, uint16_t q, uint16_t ltf,
+                          uint32_t lt) {
+	enc_pycode_head(p, id, fl, ft, f, n, q, ltf, lt);
 }
 */
 import "C"
@@ -186,9 +187,9 @@ func PyFrame(code uint32, lasti int32) uint64 {
 }
 
 // PyCodeHead encodes the ms_pycode header of an R_PYCODE payload.
-func PyCodeHead(id uint32, firstLine, firstTraceable int32, fileLen, nameLen, qualLen uint16, lineTableLen uint32) []byte {
+func PyCodeHead(id uint32, firstLine, firstTraceable int32, fileLen, nameLen, qualLen, ltFormat uint16, lineTableLen uint32) []byte {
 	b := make([]byte, C.sizeof_ms_pycode)
 	C.c_pycode_head(ptr(b), C.uint32_t(id), C.int32_t(firstLine), C.int32_t(firstTraceable), C.uint16_t(fileLen),
-		C.uint16_t(nameLen), C.uint16_t(qualLen), C.uint32_t(lineTableLen))
+		C.uint16_t(nameLen), C.uint16_t(qualLen), C.uint16_t(ltFormat), C.uint32_t(lineTableLen))
 	return b
 }

@@ -133,7 +133,7 @@ func TestStacks(t *testing.T) {
 
 func TestPyCode(t *testing.T) {
 	file, name, qual, lt := "/srv/train.py", "step", "Model.step", []byte{0x80, 0x00, 0xd8, 0x04}
-	p := PyCodeHead(77, 120, -3, uint16(len(file)), uint16(len(name)), uint16(len(qual)), uint32(len(lt)))
+	p := PyCodeHead(77, 120, -3, uint16(len(file)), uint16(len(name)), uint16(len(qual)), format.PyLTPEP626, uint32(len(lt)))
 	if len(p) != format.PyCodeSize {
 		t.Fatalf("ms_pycode: C %d bytes, records.def %d", len(p), format.PyCodeSize)
 	}
@@ -141,7 +141,7 @@ func TestPyCode(t *testing.T) {
 	r := decode(t, "R_PYCODE", Full(format.RPyCode, format.FText, 1, 77, uint64(len(p)), 0, p), 0, 0)
 	check(t, "R_PYCODE", r, want{kind: format.RPyCode, flags: format.FText, ts: 1, a: 77, b: uint64(len(p)), payload: p})
 	c, ok := spool.ParsePyCode(r.Payload)
-	if !ok || c.ID != 77 || c.FirstLine != 120 || c.FirstTraceable != -3 || c.File != file || c.Name != name || c.QualName != qual || !bytes.Equal(c.LineTable, lt) {
+	if !ok || c.ID != 77 || c.FirstLine != 120 || c.FirstTraceable != -3 || c.LineTableFormat != format.PyLTPEP626 || c.File != file || c.Name != name || c.QualName != qual || !bytes.Equal(c.LineTable, lt) {
 		t.Errorf("ParsePyCode: %+v %v", c, ok)
 	}
 }

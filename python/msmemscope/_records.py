@@ -62,6 +62,10 @@ P_STAMP_MAX: Final[int] = 0x7ffffffffffffff  # (1<<59)-1: the largest stamp a st
 P_STAMPED: Final[int] = 0x80000000  # 1<<31: a stamped half
 P_STAMP_DMAX: Final[int] = 0x1fffffff  # (1<<29)-1: the largest distance a stamped half holds
 
+# An R_PYCODE's line table format (ms_pycode.linetable_format).
+PYLT_LOCATIONS: Final[int] = 0  # CPython 3.11 on: the location table (co_linetable)
+PYLT_PEP626: Final[int] = 1  # CPython 3.10: PEP 626 pairs (byte offset delta, signed line delta; -128: no line)
+
 # Record kinds.
 R_MALLOC: Final[int] = 1  # a = address, b = size; n's high 16 bits: the site id (R_SITE)
 R_FREE: Final[int] = 2  # a = address (b = length of an MMAP)

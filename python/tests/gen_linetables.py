@@ -1,8 +1,13 @@
-"""Writes trace/testdata/py311_linetables.json: real CPython 3.11 code
-objects' line tables with what co_lines() and co_positions() say, for the Go
-decoder's unit test (spool/pycode_test.go). Run with a 3.11 interpreter:
+"""Writes spool/testdata/py3XX_linetables.json: real CPython code objects'
+line tables with what co_lines() says and each instruction's line, for the
+Go decoder's unit test (spool/pycode_test.go). Run with the interpreter
+whose tables you want (3.10 to 3.13), e.g.
 
-    python python/tests/gen_linetables.py trace/testdata/py311_linetables.json
+    python3.10 python/tests/gen_linetables.py spool/testdata/py310_linetables.json
+
+Each instruction's line is co_positions()' from 3.11 on; 3.10 has no
+co_positions(), so it is the line of the co_lines() range holding the
+instruction's offset (what 3.10's PyCode_Addr2Line computes).
 """
 import argparse
 import json
@@ -75,9 +80,18 @@ def walk(code, out):
             walk(c, out)
 
 
+def positions_310(c):
+    n = len(c.co_code) // 2
+    out = [-1] * n
+    for s, e, l in c.co_lines():
+        for i in range(s // 2, min(e // 2, n)):
+            out[i] = -1 if l is None else l
+    return out
+
+
 def main():
-    if sys.version_info[:2] != (3, 11):
-        sys.exit("needs CPython 3.11")
+    if not (3, 10) <= sys.version_info[:2] <= (3, 13):
+        sys.exit("needs CPython 3.10 to 3.13")
     codes = []
     walk(compile(SOURCE, "snippet.py", "exec"), codes)
     import json.decoder as jd
@@ -87,11 +101,12 @@ def main():
     rows = []
     for c in codes:
         rows.append({
-            "name": c.co_qualname,
+            "name": getattr(c, "co_qualname", c.co_name),
             "firstlineno": c.co_firstlineno,
             "linetable": c.co_linetable.hex(),
             "lines": [[s, e, -1 if l is None else l] for s, e, l in c.co_lines()],
-            "positions": [-1 if p[0] is None else p[0] for p in c.co_positions()],
+            "positions": positions_310(c) if sys.version_info < (3, 11)
+            else [-1 if p[0] is None else p[0] for p in c.co_positions()],
         })
     with open(sys.argv[1], "w") as f:
         json.dump(rows, f, separators=(",", ":"))

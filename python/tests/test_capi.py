@@ -5,6 +5,8 @@ import ctypes
 import os
 import re
 
+import pytest
+
 import msmemscope
 from msmemscope import _lib
 from msmemscope.analyzer import InefficientConfig
@@ -87,6 +89,9 @@ def test_forked_child_refused(tmp_path):
     assert "[None, None, None, None, -1, -1, True]" in run.stdout
 
 
+# Forking on purpose from a process the Go runtime made multi-threaded:
+# CPython 3.12 on warns about it.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_offline_functions_raise_in_forked_child(tmp_path):
     """Every function that asks the library for results raises a clear
     RuntimeError in a forked child (os.fork() here, in the test process),

@@ -121,6 +121,86 @@ def test_python_stack_of_bytearray(tmp_path):
     assert rows[0]["Call Stack(C)"] == "N/A"
 
 
+# Frames of each kind the interpreter has: a method, a generator, a lambda
+# called from C (map; 3.12 on puts an entry shim frame under it), a call
+# spread over lines, a thread, a name that is not ASCII. Beside each
+# allocation the script prints the stack as Python sees it (f_lineno through
+# f_back): the row must say the same.
+PYSTACK_KINDS = """
+import sys, threading
+import msmemscope
+msmemscope.config(call_stack="python:16")
+
+def where():
+    f, out = sys._getframe(1), []
+    while f:
+        out.append("%s:%d(%s)" % (f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
+        f = f.f_back
+    return ";".join(out)
+
+def make_block(n):
+    b = bytearray(n); print("STACK", n + 1, where())   # the block
+    return b
+
+class K:
+    def method(self, n):
+        return make_block(n)   # the method
+
+def gen(n):
+    yield make_block(n)   # the gen
+
+def via_c(n):
+    return list(map(lambda m: make_block(m), [n]))   # the map
+
+def multi(n):
+    return [
+        0,
+        make_block(n),   # the multi
+    ]
+
+def th():
+    make_block(1000005)   # the thread
+
+def Ωmega(n):
+    return make_block(n)   # the names
+
+a = K().method(1000001)
+b = next(gen(1000002))
+c = via_c(1000003)
+d = multi(1000004)
+e = Ωmega(1000006)
+t = threading.Thread(target=th)
+t.start()
+t.join()
+"""
+
+
+def test_python_stacks_of_each_frame_kind(tmp_path):
+    run = run_traced(tmp_path, PYSTACK_KINDS).check()
+    oracle = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("STACK "):
+            _, size, stack = line.split(" ", 2)
+            oracle[int(size)] = stack
+    prog = str(tmp_path / "prog.py")
+    at = lambda marker, fn: (prog, line_of(PYSTACK_KINDS, marker), fn)
+    block = at("# the block", "make_block")
+    want_top = {
+        1000002: [block, at("# the method", "method")],
+        1000003: [block, at("# the gen", "gen")],
+        1000004: [block, at("# the map", "<lambda>"), at("# the map", "via_c")],
+        1000005: [block, at("# the multi", "multi")],
+        1000006: [block, at("# the thread", "th")],
+        1000007: [block, at("# the names", "Ωmega")],
+    }
+    rows = run.rows()
+    for size, top in want_top.items():
+        assert frames(oracle[size])[:len(top)] == top, (size, oracle[size])
+        got = malloc_of_size(rows, size)
+        assert len(got) == 1, (size, got)
+        assert got[0]["Call Stack(Python)"] == oracle[size], size
+
+
 TORCH = """
 import torch
 
