@@ -59,7 +59,9 @@ def once(work: Callable[[], int], hook: str) -> Tuple[float, float]:
 def main() -> None:
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     msmemscope.config(output=tempfile.mkdtemp(prefix="tracer_bench_"))
-    hooks = ["bare", "setprofile"] + (["monitoring"] if hasattr(sys, "monitoring") else [])
+    hooks = ["bare", "setprofile"]
+    if hasattr(sys, "monitoring") and hasattr(tracer, "_backend"):  # older tracers: setprofile only
+        hooks.append("monitoring")
     print("CPython %s, %d reps, seconds: best / median" % (sys.version.split()[0], reps))
     for name, work in WORK.items():
         runs: Dict[str, List[float]] = {h: [] for h in hooks}
