@@ -362,3 +362,31 @@ print("ok")
 def test_trace_monitoring_leaves_nothing_registered(tmp_path):
     run = run_plain(tmp_path, MONITOR_CLEAN).check()
     assert run.stdout.split()[-1] == "ok"
+
+
+FLUSHES = """
+import json
+import msmemscope
+from msmemscope import tracer
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+msmemscope.config(output="./out")
+tracer._backend = "HOOK"
+tracer._FLUSH_EVENTS = 64  # many flushes, with calls open across each
+tracer.start()
+fib(12)
+print(json.dumps(tracer.stop()))
+"""
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_trace_rows_whole_across_flushes(tmp_path, hook):
+    run = run_plain(tmp_path, FLUSHES.replace("HOOK", hook)).check()
+    (f,) = json.loads(run.stdout.splitlines()[-1])
+    mine = _mine(_read(f), str(tmp_path / "prog.py"))
+    assert len(mine) == 465 and all(fn == "fib" and a <= b for fn, a, b in mine)  # fib(12) makes 465 calls
+    # the outermost call is the last to end and spans every other
+    a0, b0 = mine[-1][1:]
+    assert all(a0 <= a <= b <= b0 for _, a, b in mine)
