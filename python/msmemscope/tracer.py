@@ -5,13 +5,29 @@
 (``msmemscope.start()`` to ``stop()``, and from import in immediate mode
 under the CLI).
 
-A ``sys.setprofile`` hook records (code, start, end) per call, on the
-dump's clock (``time.monotonic_ns()`` is CLOCK_MONOTONIC), into per-thread
-buffers; files are written when tracing stops (and at exit), one
+Every entry into a Python frame starts a row and the frame's exit ends it,
+so a generator gives one row per resumption (up to its next yield), and a
+frame left by an exception ends its row there. Times are on the dump's
+clock (``time.monotonic_ns()`` is CLOCK_MONOTONIC). Events go to per-thread
+buffers, one per ``threading.get_native_id()``, and become rows when
+tracing stops (and at exit, and every 1 Mi events of a thread): one
 ``python_trace_{tid}_{timestamp}.csv`` per thread in the capture's dump
-folder. The thread that starts the trace and every thread started after it
-are traced (CPython 3.11 offers no way to hook threads already running).
-Calls still open when tracing stops end at the stop time.
+folder. Calls still open when tracing stops end at the stop time; frames
+already open when it starts are not rows.
+
+Two hooks give the same rows:
+
+- CPython 3.12 and later: ``sys.monitoring`` (PY_START, PY_RESUME and
+  PY_THROW begin a call; PY_RETURN, PY_YIELD and PY_UNWIND end it), under
+  the first free tool id, PROFILER_ID when free. It is process-wide: every
+  thread is traced, threads already running when tracing starts included
+  (from their next call). Stopping unregisters the callbacks and frees the
+  tool id. When tool ids 0-5 are all in use, a RuntimeWarning says so and
+  the trace falls back to ``sys.setprofile``.
+- CPython 3.10 and 3.11 (and that fallback): ``sys.setprofile`` on the
+  thread that starts tracing and ``threading.setprofile`` for threads
+  started afterwards; threads already running are not traced (these
+  versions offer no way to hook them).
 """
 
 from __future__ import annotations
@@ -20,8 +36,9 @@ import os
 import sys
 import threading
 import time
+import warnings
 from types import CodeType, FrameType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
 
@@ -29,7 +46,7 @@ __all__ = ["start", "stop", "is_tracing"]
 
 _mono = time.monotonic_ns
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_FLUSH_ROWS = 1 << 19  # rows a thread buffers before they go to its file
+_FLUSH_EVENTS = 1 << 20  # events (two a call) a thread buffers before they go to its file
 
 _lock = threading.RLock()
 _on = False
@@ -37,24 +54,34 @@ _by_api = False  # tracer.start() was called (not just a collected range)
 _threads: List[_Thread] = []  # every _Thread of this trace session
 _session = 0
 
-Row = Tuple[CodeType, int, int]  # (code, start ns, end ns) of one call
+# sys.monitoring where it is there (3.12+): it measured cheaper than
+# sys.setprofile on 3.12 and 3.13 (bench/tracer_overhead.py). Tests set
+# "setprofile" to compare the two.
+_mon: Any = getattr(sys, "monitoring", None)
+_backend = "monitoring" if _mon is not None else "setprofile"
+_tool: Optional[int] = None  # the sys.monitoring tool id of the running trace
+
+Event = Union[Tuple[CodeType, int], int]  # a call's (code, start ns), or a return's end ns
 Profiler = Callable[[FrameType, str, Any], None]
 
 
 class _Thread:
-    __slots__ = ("tid", "rows", "stack", "path", "fd")
+    __slots__ = ("tid", "log", "stack", "path", "fd", "closed")
 
     def __init__(self) -> None:
         self.tid = threading.get_native_id()
-        self.rows: List[Row] = []
-        self.stack: List[Tuple[CodeType, int]] = []
+        # One flat list of events: the cheapest thing to append to in the
+        # hook; pairing them into rows waits for _flush.
+        self.log: List[Event] = []
+        self.stack: List[Tuple[CodeType, int]] = []  # calls open at the last flush
         self.path: Optional[str] = None
         self.fd: Optional[int] = None
+        self.closed = False
 
 
 def _make_profiler(th: _Thread, session: int) -> Profiler:
-    rows, stack = th.rows, th.stack
-    push, pop, add = stack.append, stack.pop, rows.append
+    log = th.log
+    add = log.append
     mono = _mono
 
     def prof(frame: FrameType, event: str, arg: Any) -> None:
@@ -62,13 +89,11 @@ def _make_profiler(th: _Thread, session: int) -> Profiler:
             if not _on or _session != session:
                 sys.setprofile(None)
                 return
-            push((frame.f_code, mono()))
+            add((frame.f_code, mono()))
         elif event == "return":
-            if stack:
-                code, t0 = pop()
-                add((code, t0, mono()))
-                if len(rows) >= _FLUSH_ROWS:
-                    _flush(th)
+            add(mono())
+            if len(log) >= _FLUSH_EVENTS:
+                _flush(th)
     return prof
 
 
@@ -86,41 +111,125 @@ def _thread_bootstrap(frame: FrameType, event: str, arg: Any) -> None:
     prof(frame, event, arg)
 
 
+_CALLS = ("PY_START", "PY_RESUME")  # (code, offset)
+_THROWS = ("PY_THROW",)  # (code, offset, exception): a call too, as setprofile has it
+_RETURNS = ("PY_RETURN", "PY_YIELD", "PY_UNWIND")  # (code, offset, value or exception)
+
+
+def _take_tool() -> Optional[int]:
+    """Claims a free sys.monitoring tool id: PROFILER_ID first, then the ids
+    no convention gives an owner, the debugger's last."""
+    m = _mon
+    for tool in (m.PROFILER_ID, 3, 4, m.OPTIMIZER_ID, m.COVERAGE_ID, m.DEBUGGER_ID):
+        if m.get_tool(tool) is None:
+            try:
+                m.use_tool_id(tool, "msmemscope")
+            except ValueError:  # taken meanwhile
+                continue
+            return tool
+    return None
+
+
+def _monitor(tool: int) -> None:
+    """Registers the callbacks on tool: each thread gets its _Thread at its
+    first event."""
+    m, mono, limit = _mon, _mono, _FLUSH_EVENTS
+    # New each session, and a thread's entry goes with the thread (thread
+    # idents are reused).
+    tl = threading.local()
+
+    def new_log() -> List[Event]:
+        th = _Thread()
+        with _lock:
+            _threads.append(th)
+        tl.th, tl.log = th, th.log
+        return th.log
+
+    def on_call(code: CodeType, offset: int) -> None:
+        try:
+            log = tl.log
+        except AttributeError:
+            log = new_log()
+        log.append((code, mono()))
+
+    def on_throw(code: CodeType, offset: int, exc: BaseException) -> None:
+        on_call(code, offset)
+
+    def on_return(code: CodeType, offset: int, value: object) -> None:
+        try:
+            log = tl.log
+        except AttributeError:
+            log = new_log()
+        log.append(mono())
+        if len(log) >= limit:
+            _flush(tl.th)
+
+    mask = 0
+    for names, fn in ((_CALLS, on_call), (_THROWS, on_throw), (_RETURNS, on_return)):
+        for name in names:
+            ev = getattr(m.events, name)
+            m.register_callback(tool, ev, fn)
+            mask |= ev
+    m.set_events(tool, mask)
+
+
+def _unmonitor(tool: int) -> None:
+    # free_tool_id alone leaves events and callbacks in place before 3.14.
+    m = _mon
+    m.set_events(tool, 0)
+    for name in _CALLS + _THROWS + _RETURNS:
+        m.register_callback(tool, getattr(m.events, name), None)
+    m.free_tool_id(tool)
+
+
 def is_tracing() -> bool:
     return _on
 
 
 def _begin() -> None:
-    global _on, _session, _threads
+    global _on, _session, _threads, _tool
     with _lock:
         if _on:
             return
         _session += 1
         _threads = []
+        tool = None
+        if _backend == "monitoring" and _mon is not None:
+            tool = _take_tool()
+            if tool is None:
+                warnings.warn(
+                    "msmemscope: sys.monitoring tool ids 0-5 are all in use: the Python trace falls back "
+                    "to sys.setprofile (this thread and threads started after it only)",
+                    RuntimeWarning, stacklevel=3)
+        _on = True
+        if tool is not None:
+            _tool = tool
+            _monitor(tool)
+            return
         th = _Thread()
         _threads.append(th)
-        _on = True
         threading.setprofile(_thread_bootstrap)
         sys.setprofile(_make_profiler(th, _session))
 
 
 def _end() -> List[str]:
     """Stops tracing and writes every thread's rows; returns the files."""
-    global _on
+    global _on, _tool
     with _lock:
         if not _on:
             return []
         now = _mono()
-        sys.setprofile(None)
-        threading.setprofile(None)
+        if _tool is not None:
+            _unmonitor(_tool)
+            _tool = None
+        else:
+            sys.setprofile(None)
+            threading.setprofile(None)
         _on = False
         files = []
         for th in _threads:
-            # Calls still open end now.
-            while th.stack:
-                code, t0 = th.stack.pop()
-                th.rows.append((code, t0, now))
-            _flush(th)
+            _flush(th, now)  # calls still open end now
+            th.closed = True
             if th.fd is not None:
                 os.close(th.fd)
                 th.fd = None
@@ -129,21 +238,20 @@ def _end() -> List[str]:
         return files
 
 
-_info: Dict[CodeType, str] = {}
+_info: Dict[CodeType, str] = {}  # FuncInfo per code, "" for msmemscope's own
 
 
 def _funcinfo(code: CodeType) -> str:
     s = _info.get(code)
     if s is None:
-        s = "%s:%d(%s)" % (code.co_filename, code.co_firstlineno, code.co_name)
-        if any(c in s for c in ',"\n\r'):
-            s = '"' + s.replace('"', '""') + '"'
+        if code.co_filename.startswith(_PKG):
+            s = ""
+        else:
+            s = "%s:%d(%s)" % (code.co_filename, code.co_firstlineno, code.co_name)
+            if any(c in s for c in ',"\n\r'):
+                s = '"' + s.replace('"', '""') + '"'
         _info[code] = s
     return s
-
-
-def _own(code: CodeType) -> bool:
-    return code.co_filename.startswith(_PKG)
 
 
 def _trace_file(tid: int) -> Optional[Tuple[str, int]]:
@@ -166,22 +274,47 @@ def _trace_file(tid: int) -> Optional[Tuple[str, int]]:
     return None
 
 
-def _flush(th: _Thread) -> None:
-    rows, th.rows[:] = list(th.rows), []
-    if not rows:
-        return
-    if th.fd is None:
-        got = _trace_file(th.tid)
-        if got is None:
-            return
-        th.path, th.fd = got
-        os.write(th.fd, b"FuncInfo,StartTime(ns),EndTime(ns),Thread Id,Process Id\n")
+def _lines(th: _Thread, end: Optional[int]) -> List[str]:
+    """Pairs th's buffered events into CSV rows, in the order of their ends;
+    a return with no open call is a frame open before tracing began. With
+    end, calls still open end then."""
+    events = th.log[:]
+    del th.log[:]  # in place: the hook holds this list
+    stack, out = th.stack, []
+    push, pop, add, info = stack.append, stack.pop, out.append, _info.get
     tail = ",%d,%d\n" % (th.tid, os.getpid())
-    out = [
-        "%s,%d,%d%s" % (_funcinfo(code), t0, t1, tail)
-        for code, t0, t1 in rows if not _own(code)
-    ]
-    if out:
+    while True:
+        # One loop pairs and formats: a third faster than two.
+        for e in events:
+            if type(e) is tuple:
+                push(e)
+            elif stack:
+                code, t0 = pop()
+                fi = info(code)
+                if fi is None:
+                    fi = _funcinfo(code)
+                if fi:
+                    add("%s,%d,%d%s" % (fi, t0, e, tail))
+        if end is None or not stack:
+            return out
+        events, end = [end] * len(stack), None
+
+
+def _flush(th: _Thread, end: Optional[int] = None) -> None:
+    """Writes th's rows so far to its file; with end, calls still open end
+    then."""
+    with _lock:  # a hook's flush against _end's
+        if th.closed:
+            return
+        out = _lines(th, end)
+        if not out:
+            return
+        if th.fd is None:
+            got = _trace_file(th.tid)
+            if got is None:
+                return
+            th.path, th.fd = got
+            os.write(th.fd, b"FuncInfo,StartTime(ns),EndTime(ns),Thread Id,Process Id\n")
         os.write(th.fd, "".join(out).encode("utf-8", "replace"))
 
 

@@ -112,3 +112,281 @@ print("\\n".join(files))
     (f,) = run.stdout.split()
     assert os.path.basename(os.path.dirname(f)) == "dump" and "/out/msmemscope_" in f
     _check_tree(_read(f), str(tmp_path / "prog.py"), _first_lines(script))
+
+
+# --- the hooks: sys.monitoring on 3.12+, sys.setprofile before (and on demand)
+
+import json
+import sys
+
+import pytest
+
+MONITORING = sys.version_info >= (3, 12)
+HOOKS = ["monitoring", "setprofile"] if MONITORING else ["setprofile"]
+
+PATTERN = """
+import json, sys
+import msmemscope
+from msmemscope import tracer
+
+def gen(n):
+    for i in range(n):
+        yield i
+
+def boom(d):
+    if d == 0:
+        raise ValueError("x")
+    boom(d - 1)
+
+def catch():
+    try:
+        boom(2)
+    except ValueError:
+        pass
+
+def thrown():
+    try:
+        yield 1
+    except KeyError:
+        yield 2
+
+def closed():
+    try:
+        yield 1
+    finally:
+        leaf()
+
+def sub():
+    yield 1
+    return 2
+
+def deleg():
+    r = yield from sub()
+    return r
+
+async def coro():
+    return leaf()
+
+def leaf():
+    return 1
+
+def outer():
+    leaf()
+    return tracer.stop()
+
+msmemscope.config(output="./out")
+tracer._backend = "HOOK"
+tracer.start()
+EXTRA
+list(gen(3))
+catch()
+g = thrown(); next(g); g.throw(KeyError)
+files = outer()
+print(json.dumps(files))
+"""
+
+# Rows per function of PATTERN's fixed part: a generator's row per
+# resumption, a frame left by an exception ends its row, and outer (open
+# when tracing stops) ends at the stop.
+COUNTS = {"gen": 4, "boom": 3, "catch": 1, "thrown": 2, "outer": 1, "leaf": 1}
+
+# Generators closed while suspended, yield from, a coroutine driven by
+# hand: compared between the hooks only (counts differ between versions).
+EXTRA = """
+c = closed(); next(c); c.close()
+list(deleg())
+try:
+    coro().send(None)
+except StopIteration:
+    pass
+"""
+
+
+def _pattern(tmp_path, hook, extra=""):
+    script = PATTERN.replace("HOOK", hook).replace("EXTRA", extra)
+    run = run_plain(tmp_path, script).check()
+    (f,) = json.loads(run.stdout.splitlines()[-1])
+    return _read(f), str(tmp_path / "prog.py")
+
+
+def _mine(rows, prog):
+    pat = re.compile(r"^(.*):(\d+)\((.*)\)$")
+    return [(pat.match(fi).group(3), a, b) for fi, a, b, _, _ in rows if fi.startswith(prog + ":")]
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_trace_rows_of_a_known_pattern(tmp_path, hook):
+    rows, prog = _pattern(tmp_path, hook)
+    mine = _mine(rows, prog)
+    counts = {}
+    for fn, a, b in mine:
+        assert a <= b
+        counts[fn] = counts.get(fn, 0) + 1
+    assert counts == COUNTS, mine
+    # the exception unwinds boom(0), boom(1), boom(2) in that order, inside catch
+    booms = [(a, b) for fn, a, b in mine if fn == "boom"]
+    (ca, cb), = [(a, b) for fn, a, b in mine if fn == "catch"]
+    assert [a for a, _ in booms] == sorted((a for a, _ in booms), reverse=True)
+    assert all(ca <= a <= b <= cb for a, b in booms)
+    # gen's four rows follow each other; outer is last and ends at the stop
+    gens = [(a, b) for fn, a, b in mine if fn == "gen"]
+    assert all(b1 <= a2 for (_, b1), (a2, _) in zip(gens, gens[1:]))
+    assert mine[-1][0] == "outer" and mine[-1][2] == max(b for _, _, b, _, _ in rows)
+
+
+@pytest.mark.skipif(not MONITORING, reason="sys.monitoring is 3.12+")
+def test_trace_hooks_give_the_same_rows(tmp_path):
+    got = {}
+    for hook in HOOKS:
+        (tmp_path / hook).mkdir()
+        rows, prog = _pattern(tmp_path / hook, hook, EXTRA)
+        # every row, stdlib's included, in file order, the script's path made alike
+        got[hook] = [fi.replace(prog, "PROG") for fi, _, _, _, _ in rows]
+    assert got["monitoring"] == got["setprofile"]
+    assert any(fi.endswith("(closed)") for fi in got["monitoring"])
+
+
+THREAD_BEFORE = """
+import json, threading
+import msmemscope
+from msmemscope import tracer
+
+def leaf():
+    return 1
+
+def work():
+    return leaf()
+
+ready, go = threading.Event(), threading.Event()
+
+def worker():
+    ready.set()
+    go.wait()
+    work()
+
+t = threading.Thread(target=worker)
+t.start()
+ready.wait()
+msmemscope.config(output="./out")
+tracer._backend = "HOOK"
+tracer.start()
+go.set()
+t.join()
+files = tracer.stop()
+print(t.native_id)
+print(json.dumps(files))
+"""
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_trace_thread_running_before_start(tmp_path, hook):
+    run = run_plain(tmp_path, THREAD_BEFORE.replace("HOOK", hook)).check()
+    tid, files = run.stdout.splitlines()[-2:]
+    theirs = [f for f in json.loads(files) if "_%s_" % tid in os.path.basename(f)]
+    if hook == "setprofile":  # it cannot hook a thread already running
+        assert theirs == []
+        return
+    (f,) = theirs
+    mine = _mine(_read(f), str(tmp_path / "prog.py"))
+    # worker and go.wait() were open at the start: only work and leaf are rows
+    assert [fn for fn, _, _ in mine] == ["leaf", "work"]
+    (la, lb), (wa, wb) = [(a, b) for _, a, b in mine]
+    assert wa <= la <= lb <= wb
+
+
+MONITOR_CLEAN = """
+import sys, warnings
+import msmemscope
+from msmemscope import tracer
+
+M = sys.monitoring
+E = M.events
+OURS = (E.PY_START, E.PY_RESUME, E.PY_THROW, E.PY_RETURN, E.PY_YIELD, E.PY_UNWIND)
+
+def leaf():
+    return 1
+
+def untouched(tool, name, cb):
+    # a tool of someone else's: name, events and callbacks as they were
+    assert M.get_tool(tool) == name
+    assert M.get_events(tool) == E.PY_START
+    assert M.register_callback(tool, E.PY_START, cb) is cb
+
+def cb(code, offset):
+    pass
+
+msmemscope.config(output="./out")
+for _ in range(2):
+    tracer.start()
+    assert M.get_tool(M.PROFILER_ID) == "msmemscope" and sys.getprofile() is None
+    leaf()
+    assert len(tracer.stop()) == 1
+    assert all(M.get_tool(i) is None for i in range(6))
+    for i in range(6):
+        M.use_tool_id(i, "probe")
+        assert M.get_events(i) == 0
+        assert all(M.register_callback(i, e, None) is None for e in OURS)
+        M.free_tool_id(i)
+
+# PROFILER_ID taken (cProfile takes it): another id, the owner's left alone
+M.use_tool_id(M.PROFILER_ID, "other")
+M.register_callback(M.PROFILER_ID, E.PY_START, cb)
+M.set_events(M.PROFILER_ID, E.PY_START)
+tracer.start()
+taken = [i for i in range(6) if M.get_tool(i) == "msmemscope"]
+assert len(taken) == 1 and taken[0] != M.PROFILER_ID, taken
+leaf()
+assert len(tracer.stop()) == 1
+assert all(M.get_tool(i) is None for i in range(6) if i != M.PROFILER_ID)
+untouched(M.PROFILER_ID, "other", cb)
+
+# every id taken: a warning, and the trace falls back to setprofile
+for i in range(6):
+    if i != M.PROFILER_ID:
+        M.use_tool_id(i, "other")
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    tracer.start()
+assert sys.getprofile() is not None
+assert any("tool ids 0-5 are all in use" in str(x.message) for x in w), w
+leaf()
+files = tracer.stop()
+assert len(files) == 1 and "(leaf)" in open(files[0]).read()
+assert sys.getprofile() is None and all(M.get_tool(i) == "other" for i in range(6))
+untouched(M.PROFILER_ID, "other", cb)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not MONITORING, reason="sys.monitoring is 3.12+")
+def test_trace_monitoring_leaves_nothing_registered(tmp_path):
+    run = run_plain(tmp_path, MONITOR_CLEAN).check()
+    assert run.stdout.split()[-1] == "ok"
+
+
+FLUSHES = """
+import json
+import msmemscope
+from msmemscope import tracer
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+msmemscope.config(output="./out")
+tracer._backend = "HOOK"
+tracer._FLUSH_EVENTS = 64  # many flushes, with calls open across each
+tracer.start()
+fib(12)
+print(json.dumps(tracer.stop()))
+"""
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_trace_rows_whole_across_flushes(tmp_path, hook):
+    run = run_plain(tmp_path, FLUSHES.replace("HOOK", hook)).check()
+    (f,) = json.loads(run.stdout.splitlines()[-1])
+    mine = _mine(_read(f), str(tmp_path / "prog.py"))
+    assert len(mine) == 465 and all(fn == "fib" and a <= b for fn, a, b in mine)  # fib(12) makes 465 calls
+    # the outermost call is the last to end and spans every other
+    a0, b0 = mine[-1][1:]
+    assert all(a0 <= a <= b <= b0 for _, a, b in mine)
