@@ -1,5 +1,6 @@
 # msmemscope — build, test, demo and benchmark. Every target installs what it
-# needs on a fresh Debian 12 machine with Go, gcc and Python 3.11.
+# needs on a fresh Debian 12 machine with Go, gcc and pyenv's CPython 3.10-3.13
+# (python3 on PATH, the 3.11 one, makes .venv).
 SHELL := /bin/bash
 GO ?= go
 BUILD := build
@@ -14,7 +15,7 @@ PYTHON := $(abspath $(VENV))/bin/python
 APT_PKGS := valgrind libc6-dbg heaptrack libunwind8 gcc g++ sqlite3
 export PYTHON
 
-.PHONY: all build deps venv test unit e2e fuzz demo bench clean fmt vet pyinstall generate gencheck
+.PHONY: all build deps venv pymatrix test unit e2e fuzz demo bench clean fmt vet pyinstall generate gencheck
 
 all: build
 
@@ -47,6 +48,30 @@ $(VENV)/.ok:
 
 venv: $(VENV)/.ok
 
+# The package on every CPython pyenv has here (issue 19): $(VENV) is the
+# 3.11 one; .venv-3.X for the others, from pyenv's newest 3.X build. Torch
+# goes into PY_TORCH's too (its tests run on 3.11 and those).
+PYENV_VERSIONS ?= $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
+PY_MATRIX ?= 3.10 3.12 3.13
+PY_TORCH ?= 3.12
+pyver = $(lastword $(sort $(wildcard $(PYENV_VERSIONS)/$(1).*/bin/python$(1))))
+
+.venv-%/.ok:
+	@interp="$(call pyver,$*)"; test -n "$$interp" || { echo "python$* not found under $(PYENV_VERSIONS)"; exit 1; }; \
+	set -x; "$$interp" -m venv .venv-$*
+	.venv-$*/bin/python -m pip install -q --upgrade pip
+	.venv-$*/bin/python -m pip install -q pytest numpy $(if $(filter $*,$(PY_TORCH)),torch)
+	@touch $@
+
+# The whole package suite on each version of PY_MATRIX (the 3.11 run is
+# test's own).
+pymatrix: build $(foreach v,$(PY_MATRIX),.venv-$(v)/.ok)
+	@for v in $(PY_MATRIX); do \
+		echo "== pytest on CPython $$v"; \
+		.venv-$$v/bin/python -m pip install -q . && \
+		(cd $(BUILD) && ../.venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(abspath python/tests)) || exit 1; \
+	done
+
 fmt:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
@@ -71,6 +96,7 @@ test: deps build venv fmt vet gencheck
 	MSMEMSCOPE_BUILD=$(abspath $(BUILD)) $(GO) test -count=1 -timeout 15m -v ./tests/... 2>&1 | tee $(BUILD)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory pyinstall && cd $(BUILD) && $(PYTHON) -m pytest -q -p no:cacheprovider $(abspath python/tests)
+	$(MAKE) --no-print-directory pymatrix
 
 # pip install . (setup.py builds the library and the CLI with go build) in a
 # fresh virtual environment gives a working package; then into $(VENV) for pytest.
