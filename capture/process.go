@@ -5,6 +5,7 @@
 package capture
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -31,6 +32,9 @@ type Process struct {
 	spool     *os.File // kept open to the very end: the C side writes to its fd
 	drainErrs atomic.Uint64
 	rotLate   uint64
+	// firstOutput is the output folder the capture began in: the CLI looks
+	// for it there (Move leaves a note).
+	firstOutput string
 }
 
 // MonoNs reads CLOCK_MONOTONIC, the clock of every event.
@@ -75,7 +79,7 @@ func Begin(cfg config.Config, pid int, runID string) (*Process, error) {
 		f.Close()
 		return nil, err
 	}
-	p := &Process{Dir: dir, spool: f}
+	p := &Process{Dir: dir, spool: f, firstOutput: cfg.Output}
 	p.meta = spool.ProcessMeta{
 		Pid: pid, Ppid: os.Getppid(), Cmdline: cmdline(), RunID: runID, Rank: rank,
 		StartUnixNs: time.Now().UnixNano(), StartMonoNs: MonoNs(),
@@ -145,10 +149,15 @@ func (p *Process) Move(output string) (string, error) {
 	}
 	p.Dir = dir
 	p.meta.Config.Output = output
-	_ = safefs.WriteJSON(filepath.Join(dir, spool.SpoolDir, spool.ProcessFile), p.meta)
+	b, _ := json.MarshalIndent(p.meta, "", "  ")
+	_ = safefs.Replace(filepath.Join(dir, spool.SpoolDir, spool.ProcessFile), func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
 	if p.meta.RunID != "" {
-		note := spool.MovedNote(filepath.Dir(old), p.meta.RunID, p.meta.Pid)
-		_ = safefs.WriteNew(note, func(w io.Writer) error { _, err := io.WriteString(w, dir); return err })
+		// In the CLI's own output folder, whatever moved the capture before.
+		note := spool.MovedNote(p.firstOutput, p.meta.RunID, p.meta.Pid)
+		_ = safefs.Replace(note, func(w io.Writer) error { _, err := io.WriteString(w, dir); return err })
 	}
 	return old, nil
 }

@@ -5,6 +5,7 @@
 package collect
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -284,7 +285,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if err := writeReports(res, runs, stamp, cfg, dec.Watch(), opt.Console); err != nil {
 		return nil, err
 	}
-	if w := DeviceWarning(cfg, res.DeviceSeen); w != "" {
+	if w := DeviceWarning(cfg, res.DeviceSeen, cudaDriverLoaded(dir)); w != "" && cfg.LogLevel != "error" {
 		logx.WarnTo(opt.Console, "process %d: %s", meta.Pid, w)
 	}
 	logx.InfoTo(opt.Console, "process %d: %d events -> %d rows in %.2f s (%s)", meta.Pid, res.Events, res.Rows,
@@ -294,8 +295,10 @@ func Convert(dir string, opt Options) (*Result, error) {
 
 // DeviceWarning says that a device named explicitly (not the default
 // cpu,cuda) or --level=kernel found nothing to collect: no row of a device
-// was made. "" when there is nothing to say.
-func DeviceWarning(cfg config.Config, seen bool) string {
+// was made. driver: the CUDA driver was loaded in the process (a device
+// was there, but this version records no device memory). "" when there is
+// nothing to say.
+func DeviceWarning(cfg config.Config, seen, driver bool) string {
 	if seen {
 		return ""
 	}
@@ -308,15 +311,30 @@ func DeviceWarning(cfg config.Config, seen bool) string {
 	explicit := !slices.Equal(cfg.Devices, config.Default().Devices)
 	switch {
 	case len(named) > 0 && explicit:
-		what := "nothing was recorded for it"
+		host := ""
 		if !cfg.HasDevice("cpu") {
-			what = "nothing was recorded (the host heap is collected only with --device=cpu)"
+			host = " (host-heap rows need --device=cpu)"
 		}
-		return fmt.Sprintf("--device=%s: no %s device was seen in this process, so %s", strings.Join(cfg.Devices, ","), strings.Join(named, ","), what)
-	case cfg.Level == "kernel":
+		if driver {
+			return fmt.Sprintf("--device=%s: the CUDA driver was loaded, but this version records no device memory: no %s row was written%s", strings.Join(cfg.Devices, ","), strings.Join(named, ","), host)
+		}
+		return fmt.Sprintf("--device=%s: no %s device was seen in this process, so no device memory was recorded%s", strings.Join(cfg.Devices, ","), strings.Join(named, ","), host)
+	case cfg.Level == "kernel" && !driver:
 		return "--level=kernel: no kernel launch was seen (kernels come from a CUDA device and none was seen in this process), and operators are collected only with --level=op"
 	}
 	return ""
+}
+
+// cudaDriverLoaded reports whether the process mapped the CUDA driver
+// (libcuda), from the mappings the capture kept.
+func cudaDriverLoaded(dir string) bool {
+	for _, f := range []string{spool.MapsEnd, spool.MapsStart} {
+		b, err := os.ReadFile(filepath.Join(dir, spool.SpoolDir, f))
+		if err == nil {
+			return bytes.Contains(b, []byte("/libcuda.so"))
+		}
+	}
+	return false
 }
 
 // countRows counts the rows of a conversion that writes no dump (KeepLogs).

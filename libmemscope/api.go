@@ -166,8 +166,12 @@ func Configure(items string) error {
 	}
 	eng.mu.Lock()
 	if eng.started && !eng.finished {
-		if abs, err := config.AbsOutput(c.Output); err == nil && abs != eng.cfg.Output {
-			moveCapture(abs)
+		// Only an output given now moves the capture: a relative one kept
+		// from before would resolve elsewhere after a chdir.
+		if given(pairs, "output") {
+			if abs, err := config.AbsOutput(c.Output); err == nil && abs != eng.cfg.Output {
+				moveCapture(abs)
+			}
 		}
 		c.Output = eng.cfg.Output
 	}
@@ -180,6 +184,16 @@ func Configure(items string) error {
 	}
 	recordConfig(&c)
 	return nil
+}
+
+// given reports whether option name is among the [name, value] pairs.
+func given(pairs [][2]string, name string) bool {
+	for _, p := range pairs {
+		if n, ok := config.CanonicalName(p[0]); ok && n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // moveCapture moves the capture begun before config(output=...) into the

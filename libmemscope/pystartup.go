@@ -13,6 +13,7 @@ static int ms_py_flag(const char *name) {
 import "C"
 
 import (
+	"bytes"
 	"os"
 	"unsafe"
 )
@@ -20,10 +21,15 @@ import (
 // The CLI offers a traced Python program a startup hook (a sitecustomize on
 // PYTHONPATH, python/msmemscope/_startup) that starts the PyTorch collection
 // when the program imports torch. An interpreter run with -I, -E or -S never
-// loads it; pyStartupSkipped says so at exit, in one line. CPython keeps its
-// legacy flag variables in step with its configuration (3.10 to 3.13).
+// loads it; pyStartupSkipped says so at exit, in one line, when it mattered:
+// the program loaded torch (system tools run with -Es say nothing). CPython
+// keeps its legacy flag variables in step with its configuration (3.10 to
+// 3.13).
 func pyStartupSkipped() string {
 	if os.Getenv("MSMEMSCOPE_PY_STARTUP") == "" || C.ms_py_present() == 0 {
+		return ""
+	}
+	if maps, err := os.ReadFile("/proc/self/maps"); err != nil || !bytes.Contains(maps, []byte("/libtorch_python.so")) {
 		return ""
 	}
 	for _, f := range []struct{ name, opt string }{

@@ -54,6 +54,10 @@ func waitForStragglers(dirs []string, metas []*spool.ProcessMeta) {
 // is the signal that killed the main program, 0 if it exited.
 func collectRun(cfg config.Config, runID string, mainPid int, command []string, code int, sig syscall.Signal) (*spool.Manifest, string, error) {
 	dirs, metas := spool.RunFolders(cfg.Output, runID)
+	notes, _ := filepath.Glob(spool.MovedNotes(cfg.Output, runID)) // followed: no longer needed
+	for _, n := range notes {
+		os.Remove(n)
+	}
 	waitForStragglers(dirs, metas)
 	defer symbolize.KeepModules()() // the run's processes share libc and more
 	traced := map[int]bool{}
@@ -118,10 +122,6 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 		if p.Main {
 			manDir = filepath.Dir(p.Folder)
 		}
-	}
-	notes, _ := filepath.Glob(spool.MovedNotes(cfg.Output, runID))
-	for _, n := range notes {
-		os.Remove(n)
 	}
 	b, _ := json.MarshalIndent(man, "", "  ")
 	path, err := safefs.CreateUnique(safefs.Stamped(filepath.Join(manDir, spool.ManifestPrefix), ".json", time.Now()),

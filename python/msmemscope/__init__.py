@@ -168,6 +168,9 @@ def _startup_torch() -> None:
     start() now (in deferred mode only once it has)."""
     if not _lib.preloaded() or _lib.in_child():
         return
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return  # the hooks follow one thread: the script's own start() chooses then
     cfg = _config()
     if cfg.get("collect_mode") == "deferred" and not _started:
         return

@@ -74,13 +74,16 @@ def _missing(args: List[str]) -> Optional[str]:
         if len(args) < 2:
             return "run -m: a module name is required"
         import importlib.util
+        top = args[1].partition(".")[0]  # a dotted name's parent would be imported here
         try:
-            found = importlib.util.find_spec(args[1])
+            found = importlib.util.find_spec(top)
         except (ImportError, ValueError) as e:
             return "run -m %s: %s" % (args[1], e)
         if found is None:
-            return "run -m %s: no module named %r on this interpreter's path" % (args[1], args[1])
+            return "run -m %s: no module named %r on this interpreter's path" % (args[1], top)
         return None
+    if args[0].startswith("-"):
+        return None  # interpreter options after --: python itself checks them
     script = args[0]
     if not os.path.exists(script):
         return "run %s: no such file" % script

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import operator
 import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
@@ -225,9 +226,12 @@ def call(name: str, *args: Any) -> Dict[str, Any]:
 def int_arg(name: str, v: Any) -> int:
     """v, checked to be an int (not a bool): TypeError naming the argument,
     the value and the rule."""
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError("%s must be an int, got %s %.40r" % (name, type(v).__name__, v))
-    return v
+    if not isinstance(v, bool):
+        try:
+            return operator.index(v)  # ints and int-like (numpy integers), not floats
+        except TypeError:
+            pass
+    raise TypeError("%s must be an int, got %s %.40r" % (name, type(v).__name__, v))
 
 
 def path_arg(name: str, v: Any) -> str:

@@ -30,20 +30,23 @@ def get_all_time_size(input_path: Union[str, os.PathLike], interval_ms: int = 10
     interval of the capture at input_path."""
     _lib.refuse_in_child("get_all_time_size")
     path = _lib.path_arg("input_path", input_path)
-    _positive("interval_ms", interval_ms)
-    return _lib.call("msmemscope_get_all_time_size", path.encode(), interval_ms)["result"]
+    interval = _positive("interval_ms", interval_ms)
+    return _lib.call("msmemscope_get_all_time_size", path.encode(), interval)["result"]
 
 
 def get_mem_report_with_time(input_path: Union[str, os.PathLike], t_ms: int, interval_ms: int = 100) -> MemReport:
     """The per-site report at the maximum of the interval holding t_ms."""
     _lib.refuse_in_child("get_mem_report_with_time")
     path = _lib.path_arg("input_path", input_path)
-    if not 0 <= _lib.int_arg("t_ms", t_ms) < 1 << 63:
-        raise ValueError("t_ms must be a time in ms from the capture's start (>= 0), got %d" % t_ms)
-    _positive("interval_ms", interval_ms)
-    return _lib.call("msmemscope_get_mem_report_with_time", path.encode(), t_ms, interval_ms)["result"]
+    t = _lib.int_arg("t_ms", t_ms)
+    if not 0 <= t < 1 << 63:
+        raise ValueError("t_ms must be a time in ms from the capture's start (>= 0), got %d" % t)
+    interval = _positive("interval_ms", interval_ms)
+    return _lib.call("msmemscope_get_mem_report_with_time", path.encode(), t, interval)["result"]
 
 
-def _positive(name: str, v: Any) -> None:
-    if not 0 < _lib.int_arg(name, v) < 1 << 31:
-        raise ValueError("%s must be an int in [1, 2147483647] (milliseconds), got %d" % (name, v))
+def _positive(name: str, v: Any) -> int:
+    n = _lib.int_arg(name, v)
+    if not 0 < n < 1 << 31:
+        raise ValueError("%s must be an int in [1, 2147483647] (milliseconds), got %d" % (name, n))
+    return n

@@ -32,6 +32,7 @@ def range_start(message: str, stream: Any = None) -> int:
 
 def range_end(range_id: int) -> None:
     """Closes the range ``range_start`` returned."""
-    if not 0 <= _lib.int_arg("range_id", range_id) < 1 << 64:
-        raise ValueError("range_id must be an id range_start returned (>= 0), got %d" % range_id)
-    _lib.get().mstxRangeEnd(range_id)
+    rid = _lib.int_arg("range_id", range_id)
+    if not 0 <= rid < 1 << 64:
+        raise ValueError("range_id must be an id range_start returned (>= 0), got %d" % rid)
+    _lib.get().mstxRangeEnd(rid)

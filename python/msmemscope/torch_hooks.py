@@ -163,10 +163,16 @@ def _format(t: Any, torch: Any) -> str:
 
 class _Op:
     """What the recorder needs of an operator, computed once."""
-    __slots__ = ("name", "written_pos", "written_kw", "out_tag")
+    __slots__ = ("name", "written_pos", "written_kw", "out_tag", "call")
 
     def __init__(self, func: Any) -> None:
         s = func._schema
+        # The C++ callable OpOverload.__call__ would call: what the operator
+        # allocates then has the caller's Python stack, not a frame of
+        # torch/_ops.py that only the mode adds. An operator with a Python
+        # dispatcher keeps __call__.
+        c = getattr(func, "_op", None)
+        self.call = c if c is not None and getattr(func, "_pyobj_dispatcher", None) is None else func
         self.name = s.name if "::" in s.name else "aten::" + s.name
         # Factories that leave memory unwritten: their output is a tensor
         # block (PTA) but not an ACCESS.
@@ -248,7 +254,7 @@ class _State:
                     emit(R_OP_START, n, text, len(text))
                 finally:
                     own(0)
-                out = func(*args, **kwargs)
+                out = op.call(*args, **kwargs)
                 own(1)
                 try:
                     outs = _tensors(out, Tensor, [])
@@ -337,10 +343,9 @@ class _Watch:
         return _lib.get().msmemscope_hash64(st.data_ptr(), st.nbytes())
 
     def _dump(self, n: int, name: str, t: Any) -> None:
-        if self.dir is None:
-            d = _lib.capture_dir() or "."
-            self.dir = os.path.join(d, "watch_dump")
-            os.makedirs(self.dir, mode=0o750, exist_ok=True)
+        # Asked each time: config(output=...) may have moved the capture.
+        self.dir = os.path.join(_lib.capture_dir() or ".", "watch_dump")
+        os.makedirs(self.dir, mode=0o750, exist_ok=True)
         st = t.untyped_storage()
         data = ctypes.string_at(st.data_ptr(), st.nbytes())
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
@@ -453,11 +458,28 @@ def enable(cfg: Optional[Dict[str, Any]] = None) -> None:
             return
         if cfg is None:
             cfg = _lib.effective_config()
+        _skip_glue_frames()
         _install_global_hooks()
         st = _State(cfg)
         st.enter()
         _state = st
     snapshot()
+
+
+# torch's files whose frames only the mode puts on a stack: the wrappers of
+# __torch_dispatch__, the mode machinery, OpOverload.__call__. Left out of
+# Python stacks like msmemscope's own package, so an allocation inside an
+# operator keeps the stack of the code that called it.
+_GLUE = (("_compile.py",), ("_dynamo", "eval_frame.py"), ("utils", "_python_dispatch.py"), ("_ops.py",))
+
+
+def _skip_glue_frames() -> None:
+    torch = sys.modules.get("torch")
+    if torch is None or not getattr(torch, "__file__", None):
+        return
+    root = os.path.dirname(os.path.abspath(torch.__file__))
+    for parts in _GLUE:
+        _lib.get().msmemscope_python_package(os.path.join(root, *parts).encode())
 
 
 def disable() -> None:

@@ -3,6 +3,8 @@ the CLI, import mstx, devices named but never seen, --log-level, arguments
 checked by name, a missing script, and a PyTorch script traced by the CLI
 without importing msmemscope."""
 import glob
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -37,6 +39,25 @@ def test_config_output_moves_the_capture(tmp_path):
     assert "cannot" not in run.stderr and "could not move" not in run.stderr
 
 
+def test_config_output_twice_and_after_chdir(tmp_path):
+    run = run_traced(tmp_path, """
+        import os, msmemscope
+        msmemscope.config(output="./first")
+        msmemscope.config(output="./second")
+        os.makedirs("sub")
+        os.chdir("sub")
+        msmemscope.config(call_stack="python:4")  # no output given: nothing moves
+        x = bytearray(54321)
+    """).check()
+    caps = glob.glob(str(tmp_path / "second" / "msmemscope_*"))
+    assert len(caps) == 1, run.stderr
+    assert not glob.glob(str(tmp_path / "first" / "*")) and not glob.glob(str(tmp_path / "first" / ".*"))
+    assert not os.path.exists(tmp_path / "sub" / "memscopeDumpResults")
+    with open(os.path.join(caps[0], "spool", "process.json")) as f:
+        assert json.load(f)["config"]["output"] == str(tmp_path / "second")
+    assert any(attr(r).get("size") == "54322" for r in run.rows(glob.glob(os.path.join(caps[0], "dump", "*.csv"))[0]))
+
+
 def test_import_mstx(tmp_path):
     run = run_traced(tmp_path, """
         import mstx
@@ -54,8 +75,8 @@ def _warnings(stderr):
 
 
 @pytest.mark.parametrize("opts,said", [
-    (["--device=npu"], "--device=cuda: no cuda device was seen in this process, so nothing was recorded"),
-    (["--device=cpu,cuda:1"], "--device=cpu,cuda:1: no cuda:1 device was seen in this process, so nothing was recorded for it"),
+    (["--device=npu"], "--device=cuda: no cuda device was seen in this process, so no device memory was recorded (host-heap rows need --device=cpu)"),
+    (["--device=cpu,cuda:1"], "--device=cpu,cuda:1: no cuda:1 device was seen in this process, so no device memory was recorded"),
     (["--level=kernel"], "--level=kernel: no kernel launch was seen"),
     ([], None),  # the default cpu,cuda on a CPU-only run says nothing
 ])
@@ -212,8 +233,22 @@ def test_user_sitecustomize_still_runs_and_isolated_mode_is_said(tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["1", "False"], p.stdout  # the user's ran; the hook's folder is off sys.path
     assert "startup hook did not load" not in p.stderr
+    # A user sitecustomize that fails is reported as Python would, once.
+    (site / "sitecustomize.py").write_text("raise RuntimeError('user site broke')\n")
+    p = subprocess.run([cli, "--output=o3", PY, str(prog)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert p.returncode == 0 and p.stderr.count("Error in sitecustomize") == 1, p.stderr
+    assert "user site broke" in p.stderr and "KeyError" not in p.stderr
+    # Without torch, -I is not worth a word (system tools run with -Es).
     p = subprocess.run([cli, "--output=o2", PY, "-I", str(prog)], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=TIMEOUT)
+    assert p.returncode == 0 and "startup hook did not load" not in p.stderr, p.stderr
+    if importlib.util.find_spec("torch") is None:
+        return
+    tprog = tmp_path / "t.py"
+    tprog.write_text("import torch\n")
+    p = subprocess.run([cli, "--output=o4", "--events=alloc,free", "--analysis=", PY, "-I", str(tprog)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     assert p.returncode == 0, p.stderr
     said = [l for l in p.stderr.splitlines() if "startup hook did not load" in l]
     assert len(said) == 1 and "-I" in said[0], p.stderr

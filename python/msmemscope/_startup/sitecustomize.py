@@ -28,10 +28,13 @@ def _run_next_sitecustomize(here: str) -> None:
     except ImportError as e:
         if e.name != "sitecustomize":
             _report_error()
-        if ours is not None:
-            sys.modules["sitecustomize"] = ours
     except Exception:
         _report_error()
+    finally:
+        # The import system takes this module back out of sys.modules
+        # when this file ends: it must be there (the user's, if it loaded).
+        if "sitecustomize" not in sys.modules and ours is not None:
+            sys.modules["sitecustomize"] = ours
 
 
 def _report_error() -> None:
