@@ -27,9 +27,14 @@ import (
 // so each window costs a drain and the events recorded since the last
 // call, never a replay of the capture; the hot path does no extra work.
 // Only blocks allocated inside the window count: a FREE of an older block
-// changes nothing. Threads' events are taken in the order the drain wrote
-// them, so a block allocated on one thread and freed on another within
-// the same drain pass (about a millisecond) may be taken as still live.
+// changes nothing. Threads' events come in the order the drain wrote them,
+// so another thread's FREE of a block may come before its MALLOC (in the
+// same drain pass, or the next when the MALLOC came after its thread's
+// ring was drained, or later still when a pass ends before a busy ring is
+// empty): a FREE of an unknown address is kept for the window, and a later
+// MALLOC of that address by another thread is taken as freed unless the
+// stamps show it came after that FREE (then the FREE was an older
+// block's) — never a leak invented.
 
 // maxStack is how many Python frames a site keeps for its report.
 const maxStack = 8
@@ -65,6 +70,26 @@ var win struct {
 	peakAt    []wSite
 	allocated uint64
 	nalloc    int
+	orphans   map[uint64][]orphanFree // FREEs of blocks not seen (yet), per address in spool order
+	pass      int
+}
+
+// orphanFree is a FREE whose block the window has not seen (yet).
+type orphanFree struct {
+	ts   uint64
+	tid  int32
+	pass int
+}
+
+// freedFirst reports whether a MALLOC stamped m, read in this pass, came
+// before the FREE o of its address: when both stamps are ticks, or both
+// drain epochs only, they tell; otherwise a FREE of the last two passes is
+// taken to be this block's.
+func freedFirst(o orphanFree, m uint64) bool {
+	if (o.ts^m)&format.TSEpoch != 0 {
+		return o.pass >= win.pass-1
+	}
+	return m <= o.ts
 }
 
 // WindowSite is one line of a window's report: a site's bytes and blocks,
@@ -110,6 +135,7 @@ func windowCatchUp() error {
 		}
 		win.tail = t
 	}
+	win.pass++
 	return win.tail.Read(windowObserve)
 }
 
@@ -118,24 +144,53 @@ func windowObserve(r *spool.Rec) {
 		return
 	}
 	if r.Kind == format.RFree {
-		b, ok := win.blocks[r.A]
-		if !ok {
-			return // allocated before the window
+		if _, ok := win.blocks[r.A]; !ok {
+			// Allocated before the window, or by another thread later in
+			// this pass.
+			win.orphans[r.A] = append(win.orphans[r.A], orphanFree{r.TS, r.Tid, win.pass})
+			return
 		}
-		if win.dirty {
-			windowSnapshot()
-		}
-		delete(win.blocks, r.A)
-		win.live -= b.size
-		s := &win.sites[b.site]
-		s.live -= b.size
-		s.count--
+		windowFree(r.A)
 		return
 	}
 	// MALLOC: msmemscope's own blocks and failed reallocs make no row.
 	if r.Flags&(format.FOwn|format.FUndo) != 0 {
 		return
 	}
+	windowMalloc(r)
+	// The address may have been reused many times: another thread's
+	// FREEs of it are queued in its program order; the first that this
+	// MALLOC may precede is its own (earlier ones were older blocks').
+	q := win.orphans[r.A]
+	for len(q) > 0 && (q[0].tid == r.Tid || !freedFirst(q[0], r.TS)) {
+		q = q[1:]
+	}
+	if len(q) > 0 {
+		windowFree(r.A) // its FREE came first in the spool
+		q = q[1:]
+	}
+	if len(q) == 0 {
+		delete(win.orphans, r.A)
+	} else {
+		win.orphans[r.A] = q
+	}
+}
+
+// windowFree ends a block of the window.
+func windowFree(addr uint64) {
+	b := win.blocks[addr]
+	if win.dirty {
+		windowSnapshot()
+	}
+	delete(win.blocks, addr)
+	win.live -= b.size
+	s := &win.sites[b.site]
+	s.live -= b.size
+	s.count--
+}
+
+// windowMalloc adds a block to the window.
+func windowMalloc(r *spool.Rec) {
 	if old, ok := win.blocks[r.A]; ok { // a FREE was lost: the block is gone
 		win.live -= old.size
 		win.sites[old.site].live -= old.size
@@ -201,6 +256,7 @@ func WindowBegin() error {
 	}
 	win.on = true
 	win.blocks, win.index, win.sites, win.peakAt = map[uint64]wBlock{}, map[wSiteKey]int32{}, nil, nil
+	win.orphans = map[uint64][]orphanFree{}
 	win.live, win.peak, win.dirty, win.allocated, win.nalloc = 0, 0, false, 0, 0
 	return nil
 }
