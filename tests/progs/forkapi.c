@@ -79,6 +79,9 @@ int main(void) {
 		NO_REPLY(msmemscope_py_start());
 		NO_REPLY(msmemscope_py_stop());
 		NO_REPLY(msmemscope_dir());
+		NO_REPLY(msmemscope_window_begin());
+		NO_REPLY(msmemscope_window_end(5));
+		REFUSED(msmemscope_exit_files(0));
 		msmemscope_free_string(NULL);
 		check(msmemscope_hash64(data, sizeof data) == h, "msmemscope_hash64");
 		if (!fails) printf("child ok\n");
