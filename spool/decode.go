@@ -70,7 +70,7 @@ type Decoder struct {
 
 // Reasons an event makes no row (config.json's events_not_written).
 const (
-	NotWrittenOff       = "recorded_while_collection_off" // allocated or freed while collection was off (a block allocated then and freed while on gets a shadow MALLOC row)
+	NotWrittenOff       = "recorded_while_collection_off" // allocated while collection was off, and freed then too (a block allocated then and freed while on gets a shadow MALLOC row; one allocated while on gets its FREE row whenever it is freed)
 	NotWrittenUntracked = "free_of_untracked_block"       // a FREE of memory allocated before recording began (or a file mapping)
 	NotWrittenUndo      = "failed_realloc"                // the MALLOC saying a failed realloc's block lives on
 	NotWrittenRepeat    = "repeated_by_later_log"         // a block a later rotated log repeats as live
@@ -503,13 +503,14 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 		d.reason = NotWrittenOwn
 		return nil
 	}
-	if r.Flags&format.FOff != 0 {
-		if b.hidden {
-			delete(d.hidden, b.id) // no shadow MALLOC will need its stacks
-		}
+	if r.Flags&format.FOff != 0 && b.hidden {
+		delete(d.hidden, b.id) // no shadow MALLOC will need its stacks
 		d.reason = NotWrittenOff
 		return nil
 	}
+	// (A block whose MALLOC row was written gets its FREE row even while
+	// collection is off: else it would read as alive at exit, a leak
+	// invented by stop() or a device option.)
 	e.Kind = trace.KindFree
 	e.Type = subType(r.Flags)
 	e.Device = trace.DeviceHost

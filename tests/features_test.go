@@ -165,18 +165,26 @@ func TestDeferredStartStop(t *testing.T) {
 		"SYSTEM START",
 		"MALLOC HOST 30003 shadow", "FREE HOST 30003",
 		"MALLOC HOST 30005",
+		"MALLOC HOST 30007",
 		"SYSTEM STOP",
+		"FREE HOST 30007",
 		"SYSTEM PROCESS_EXIT",
 	})
 	on := false
+	inRange := map[uint64]bool{} // allocation ids of MALLOC rows inside a range
 	for i, e := range evs {
 		switch {
 		case e.Kind == trace.KindSystem && e.Type == trace.TypeStart:
 			on = true
 		case e.Kind == trace.KindSystem && e.Type == trace.TypeStop:
 			on = false
+		case e.Kind == trace.KindFree && !on && inRange[e.AllocID]:
+			// the FREE of a block allocated in a range: its pair
 		case e.IsMemory() && !on:
 			t.Errorf("row %d (%s) is outside every start/stop range", e.ID, row(e))
+		}
+		if e.Kind == trace.KindMalloc && on {
+			inRange[e.AllocID] = true
 		}
 		if e.Kind == trace.KindMalloc && e.Shadow {
 			if i+1 >= len(evs) {

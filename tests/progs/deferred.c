@@ -1,6 +1,8 @@
 /* --collect-mode=deferred with the C API: nothing is collected before the
  * first msmemscope_start(); blocks allocated while stopped and freed while
- * started appear as shadow MALLOCs just before their FREE. */
+ * started appear as shadow MALLOCs just before their FREE; blocks allocated
+ * while started and freed while stopped keep their FREE row (else they
+ * would read as alive at exit). */
 #include <stdlib.h>
 #include <msmemscope.h>
 
@@ -24,7 +26,10 @@ int main(void) {
 	free(c); /* shadow MALLOC 30003, then FREE */
 	char *e = malloc(30005); /* kept */
 	sink = e;
+	char *g = malloc(30007); /* freed after stop: its FREE row still comes */
+	sink = g;
 	if (msmemscope_stop()) return 1;
+	free(g);
 	char *f = malloc(30006); /* stopped, kept: never seen */
 	sink = f;
 	return 0;
