@@ -69,8 +69,8 @@ def config(**items: Any) -> None:
     Every value is checked with the CLI's rules, all or none: a violation
     raises ValueError naming the option, the value and the rule. "" (or
     None) switches an item off. May be called before start() and between
-    ranges; output is fixed once the capture has begun (under the CLI: the
-    CLI's).
+    ranges. output given once the capture has begun (under the CLI) moves
+    the capture folder there, whole, so its files are written there.
     """
     global _cfg
     pairs = [[k, _value(k, v)] for k, v in items.items()]

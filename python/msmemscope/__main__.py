@@ -62,6 +62,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     missing = _missing(args)
     if missing:
+        if opts and "=" not in opts[-1]:
+            missing += " (options of run take the --name=value form: %s=%s?)" % (opts[-1], args[0])
         sys.stderr.write("msmemscope: %s\n" % missing)
         return 2
     return _exec(opts + ["--", sys.executable] + args)

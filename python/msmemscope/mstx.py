@@ -34,5 +34,5 @@ def range_end(range_id: int) -> None:
     """Closes the range ``range_start`` returned."""
     rid = _lib.int_arg("range_id", range_id)
     if not 0 <= rid < 1 << 64:
-        raise ValueError("range_id must be an id range_start returned (>= 0), got %d" % rid)
+        raise ValueError("range_id must be an id range_start returned, in [0, 2**64), got %d" % rid)
     _lib.get().mstxRangeEnd(rid)
