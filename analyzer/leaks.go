@@ -80,6 +80,9 @@ type LeakReport struct {
 	// killed run, a CSV or DB input).
 	ByKind map[string]KindTotal
 	Steps  int // the highest step seen
+	// ExitUnknown says why blocks alive at the end are not reported (the
+	// host heap stopped being recorded before the end): no exit leaks.
+	ExitUnknown string `json:",omitempty"`
 }
 
 // KindTotal is the exit leaks of one kind.
@@ -116,7 +119,13 @@ type LeakAnalyzer struct {
 	maxStep   int
 	done      *LeakReport
 	kindOf    func(allocID uint64) (string, bool)
+	noExit    string // SetExitUnknown's reason
 }
+
+// SetExitUnknown says that the blocks alive at the end are not known to be
+// alive (their frees stopped being recorded): Finish reports no exit leaks,
+// and the report says why.
+func (a *LeakAnalyzer) SetExitUnknown(reason string) { a.noExit = reason }
 
 // SetKinds gives the kinds the scan at exit found (kind of an allocation id,
 // and whether a scan ran at all): exit leaks are grouped by kind too.
@@ -205,6 +214,12 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 		a.endStep(a.last)
 	}
 	r := &LeakReport{StepLeaks: a.found, Steps: a.maxStep}
+	if a.noExit != "" {
+		r.ExitUnknown = a.noExit
+		a.live, a.pending = leakLive{}, nil
+		a.done = r
+		return r
+	}
 	type groupKey struct{ kind, stack string }
 	groups := make(map[groupKey]*LeakGroup)
 	if a.kindOf != nil {
@@ -352,9 +367,14 @@ func (r *LeakReport) Summary(top int) string {
 	for i := range r.StepLeaks {
 		stepBytes += r.StepLeaks[i].Size
 	}
-	fmt.Fprintf(&b, "leaks: %d step leak%s (%s) over %d step%s; %d block%s (%s) alive at exit from %d call site%s\n",
-		len(r.StepLeaks), leakPlural(len(r.StepLeaks)), safefs.HumanBytes(stepBytes), r.Steps, leakPlural(r.Steps),
-		r.ExitBlocks, leakPlural(r.ExitBlocks), safefs.HumanBytes(r.ExitBytes), len(r.ExitLeaks), leakPlural(len(r.ExitLeaks)))
+	if r.ExitUnknown != "" {
+		fmt.Fprintf(&b, "leaks: %d step leak%s (%s) over %d step%s; exit leaks not known: %s\n",
+			len(r.StepLeaks), leakPlural(len(r.StepLeaks)), safefs.HumanBytes(stepBytes), r.Steps, leakPlural(r.Steps), r.ExitUnknown)
+	} else {
+		fmt.Fprintf(&b, "leaks: %d step leak%s (%s) over %d step%s; %d block%s (%s) alive at exit from %d call site%s\n",
+			len(r.StepLeaks), leakPlural(len(r.StepLeaks)), safefs.HumanBytes(stepBytes), r.Steps, leakPlural(r.Steps),
+			r.ExitBlocks, leakPlural(r.ExitBlocks), safefs.HumanBytes(r.ExitBytes), len(r.ExitLeaks), leakPlural(len(r.ExitLeaks)))
+	}
 	if r.ByKind != nil {
 		b.WriteString("leak summary:")
 		for i, k := range LeakKinds {

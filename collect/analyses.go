@@ -88,6 +88,14 @@ func annotate(runs []*run, e *trace.Event) {
 
 // setLeakKinds gives the leaks analysis the kinds the scan at exit found
 // (leakscan.Kind by allocation id; nil: no scan ran).
+func setExitUnknown(runs []*run, reason string) {
+	for _, r := range runs {
+		if s, ok := r.a.(interface{ SetExitUnknown(string) }); ok {
+			s.SetExitUnknown(reason)
+		}
+	}
+}
+
 func setLeakKinds(runs []*run, kinds map[uint64]uint8) {
 	if kinds == nil {
 		return

@@ -229,6 +229,11 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, err
 	}
 	setLeakKinds(runs, dec.LeakKinds())
+	if meta.Config.HasDevice("cpu") && !cfg.HasDevice("cpu") {
+		// config(device=...) without cpu stopped the host heap's recording:
+		// blocks freed after that would read as alive, and as lost.
+		setExitUnknown(runs, fmt.Sprintf("the host heap stopped being recorded during the run (device %s), so frees after that were not seen", strings.Join(cfg.Devices, ",")))
+	}
 	if err := finish(runs, false); err != nil {
 		return nil, err
 	}

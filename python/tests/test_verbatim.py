@@ -252,3 +252,20 @@ def test_user_sitecustomize_still_runs_and_isolated_mode_is_said(tmp_path):
     assert p.returncode == 0, p.stderr
     said = [l for l in p.stderr.splitlines() if "startup hook did not load" in l]
     assert len(said) == 1 and "-I" in said[0], p.stderr
+
+
+def test_device_npu_in_a_traced_script_invents_no_leak(tmp_path):
+    # The capture began with the host heap on (the CLI's default); the
+    # script's config(device="npu") stops its recording, so frees after
+    # that are unseen: no exit leak may be reported from them.
+    run = run_traced(tmp_path, """
+        import msmemscope
+        msmemscope.config(device="npu")
+        junk = [bytearray(5000) for _ in range(100)]
+        del junk
+    """).check()
+    assert "exit leaks not known: the host heap stopped being recorded during the run" in run.stderr, run.stderr
+    assert "definitely lost" not in run.stderr and "alive at exit" not in run.stderr, run.stderr
+    (leaks,) = glob.glob(os.path.join(run.main_folder(), "analysis", "leaks_*.csv"))
+    with open(leaks) as f:
+        assert len(f.read().splitlines()) == 1  # the header: no leak listed
