@@ -7,6 +7,7 @@
 # wall time to the bare run. Appends to bench/results.md. Needs msmemscope,
 # pytest, numpy and pytest-memray installed in $PYTHON's environment.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-$ROOT/.venv/bin/python}
@@ -35,7 +36,6 @@ def test_work(i):
 PY
 cd "$WORK"
 common=(-q -p no:cacheprovider -o addopts= test_work.py)
-now_ns() { date +%s%N; }
 run() {
 	local t0
 	t0=$(now_ns)
@@ -46,8 +46,6 @@ run() {
 	esac
 	echo $(($(now_ns) - t0))
 }
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-ratios() { awk -v a="$1" -v b="$2" 'BEGIN {n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) printf "%.4f\n", x[i] / y[i]}'; }
 modes="bare memray msmemscope"
 declare -A wall
 for rep in $(seq "$REPS"); do

@@ -5,6 +5,7 @@
 # medians of the loop time the script measures itself. Appends to
 # bench/results.md.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 LIB=$ROOT/build/lib/libmemscope.so
@@ -43,9 +44,6 @@ run() {
 	echo "$out" | awk '/loop_ns/ {print $2}'
 }
 
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-# ratios A B: the per-repetition ratios A[i]/B[i] of two space-separated lists, one a line.
-ratios() { awk -v a="$1" -v b="$2" 'BEGIN {n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) printf "%.4f\n", x[i] / y[i]}'; }
 modes="bare traced py16 memray memray_native"
 declare -A loops
 for rep in $(seq "$REPS"); do
@@ -62,7 +60,6 @@ done
 CLI=$ROOT/build/bin/msmemscope
 WREPS=${WREPS:-3}
 bw="" mw="" dw="" rw=""
-now_ns() { date +%s%N; }
 for rep in $(seq "$WREPS"); do
 	t0=$(now_ns); "$PY" "$WORK/objects.py" >/dev/null; bw+="$(($(now_ns) - t0)) "
 	rm -rf "$WORK/cli"; sync; t0=$(now_ns)

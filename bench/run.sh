@@ -10,6 +10,7 @@
 # a 40 M-event CSV is not written each time; the whole-command figure comes
 # from one real `msmemscope` run per thread count, CSV included.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 LIB=$ROOT/build/lib/libmemscope.so
@@ -21,10 +22,6 @@ OUT=${RESULTS:-$ROOT/bench/results.md}
 rm -rf "$WORK" && mkdir -p "$WORK"
 gcc -O2 -g -fno-omit-frame-pointer -o "$WORK/malloc_bench" bench/malloc_bench.c -lpthread
 
-now_ns() { date +%s%N; }
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-# ratios A B: the per-repetition ratios A[i]/B[i] of two space-separated lists, one a line.
-ratios() { awk -v a="$1" -v b="$2" 'BEGIN {n = split(a, x, " "); split(b, y, " "); for (i = 1; i <= n; i++) printf "%.4f\n", x[i] / y[i]}'; }
 
 # run MODE THREADS -> prints loop_ns; leaves spool size in $WORK/last_spool
 run() {

@@ -12,57 +12,19 @@ import (
 	"msmemscope/trace"
 )
 
-// pyStackScript allocates bytearrays of known sizes from a method, a
-// generator, a lambda that C code calls (map: an entry shim frame sits
-// between it and its caller from 3.12 on), a multi-line call, a thread and a
-// function whose name is not ASCII (a 2-byte-kind str).
-// Next to each, it prints the stack as Python itself sees it (f_lineno
-// through f_back), the oracle the MALLOC row's stack must equal.
-const pyStackScript = `import sys, threading
-
-def where():
-    f, out = sys._getframe(1), []
-    while f:
-        out.append("%s:%d(%s)" % (f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
-        f = f.f_back
-    return ";".join(out)
-
-def make_block(n):
-    b = bytearray(n); print("STACK", n + 1, where())   # the block
-    return b
-
-class K:
-    def method(self, n):
-        return make_block(n)   # the method
-
-def gen(n):
-    yield make_block(n)   # the gen
-
-def via_c(n):
-    return list(map(lambda m: make_block(m), [n]))   # the map
-
-def multi(n):
-    return [
-        0,
-        make_block(n),   # the multi
-    ]
-
-def th():
-    make_block(1000005)   # the thread
-
-def Ωmega(n):
-    return make_block(n)   # the names
-
-a = K().method(1000001)
-b = next(gen(1000002))
-c = via_c(1000003)
-d = multi(1000004)
-e = Ωmega(1000006)
-t = threading.Thread(target=th)
-t.start()
-t.join()
-print("ok")
-`
+// pyStackScript reads tests/progs/pystack_kinds.py: bytearrays of known
+// sizes from a method, a generator, a lambda that C code calls (map: an
+// entry shim frame sits between it and its caller from 3.12 on), a
+// multi-line call, a thread and a function whose name is not ASCII (a
+// 2-byte-kind str). Next to each, it prints the stack as Python itself sees
+// it (f_lineno through f_back), the oracle the MALLOC row's stack must equal.
+func pyStackScript(t *testing.T) string {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "tests", "progs", "pystack_kinds.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 // pyInterpreters finds CPython 3.minor interpreters under $PYENV_ROOT
 // (default ~/.pyenv): the newest patch release of each minor asked for.
@@ -89,7 +51,8 @@ func runPyStacks(t *testing.T, py string) (stderr string, oracle, got map[uint64
 	t.Helper()
 	dir := t.TempDir()
 	script = filepath.Join(dir, "prog.py")
-	if err := os.WriteFile(script, []byte(pyStackScript), 0o644); err != nil {
+	src := pyStackScript(t)
+	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "out")
@@ -141,7 +104,7 @@ func TestPythonStacksPerVersion(t *testing.T) {
 				t.Fatalf("the script printed %d stacks, want 6: %v", len(oracle), oracle)
 			}
 			frame := func(marker, fn string) string {
-				return fmt.Sprintf("%s:%d(%s)", script, lineOf(pyStackScript, marker), fn)
+				return fmt.Sprintf("%s:%d(%s)", script, lineOf(pyStackScript(t), marker), fn)
 			}
 			block := frame("# the block", "make_block")
 			wantTop := map[uint64]string{

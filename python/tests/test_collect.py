@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import attr, frames, line_of, malloc_of_size, run_plain, run_traced
+from conftest import REPO, attr, frames, line_of, malloc_of_size, run_plain, run_traced
 
 RANGES = """
 import msmemscope
@@ -126,57 +126,12 @@ def test_python_stack_of_bytearray(tmp_path):
 # spread over lines, a thread, a name that is not ASCII. Beside each
 # allocation the script prints the stack as Python sees it (f_lineno through
 # f_back): the row must say the same.
-PYSTACK_KINDS = """
-import sys, threading
-import msmemscope
-msmemscope.config(call_stack="python:16")
-
-def where():
-    f, out = sys._getframe(1), []
-    while f:
-        out.append("%s:%d(%s)" % (f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
-        f = f.f_back
-    return ";".join(out)
-
-def make_block(n):
-    b = bytearray(n); print("STACK", n + 1, where())   # the block
-    return b
-
-class K:
-    def method(self, n):
-        return make_block(n)   # the method
-
-def gen(n):
-    yield make_block(n)   # the gen
-
-def via_c(n):
-    return list(map(lambda m: make_block(m), [n]))   # the map
-
-def multi(n):
-    return [
-        0,
-        make_block(n),   # the multi
-    ]
-
-def th():
-    make_block(1000005)   # the thread
-
-def Ωmega(n):
-    return make_block(n)   # the names
-
-a = K().method(1000001)
-b = next(gen(1000002))
-c = via_c(1000003)
-d = multi(1000004)
-e = Ωmega(1000006)
-t = threading.Thread(target=th)
-t.start()
-t.join()
-"""
+with open(os.path.join(REPO, "tests", "progs", "pystack_kinds.py"), encoding="utf-8") as _f:
+    PYSTACK_KINDS = _f.read()  # shared with tests/pystack_test.go
 
 
 def test_python_stacks_of_each_frame_kind(tmp_path):
-    run = run_traced(tmp_path, PYSTACK_KINDS).check()
+    run = run_traced(tmp_path, PYSTACK_KINDS, "--call-stack=python:16").check()
     oracle = {}
     for line in run.stdout.splitlines():
         if line.startswith("STACK "):
