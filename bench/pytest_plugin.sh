@@ -48,13 +48,7 @@ run() {
 }
 modes="bare memray msmemscope"
 declare -A wall
-for rep in $(seq "$REPS"); do
-	for mode in $modes; do
-		ns=$(run "$mode")
-		wall[$mode]+="$ns "
-		echo "rep=$rep $mode wall_ns=$ns" >&2
-	done
-done
+alternate wall "$modes" "$REPS" wall_ns
 cd "$ROOT"
 {
 	echo
@@ -70,10 +64,10 @@ cd "$ROOT"
 	echo "| mode | wall s (median) | ratio to bare (median, range) | per test ms over bare |"
 	echo "|---|---|---|---|"
 	for mode in $modes; do
-		m=$(echo ${wall[$mode]} | tr ' ' '\n' | median)
-		b=$(echo ${wall[bare]} | tr ' ' '\n' | median)
+		m=$(medianof "${wall[$mode]}")
+		b=$(medianof "${wall[bare]}")
 		r=$(ratios "${wall[$mode]}" "${wall[bare]}" | median)
-		rr=$(ratios "${wall[$mode]}" "${wall[bare]}" | sort -n | awk 'NR==1 {lo=$1} {hi=$1} END {printf "%.2f–%.2f", lo, hi}')
+		rr=$(ratio_range "${wall[$mode]}" "${wall[bare]}")
 		awk -v mode="$mode" -v m="$m" -v b="$b" -v r="$r" -v rr="$rr" -v n="$NTESTS" \
 			'BEGIN {printf "| %s | %.2f | **%.2f×** (%s) | %.2f |\n", mode, m/1e9, r, rr, (m-b)/1e6/n}'
 	done

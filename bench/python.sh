@@ -46,13 +46,7 @@ run() {
 
 modes="bare traced py16 memray memray_native"
 declare -A loops
-for rep in $(seq "$REPS"); do
-	for mode in $modes; do
-		ns=$(run "$mode")
-		loops[$mode]+="$ns "
-		echo "rep=$rep $mode loop_ns=$ns" >&2
-	done
-done
+alternate loops "$modes" "$REPS" loop_ns
 # Whole command: `msmemscope python script` with the default options (CSV
 # written, leak scan at exit, leaks analysis), and with the deepest Python
 # stacks (memray records whole stacks), against `memray run` (its capture
@@ -85,9 +79,9 @@ rows=$(grep -o '"events_written": [0-9]*' "$(ls -d "$WORK"/cli/msmemscope_*)/con
 	echo "| mode | loop ms (median) | ratio to bare (median, range) |"
 	echo "|---|---|---|"
 	for mode in $modes; do
-		m=$(echo ${loops[$mode]} | tr ' ' '\n' | median)
+		m=$(medianof "${loops[$mode]}")
 		r=$(ratios "${loops[$mode]}" "${loops[bare]}" | median)
-		rr=$(ratios "${loops[$mode]}" "${loops[bare]}" | sort -n | awk 'NR==1 {lo=$1} {hi=$1} END {printf "%.2f–%.2f", lo, hi}')
+		rr=$(ratio_range "${loops[$mode]}" "${loops[bare]}")
 		awk -v mode="$mode" -v m="$m" -v r="$r" -v rr="$rr" 'BEGIN {printf "| %s | %.0f | **%.2f×** (%s) |\n", mode, m/1e6, r, rr}'
 	done
 	echo
