@@ -67,11 +67,12 @@ type blockKey struct {
 // MarkLeakAnalyzer finds mark leaks in a stream of events. Memory grows with
 // the blocks allocated between A and B that are still alive, nothing else.
 type MarkLeakAnalyzer struct {
-	opt   MarkLeakOptions
-	seen  int // marks with the message so far
-	phase int // 0: before A, 1: A..B, 2: B..C, 3: after C
-	live  map[blockKey]*MarkLeak
-	rep   MarkLeakReport
+	opt    MarkLeakOptions
+	seen   int // marks with the message so far
+	ranges int // ranges opened with the message (not marks: said when marks are missing)
+	phase  int // 0: before A, 1: A..B, 2: B..C, 3: after C
+	live   map[blockKey]*MarkLeak
+	rep    MarkLeakReport
 }
 
 // NewMarkLeakAnalyzer returns an analyzer for opt.
@@ -89,6 +90,9 @@ func (a *MarkLeakAnalyzer) Observe(e *trace.Event) {
 	a.rep.Rows++
 	switch e.Kind {
 	case trace.KindMstx:
+		if e.Type == trace.TypeRangeStart && e.Name == a.opt.MstxInfo {
+			a.ranges++
+		}
 		if e.Type != trace.TypeMark || e.Name != a.opt.MstxInfo || a.phase == 3 {
 			return
 		}
@@ -122,8 +126,12 @@ func (a *MarkLeakAnalyzer) Observe(e *trace.Event) {
 // found.
 func (a *MarkLeakAnalyzer) Finish() (*MarkLeakReport, error) {
 	if a.phase != 3 {
-		return nil, fmt.Errorf("found %d MSTX mark%s with message %q: start_index %d needs %d (marks A, B and C)",
-			a.seen, leakPlural(a.seen), a.opt.MstxInfo, a.opt.StartIndex, a.opt.StartIndex+3)
+		hint := ""
+		if a.ranges > 0 {
+			hint = fmt.Sprintf("; %d range%s opened with that message, but only marks (mstx.mark, mstxMarkA) count", a.ranges, leakPlural(a.ranges))
+		}
+		return nil, fmt.Errorf("found %d MSTX mark%s with message %q: start_index %d needs %d (marks A, B and C)%s",
+			a.seen, leakPlural(a.seen), a.opt.MstxInfo, a.opt.StartIndex, a.opt.StartIndex+3, hint)
 	}
 	r := a.rep
 	r.Leaks = make([]MarkLeak, 0, len(a.live))

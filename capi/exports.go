@@ -67,13 +67,13 @@ func msgo_get_mem_report() *C.char {
 //export msgo_get_all_time_size
 func msgo_get_all_time_size(input *C.char, intervalMs C.int) *C.char {
 	in := C.GoString(input)
-	return call(valueError, func() (any, error) { return libmemscope.AllTimeSize(in, int(intervalMs)) })
+	return call(analyzer.ErrorKind, func() (any, error) { return libmemscope.AllTimeSize(in, int(intervalMs)) })
 }
 
 //export msgo_get_mem_report_with_time
 func msgo_get_mem_report_with_time(input *C.char, tMs C.longlong, intervalMs C.int) *C.char {
 	in := C.GoString(input)
-	return call(valueError, func() (any, error) { return libmemscope.ReportWithTime(in, int64(tMs), int(intervalMs)) })
+	return call(analyzer.ErrorKind, func() (any, error) { return libmemscope.ReportWithTime(in, int64(tMs), int(intervalMs)) })
 }
 
 //export msgo_list_analyzers

@@ -35,7 +35,7 @@ __all__ = [
 ]
 __version__ = _lib.version()
 
-_cfg: Optional[Dict[str, Any]] = None  # the effective configuration, as the library has it
+_cfg = None  # type: Optional[Dict[str, Any]]  # the effective configuration, as the library has it
 _warned_heap = False
 _started = False  # between start() and stop()
 

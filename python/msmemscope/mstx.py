@@ -15,7 +15,7 @@ __all__ = ["mark", "range_start", "range_end"]
 
 def _msg(message: str) -> bytes:
     if not isinstance(message, str):
-        raise TypeError("message must be a str, not %s" % type(message).__name__)
+        raise TypeError("message must be a str, got %s %.40r" % (type(message).__name__, message))
     return message.encode("utf-8", "replace")
 
 

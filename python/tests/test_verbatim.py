@@ -140,7 +140,22 @@ def test_arguments_named_in_errors(tmp_path):
     _raises(ValueError, lambda: msmemscope.get_all_time_size(str(csv), 0), "interval_ms", "[1, 2147483647]")
     _raises(TypeError, lambda: msmemscope.get_all_time_size(42), "input_path", "int")
     _raises(TypeError, lambda: msmemscope.mstx.range_end("abc"), "range_id", "int", "'abc'")
-    _raises(TypeError, lambda: msmemscope.mstx.mark(7), "message", "str")
+    _raises(TypeError, lambda: msmemscope.mstx.mark(7), "message", "str", "int 7")
+    missing = str(tmp_path / "nope")
+    _raises(FileNotFoundError, lambda: msmemscope.get_mem_report_with_time(missing, 0), missing)
+    _raises(FileNotFoundError, lambda: msmemscope.get_all_time_size(missing), missing)
+    _raises(FileNotFoundError, lambda: msmemscope.check_leaks(missing, "iter", 0), missing)
+
+
+def test_check_leaks_says_ranges_are_not_marks(tmp_path):
+    run = run_traced(tmp_path, """
+        import mstx
+        for i in range(3):
+            mstx.range_end(mstx.range_start("step start"))
+    """).check()
+    with pytest.raises(ValueError) as e:
+        msmemscope.check_leaks(run.dumps()[-1], "step start", 0)
+    assert "found 0 MSTX marks" in str(e.value) and "3 ranges opened with that message" in str(e.value)
 
 
 def test_public_names_documented():
