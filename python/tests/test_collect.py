@@ -46,9 +46,16 @@ def test_two_ranges_only_inside(deferred_run):
         assert not malloc_of_size(rows, n), n
     mem = [r for r in rows if r["Event"] in ("MALLOC", "FREE")]
     assert mem
+    inside = set()  # allocation ids of MALLOC rows in a range
     for r in mem:
         t = int(r["Timestamp(ns)"])
-        assert any(a <= t <= b for a, b in ranges), (r, ranges)
+        if any(a <= t <= b for a, b in ranges):
+            if r["Event"] == "MALLOC":
+                inside.add(attr(r)["allocation_id"])
+            continue
+        # Outside the ranges, only the FREE of a block allocated inside one
+        # (its pair: else the block would read as alive at exit).
+        assert r["Event"] == "FREE" and attr(r)["allocation_id"] in inside, (r, ranges)
 
 
 def test_deferred_collects_nothing_before_start(deferred_run):
