@@ -40,8 +40,8 @@ int main(void) {
 	reply(msmemscope_list_analyzers(), "{\"ok\":true,\"result\":[\"leaks\"", "list_analyzers");
 	reply(msmemscope_analyzer_config("nope"), "{\"ok\":false,\"type\":\"ValueError\"", "analyzer_config");
 	reply(msmemscope_analyze("leaks", "[]"), "{\"ok\":false,\"type\":\"TypeError\"", "analyze");
-	reply(msmemscope_get_all_time_size("/nonexistent", 100), "{\"ok\":false,\"type\":\"ValueError\"", "get_all_time_size");
-	reply(msmemscope_get_mem_report_with_time("/nonexistent", 0, 100), "{\"ok\":false,\"type\":\"ValueError\"", "get_mem_report_with_time");
+	reply(msmemscope_get_all_time_size("/nonexistent", 100), "{\"ok\":false,\"type\":\"FileNotFoundError\"", "get_all_time_size");
+	reply(msmemscope_get_mem_report_with_time("/nonexistent", 0, 100), "{\"ok\":false,\"type\":\"FileNotFoundError\"", "get_mem_report_with_time");
 	reply(msmemscope_config("[[\"colour\", \"red\"]]"), "{\"ok\":false,\"type\":\"ValueError\"", "config");
 	reply(msmemscope_get_config(), "{\"ok\":true,\"result\":{", "get_config");
 	reply(msmemscope_dir(), "{\"ok\":true,\"result\":\"/", "dir");
