@@ -20,13 +20,13 @@ import os
 import sys
 
 
-def _run_next_sitecustomize(here: str) -> None:
+def _run_next_sitecustomize(here):
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     ours = sys.modules.pop("sitecustomize", None)
     try:
         import sitecustomize  # noqa: F401  (the user's or the distribution's)
     except ImportError as e:
-        if e.name != "sitecustomize":
+        if getattr(e, "name", "sitecustomize") != "sitecustomize":
             _report_error()
     except Exception:
         _report_error()
@@ -37,7 +37,7 @@ def _run_next_sitecustomize(here: str) -> None:
             sys.modules["sitecustomize"] = ours
 
 
-def _report_error() -> None:
+def _report_error():
     # As site.py words a failing sitecustomize.
     if sys.flags.verbose:
         sys.excepthook(*sys.exc_info())
@@ -68,12 +68,12 @@ def _package():
     return m
 
 
-def _warn(text: str) -> None:
+def _warn(text):
     if '"log_level":"error"' not in os.environ.get("MSMEMSCOPE_CONFIG", "").replace(" ", ""):
         sys.stderr.write(text)
 
 
-def _torch_imported() -> None:
+def _torch_imported():
     try:
         _package()._startup_torch()
     except Exception as e:  # the program must run on whatever happens here
@@ -85,7 +85,7 @@ class _TorchWatch:
     """A meta path finder that lets the real finders find torch, then runs
     _torch_imported once torch's module has executed."""
 
-    def __init__(self) -> None:
+    def __init__(self):
         self.busy = False
 
     def find_spec(self, name, path=None, target=None):
@@ -112,7 +112,7 @@ class _TorchWatch:
         return spec
 
 
-def _install() -> None:
+def _install():
     here = os.path.dirname(os.path.abspath(__file__))
     _run_next_sitecustomize(here)
     if os.environ.get("MSMEMSCOPE_PY_STARTUP") != here or "libmemscope" not in os.environ.get("LD_PRELOAD", ""):
@@ -129,4 +129,9 @@ def _install() -> None:
         sys.meta_path.insert(0, _TorchWatch())
 
 
-_install()
+# No annotations here: any interpreter the CLI runs reads this file (a
+# Python 2 one too, which only gets the user's sitecustomize).
+if sys.version_info[0] >= 3:
+    _install()
+else:
+    _run_next_sitecustomize(os.path.dirname(os.path.abspath(__file__)))
