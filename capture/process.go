@@ -5,7 +5,6 @@
 package capture
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -149,11 +148,7 @@ func (p *Process) Move(output string) (string, error) {
 	}
 	p.Dir = dir
 	p.meta.Config.Output = output
-	b, _ := json.MarshalIndent(p.meta, "", "  ")
-	_ = safefs.Replace(filepath.Join(dir, spool.SpoolDir, spool.ProcessFile), func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
-		return err
-	})
+	_ = safefs.ReplaceJSON(filepath.Join(dir, spool.SpoolDir, spool.ProcessFile), p.meta)
 	if p.meta.RunID != "" {
 		// In the CLI's own output folder, whatever moved the capture before.
 		note := spool.MovedNote(p.firstOutput, p.meta.RunID, p.meta.Pid)

@@ -168,12 +168,17 @@ func ReplaceFile(p string, write func(f *os.File) error) error {
 }
 
 // WriteJSON writes v, indented, into the new file p.
-func WriteJSON(p string, v any) error {
+func WriteJSON(p string, v any) error { return writeJSON(p, v, WriteNew) }
+
+// ReplaceJSON is WriteJSON over an existing file (Replace).
+func ReplaceJSON(p string, v any) error { return writeJSON(p, v, Replace) }
+
+func writeJSON(p string, v any, write func(string, func(io.Writer) error) error) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return WriteNew(p, func(w io.Writer) error {
+	return write(p, func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
 		return err
 	})
