@@ -61,7 +61,7 @@ var win struct {
 	mu        sync.Mutex
 	tail      *spool.Tail
 	on        bool
-	blocks    map[uint64]wBlock
+	blocks    map[spool.BlockKey]wBlock
 	sites     []wSite
 	index     map[wSiteKey]int32
 	live      uint64
@@ -70,7 +70,7 @@ var win struct {
 	peakAt    []wSite
 	allocated uint64
 	nalloc    int
-	orphans   map[uint64][]orphanFree // FREEs of blocks not seen (yet), per address in spool order
+	orphans   map[spool.BlockKey][]orphanFree // FREEs of blocks not seen (yet), per address in spool order
 	pass      int
 }
 
@@ -143,46 +143,47 @@ func windowObserve(r *spool.Rec) {
 	if !win.on {
 		return
 	}
+	k := spool.KeyOf(r) // as the decoder pairs: address and sub-type (HOST, MMAP)
 	if r.Kind == format.RFree {
-		if _, ok := win.blocks[r.A]; !ok {
+		if _, ok := win.blocks[k]; !ok {
 			// Allocated before the window, or by another thread later in
 			// this pass.
-			win.orphans[r.A] = append(win.orphans[r.A], orphanFree{r.TS, r.Tid, win.pass})
+			win.orphans[k] = append(win.orphans[k], orphanFree{r.TS, r.Tid, win.pass})
 			return
 		}
-		windowFree(r.A)
+		windowFree(k)
 		return
 	}
 	// MALLOC: msmemscope's own blocks and failed reallocs make no row.
 	if r.Flags&(format.FOwn|format.FUndo) != 0 {
 		return
 	}
-	windowMalloc(r)
+	windowMalloc(r, k)
 	// The address may have been reused many times: another thread's
 	// FREEs of it are queued in its program order; the first that this
 	// MALLOC may precede is its own (earlier ones were older blocks').
-	q := win.orphans[r.A]
+	q := win.orphans[k]
 	for len(q) > 0 && (q[0].tid == r.Tid || !freedFirst(q[0], r.TS)) {
 		q = q[1:]
 	}
 	if len(q) > 0 {
-		windowFree(r.A) // its FREE came first in the spool
+		windowFree(k) // its FREE came first in the spool
 		q = q[1:]
 	}
 	if len(q) == 0 {
-		delete(win.orphans, r.A)
+		delete(win.orphans, k)
 	} else {
-		win.orphans[r.A] = q
+		win.orphans[k] = q
 	}
 }
 
 // windowFree ends a block of the window.
-func windowFree(addr uint64) {
-	b := win.blocks[addr]
+func windowFree(k spool.BlockKey) {
+	b := win.blocks[k]
 	if win.dirty {
 		windowSnapshot()
 	}
-	delete(win.blocks, addr)
+	delete(win.blocks, k)
 	win.live -= b.size
 	s := &win.sites[b.site]
 	s.live -= b.size
@@ -190,14 +191,12 @@ func windowFree(addr uint64) {
 }
 
 // windowMalloc adds a block to the window.
-func windowMalloc(r *spool.Rec) {
-	if old, ok := win.blocks[r.A]; ok { // a FREE was lost: the block is gone
-		win.live -= old.size
-		win.sites[old.site].live -= old.size
-		win.sites[old.site].count--
+func windowMalloc(r *spool.Rec, k spool.BlockKey) {
+	if _, ok := win.blocks[k]; ok { // a FREE was lost: the block is gone
+		windowFree(k)
 	}
 	i := windowSite(r)
-	win.blocks[r.A] = wBlock{r.B, i}
+	win.blocks[k] = wBlock{r.B, i}
 	win.live += r.B
 	win.sites[i].live += r.B
 	win.sites[i].count++
@@ -255,8 +254,8 @@ func WindowBegin() error {
 		return err
 	}
 	win.on = true
-	win.blocks, win.index, win.sites, win.peakAt = map[uint64]wBlock{}, map[wSiteKey]int32{}, nil, nil
-	win.orphans = map[uint64][]orphanFree{}
+	win.blocks, win.index, win.sites, win.peakAt = map[spool.BlockKey]wBlock{}, map[wSiteKey]int32{}, nil, nil
+	win.orphans = map[spool.BlockKey][]orphanFree{}
 	win.live, win.peak, win.dirty, win.allocated, win.nalloc = 0, 0, false, 0, 0
 	return nil
 }
