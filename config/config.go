@@ -11,6 +11,11 @@ import (
 // EnvConfig carries the effective configuration, as JSON, to traced processes.
 const EnvConfig = "MSMEMSCOPE_CONFIG"
 
+// EnvPyStartup names the folder of the Python startup hook the CLI put on
+// PYTHONPATH (python/msmemscope/_startup): the hook acts only where it is
+// set, and the library says at exit when -I, -E or -S kept it from loading.
+const EnvPyStartup = "MSMEMSCOPE_PY_STARTUP"
+
 // EnvRunID names the CLI run a traced process belongs to; its folder records it
 // so the CLI can find every process it traced (SPEC §2 run manifest).
 const EnvRunID = "MSMEMSCOPE_RUN_ID"

@@ -15,6 +15,8 @@ import "C"
 import (
 	"bytes"
 	"os"
+
+	"msmemscope/config"
 	"unsafe"
 )
 
@@ -26,7 +28,7 @@ import (
 // keeps its legacy flag variables in step with its configuration (3.10 to
 // 3.13).
 func pyStartupSkipped() string {
-	if os.Getenv("MSMEMSCOPE_PY_STARTUP") == "" || C.ms_py_present() == 0 {
+	if os.Getenv(config.EnvPyStartup) == "" || C.ms_py_present() == 0 {
 		return ""
 	}
 	if maps, err := os.ReadFile("/proc/self/maps"); err != nil || !bytes.Contains(maps, []byte("/libtorch_python.so")) {

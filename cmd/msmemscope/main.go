@@ -85,11 +85,6 @@ func libraryPath() (string, error) {
 	return "", fmt.Errorf("libmemscope.so not found beside %s (set MSMEMSCOPE_LIB)", exe)
 }
 
-// pyStartupEnv names the Python startup hook's folder in a traced process:
-// the hook acts only where it is set, and the library says at exit when an
-// interpreter run with -I, -E or -S could not load it.
-const pyStartupEnv = "MSMEMSCOPE_PY_STARTUP"
-
 // pythonStartupDir finds the Python package's startup hook folder: in the
 // installed package (msmemscope/lib/libmemscope.so beside msmemscope/_startup)
 // or in a source checkout (build/lib beside python/msmemscope); "" if none.
@@ -147,7 +142,7 @@ func runProgram(inv *cli.Invocation) int {
 			path += ":" + old
 		}
 		env = setEnv(env, "PYTHONPATH", path)
-		env = setEnv(env, pyStartupEnv, dir)
+		env = setEnv(env, config.EnvPyStartup, dir)
 	}
 
 	cmd := exec.Command(prog, inv.Program[1:]...)
