@@ -11,7 +11,9 @@ and writing the files), and the traced run over the bare one.
 """
 from __future__ import annotations
 
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,7 +60,20 @@ def once(work: Callable[[], int], hook: str) -> Tuple[float, float]:
 
 def main() -> None:
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 15
-    msmemscope.config(output=tempfile.mkdtemp(prefix="tracer_bench_"))
+    if len(sys.argv) > 2:  # the child: writes its capture into the parent's folder
+        msmemscope.config(output=sys.argv[2])
+        _measure(reps)
+        return
+    # The capture is converted when the measuring process exits, so a child
+    # measures and this process removes what it wrote (hundreds of MB).
+    out = tempfile.mkdtemp(prefix="tracer_bench_")
+    try:
+        subprocess.run([sys.executable, __file__, str(reps), out], check=True)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _measure(reps: int) -> None:
     hooks = ["bare", "setprofile"]
     if hasattr(sys, "monitoring") and hasattr(tracer, "_backend"):  # older tracers: setprofile only
         hooks.append("monitoring")

@@ -278,6 +278,15 @@ class _State:
 
         with _owned():
             self.mode = Mode()
+            # torch wraps a mode's __torch_dispatch__ so that its first call
+            # imports torch._dynamo: some 900 modules and half a million
+            # blocks, which would be the program's first operator's rows.
+            # Imported here they are msmemscope's own.
+            if getattr(Mode.__torch_dispatch__, "__wrapped__", None) is not None:
+                try:
+                    import torch._dynamo  # noqa: F401
+                except Exception:
+                    pass
 
         def pack(t: Any) -> Any:
             own(1)
