@@ -301,7 +301,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 // DeviceWarning says that a device named explicitly (not the default
 // cpu,cuda) or --level=kernel found nothing to collect: no row of a device
 // was made. driver: the CUDA driver was loaded in the process (a device
-// was there, but this version records no device memory). "" when there is
+// was there, but none of its memory was allocated while collecting). "" when there is
 // nothing to say.
 func DeviceWarning(cfg config.Config, seen, driver bool) string {
 	if seen {
@@ -321,7 +321,7 @@ func DeviceWarning(cfg config.Config, seen, driver bool) string {
 			host = " (host-heap rows need --device=cpu)"
 		}
 		if driver {
-			return fmt.Sprintf("--device=%s: the CUDA driver was loaded, but this version records no device memory: no %s row was written%s", strings.Join(cfg.Devices, ","), strings.Join(named, ","), host)
+			return fmt.Sprintf("--device=%s: the CUDA driver was loaded, but no memory of %s was allocated through it while collecting: no %s row was written%s", strings.Join(cfg.Devices, ","), strings.Join(named, ","), strings.Join(named, ","), host)
 		}
 		return fmt.Sprintf("--device=%s: no %s device was seen in this process, so no device memory was recorded%s", strings.Join(cfg.Devices, ","), strings.Join(named, ","), host)
 	case cfg.Level == "kernel" && !driver:

@@ -6,6 +6,8 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // EnvConfig carries the effective configuration, as JSON, to traced processes.
@@ -123,16 +125,22 @@ func Decode(s string) (Config, error) {
 // Hook is what the C hot path reads of a configuration: it starts before
 // anything in the process can parse JSON (the CLI passes it as MSMEMSCOPE_HOOK).
 type Hook struct {
-	Heap     bool // record the host heap
-	CStack   int  // C stack depth, 0 off
-	PyStack  int  // Python stack depth, 0 off
-	Deferred bool // collect only after start()
-	Rotate   bool // rotating logs: no record may need its thread's past (format/records.def)
+	Heap     bool   // record the host heap
+	CStack   int    // C stack depth, 0 off
+	PyStack  int    // Python stack depth, 0 off
+	Deferred bool   // collect only after start()
+	Rotate   bool   // rotating logs: no record may need its thread's past (format/records.def)
+	CUDA     uint32 // CUDA ordinals whose driver memory is recorded, one bit each (all: every bit)
+	Kernel   bool   // record CUDA kernel launches (--level=kernel)
 }
 
 // Hook derives the hot path's settings.
 func (c *Config) Hook() Hook {
-	h := Hook{Heap: c.HasDevice("cpu") && c.Events.Alloc, Deferred: c.CollectMode == "deferred", Rotate: c.LogMode == "rotate"}
+	h := Hook{Heap: c.HasDevice("cpu") && c.Events.Alloc, Deferred: c.CollectMode == "deferred", Rotate: c.LogMode == "rotate",
+		Kernel: c.Level == "kernel"}
+	if c.Events.Alloc {
+		h.CUDA = c.CUDAMask()
+	}
 	if c.CStackOn {
 		h.CStack = c.CStack
 	}
@@ -142,7 +150,24 @@ func (c *Config) Hook() Hook {
 	return h
 }
 
-// Env is the MSMEMSCOPE_HOOK form the C side parses ("heap=1,cstack=16,deferred=0,rotate=0").
+// CUDAMask is the set of CUDA ordinals collected, one bit each: every bit
+// for "cuda", bit N for "cuda:N", none without either.
+func (c *Config) CUDAMask() uint32 {
+	var m uint32
+	for _, d := range c.Devices {
+		if d == "cuda" {
+			return ^uint32(0)
+		}
+		if n, ok := strings.CutPrefix(d, "cuda:"); ok {
+			if i, err := strconv.Atoi(n); err == nil && i >= 0 && i < 32 {
+				m |= 1 << i
+			}
+		}
+	}
+	return m
+}
+
+// Env is the MSMEMSCOPE_HOOK form the C side parses ("heap=1,cstack=16,deferred=0,rotate=0,cuda=4294967295,kernel=0").
 func (h Hook) Env() string {
 	b := func(v bool) int {
 		if v {
@@ -150,5 +175,6 @@ func (h Hook) Env() string {
 		}
 		return 0
 	}
-	return fmt.Sprintf("heap=%d,cstack=%d,deferred=%d,rotate=%d", b(h.Heap), h.CStack, b(h.Deferred), b(h.Rotate))
+	return fmt.Sprintf("heap=%d,cstack=%d,deferred=%d,rotate=%d,cuda=%d,kernel=%d", b(h.Heap), h.CStack, b(h.Deferred), b(h.Rotate),
+		h.CUDA, b(h.Kernel))
 }

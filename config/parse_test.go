@@ -381,7 +381,7 @@ func TestAbsOutput(t *testing.T) {
 // past there).
 func TestHookEnv(t *testing.T) {
 	c := Default()
-	if got, want := c.Hook().Env(), "heap=1,cstack=0,deferred=0,rotate=0"; got != want {
+	if got, want := c.Hook().Env(), "heap=1,cstack=0,deferred=0,rotate=0,cuda=4294967295,kernel=0"; got != want {
 		t.Errorf("default hook %q, want %q", got, want)
 	}
 	for _, kv := range [][2]string{{"log-mode", "rotate"}, {"collect-mode", "deferred"}, {"call-stack", "c:16"}} {
@@ -389,7 +389,26 @@ func TestHookEnv(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := c.Hook().Env(), "heap=1,cstack=16,deferred=1,rotate=1"; got != want {
+	if got, want := c.Hook().Env(), "heap=1,cstack=16,deferred=1,rotate=1,cuda=4294967295,kernel=0"; got != want {
 		t.Errorf("hook %q, want %q", got, want)
+	}
+	// CUDA ordinals one bit each; cuda beside cuda:N means every GPU (SPEC §1).
+	for _, tc := range []struct {
+		devices, level, want string
+	}{
+		{"cuda:1,cuda:3", "kernel", ",cuda=10,kernel=1"},
+		{"cpu", "op", ",cuda=0,kernel=0"},
+		{"cuda:2,cuda", "op", ",cuda=4294967295,kernel=0"},
+	} {
+		c := Default()
+		if err := c.Set("device", tc.devices); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Set("level", tc.level); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Hook().Env(); !strings.HasSuffix(got, tc.want) {
+			t.Errorf("--device=%s --level=%s: hook %q, want it to end %q", tc.devices, tc.level, got, tc.want)
+		}
 	}
 }

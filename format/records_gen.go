@@ -65,6 +65,12 @@ const (
 	// An R_PYCODE's line table format (ms_pycode.linetable_format).
 	PyLTLocations = 0 // PYLT_LOCATIONS: CPython 3.11 on: the location table (co_linetable)
 	PyLTPEP626    = 1 // PYLT_PEP626: CPython 3.10: PEP 626 pairs (byte offset delta, signed line delta; -128: no line)
+
+	// An R_DEVATTR's kind of device memory (its flags), the Attr `kind` of a HAL row.
+	DevDevice  = 1 // DEV_DEVICE: cuMemAlloc, cuMemAllocPitch, cuMemAllocAsync, cuMemAllocFromPoolAsync
+	DevManaged = 2 // DEV_MANAGED: cuMemAllocManaged
+	DevVMM     = 3 // DEV_VMM: cuMemCreate (physical memory of the virtual memory management API)
+	DevPinned  = 4 // DEV_PINNED: cuMemAllocHost, cuMemHostAlloc
 )
 
 // Record kinds.
@@ -103,7 +109,9 @@ const (
 	RTag      = 44 // R_TAG: a = a tensor storage's address; payload: owner category (weight, gradient...)
 
 	// The leak-kind scan at exit (libmemscope/exitscan.c, package leakscan)
-	RKinds = 45 // R_KINDS: a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
+	RKinds        = 45 // R_KINDS: a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
+	RKernelLaunch = 46 // R_KLAUNCH: a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
+	RDevAttr      = 47 // R_DEVATTR: the next device MALLOC of this thread: a = CUDA ordinal, b = stream; flags: its DEV_* kind
 )
 
 // Record flags.
@@ -111,6 +119,9 @@ const (
 	FSubMask = 0x000f // F_SUB_MASK: subtype of MALLOC/FREE
 	FHost    = 0x0001 // F_HOST: the host heap
 	FMmap    = 0x0002 // F_MMAP: an anonymous mapping
+	FHal     = 0x0003 // F_HAL: CUDA driver memory: device and managed (cuMemAlloc*, cuMemFree*)
+	FPinned  = 0x0004 // F_PINNED: CUDA pinned host memory (cuMemAllocHost, cuMemHostAlloc, cuMemFreeHost)
+	FVmm     = 0x0005 // F_VMM: CUDA physical memory (cuMemCreate, cuMemRelease): a = its handle
 	FOff     = 0x0010 // F_OFF: recorded while collection was switched off
 	FCStack  = 0x0020 // F_CSTACK: payload: return addresses
 	FText    = 0x0040 // F_TEXT: payload: text (b: its length)

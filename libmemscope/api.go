@@ -118,8 +118,13 @@ func pyError(err error) string {
 
 // applyHook hands the parts of the configuration the hot path reads to it.
 func applyHook(c *config.Config) {
+	h := c.Hook()
+	kernel := 0
+	if h.Kernel {
+		kernel = 1
+	}
+	C.ms_set_cuda(C.uint32_t(h.CUDA), C.int(kernel))
 	if C.ms_interposed() != 0 {
-		h := c.Hook()
 		if h.Rotate {
 			C.ms_set_rotating(1) // before heap events: no record needing its thread's past
 		}

@@ -58,6 +58,8 @@ extern const char _etext[] HIDDEN;
 extern HIDDEN int cfg_heap;     // record the host heap
 extern HIDDEN int cfg_cstack;   // C stack depth
 extern HIDDEN int cfg_deferred;
+extern HIDDEN uint32_t cfg_cuda; // CUDA ordinals recorded, one bit each (cuda.c)
+extern HIDDEN int cfg_kernel;    // CUDA kernel launches recorded
 
 // ---- global state (lifecycle.c) ----
 extern HIDDEN _Atomic int ms_state;      // 0 new, 1 initializing, 2 ready

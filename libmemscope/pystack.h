@@ -42,6 +42,7 @@ int ms_py_capture(uint64_t *out, int max);
 void ms_emit(uint16_t kind, uint16_t flags, uint64_t a, uint64_t b, const void *payload, uint32_t plen);
 // In lifecycle.c: applies a configuration change (msmemscope.config()).
 void ms_set_hook(int heap, int cstack);
+void ms_set_cuda(uint32_t mask, int kernel); // cuda.c
 // In lifecycle.c: whether this copy of the library interposes the allocator (it
 // was preloaded or linked), as opposed to loaded later with dlopen.
 int ms_interposed(void);

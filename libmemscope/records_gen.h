@@ -68,6 +68,12 @@
 #define PYLT_LOCATIONS 0 // CPython 3.11 on: the location table (co_linetable)
 #define PYLT_PEP626 1 // CPython 3.10: PEP 626 pairs (byte offset delta, signed line delta; -128: no line)
 
+// An R_DEVATTR's kind of device memory (its flags), the Attr `kind` of a HAL row.
+#define DEV_DEVICE 1 // cuMemAlloc, cuMemAllocPitch, cuMemAllocAsync, cuMemAllocFromPoolAsync
+#define DEV_MANAGED 2 // cuMemAllocManaged
+#define DEV_VMM 3 // cuMemCreate (physical memory of the virtual memory management API)
+#define DEV_PINNED 4 // cuMemAllocHost, cuMemHostAlloc
+
 // Record kinds.
 enum {
 	R_MALLOC = 1, // a = address, b = size; n's high 16 bits: the site id (R_SITE)
@@ -105,12 +111,17 @@ enum {
 
 	// The leak-kind scan at exit (libmemscope/exitscan.c, package leakscan)
 	R_KINDS = 45, // a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
+	R_KLAUNCH = 46, // a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
+	R_DEVATTR = 47, // the next device MALLOC of this thread: a = CUDA ordinal, b = stream; flags: its DEV_* kind
 };
 
 // Record flags.
 #define F_SUB_MASK 0x000f // subtype of MALLOC/FREE
 #define F_HOST 0x0001 // the host heap
 #define F_MMAP 0x0002 // an anonymous mapping
+#define F_HAL 0x0003 // CUDA driver memory: device and managed (cuMemAlloc*, cuMemFree*)
+#define F_PINNED 0x0004 // CUDA pinned host memory (cuMemAllocHost, cuMemHostAlloc, cuMemFreeHost)
+#define F_VMM 0x0005 // CUDA physical memory (cuMemCreate, cuMemRelease): a = its handle
 #define F_OFF 0x0010 // recorded while collection was switched off
 #define F_CSTACK 0x0020 // payload: return addresses
 #define F_TEXT 0x0040 // payload: text (b: its length)

@@ -17,8 +17,10 @@ import (
 type block struct {
 	id     uint64
 	size   uint64
-	hidden bool // allocated while collection was off: no MALLOC row yet (its stacks: Decoder.hidden)
-	own    bool // msmemscope's own (format.FOwn): no row, nor for its FREE
+	hidden bool  // allocated while collection was off: no MALLOC row yet (its stacks: Decoder.hidden)
+	own    bool  // msmemscope's own (format.FOwn): no row, nor for its FREE
+	kind   uint8 // CUDA memory: its format.Dev* kind (R_DEVATTR); 0 for the host's
+	dev    int16 // CUDA memory: its device ordinal, -1 none (pinned host memory)
 	tid    int32
 }
 
@@ -60,6 +62,7 @@ type Decoder struct {
 	scopes   map[int32][]string // describe scopes open per thread (owner tags)
 	kinds    map[uint64]uint8   // allocation id -> leak kind, from the scan at exit (R_KINDS)
 	torch    *torchDec          // PyTorch records (torch.go)
+	devAttr  map[int32]devAttr  // each thread's R_DEVATTR, for its next device MALLOC (cuda.go)
 	fast     bool               // a pass that only judges rows: no stacks, sites or attrs
 	noSites  bool               // NoSites
 
@@ -86,7 +89,8 @@ const (
 func isEvent(k uint16) bool {
 	switch k {
 	case format.RMalloc, format.RFree, format.RStart, format.RStop, format.RStep, format.RExit,
-		format.RMark, format.RRangeStart, format.RRangeEnd, format.ROpStart, format.ROpEnd, format.RSnapshot:
+		format.RMark, format.RRangeStart, format.RRangeEnd, format.ROpStart, format.ROpEnd, format.RSnapshot,
+		format.RKernelLaunch:
 		return true
 	}
 	return false
@@ -403,6 +407,10 @@ func (d *Decoder) record(r *Rec, e *trace.Event) *trace.Event {
 		d.lost += r.A
 	case format.RKinds:
 		d.leakKinds(r)
+	case format.RDevAttr:
+		d.noteDevAttr(r)
+	case format.RKernelLaunch:
+		return d.kernelLaunch(r, e)
 	case format.ROwnerPush:
 		d.scopes[r.Tid] = append(d.scopes[r.Tid], trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_")))
 	case format.ROwnerPop:
@@ -416,15 +424,23 @@ func (d *Decoder) record(r *Rec, e *trace.Event) *trace.Event {
 }
 
 func subType(flags uint16) string {
-	if flags&format.FSubMask == format.FMmap {
+	switch flags & format.FSubMask {
+	case format.FMmap:
 		return trace.TypeMmap
+	case format.FHal, format.FVmm:
+		return trace.TypeHAL
+	case format.FPinned:
+		return trace.TypeHostPinned
 	}
 	return trace.TypeHost
 }
 
 func owner(typ string) string {
-	if typ == trace.TypeMmap {
+	switch typ {
+	case trace.TypeMmap:
 		return "HOST@mmap"
+	case trace.TypeHAL, trace.TypeHostPinned:
+		return "HAL"
 	}
 	return "HOST"
 }
@@ -454,7 +470,11 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 		return nil
 	}
 	d.nextAID++
-	b := block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid}
+	b := block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid, dev: -1}
+	var stream uint64
+	if isDevice(r.Flags) {
+		b.kind, b.dev, stream = d.takeDevAttr(r.Tid)
+	}
 	if len(d.hidden) > 0 {
 		if old, ok := d.live.Get(uint64(key)); ok && old.hidden {
 			delete(d.hidden, old.id) // replaced: its FREE was never seen
@@ -470,10 +490,13 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	}
 	e.Kind = trace.KindMalloc
 	e.Type = subType(r.Flags)
-	e.Device = trace.DeviceHost
+	e.Device = deviceOf(b)
 	e.Ptr, e.HasPtr = r.A, true
 	e.AllocID, e.Size = b.id, size
 	e.Owner = owner(e.Type)
+	if b.kind != 0 && !d.fast {
+		setDevAttrs(e, b, stream)
+	}
 	if s := d.scopes[r.Tid]; len(s) > 0 {
 		e.Owner += "@" + s[len(s)-1] // inside `with msmemscope.describe(owner=...)`
 	}
@@ -513,7 +536,7 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 	// invented by stop() or a device option.)
 	e.Kind = trace.KindFree
 	e.Type = subType(r.Flags)
-	e.Device = trace.DeviceHost
+	e.Device = deviceOf(b)
 	e.Ptr, e.HasPtr = r.A, true
 	e.AllocID, e.Size = b.id, b.size
 	if b.hidden {
@@ -524,6 +547,9 @@ func (d *Decoder) free(r *Rec, e *trace.Event) *trace.Event {
 		m := &trace.Event{Kind: trace.KindMalloc, Type: e.Type, Timestamp: e.Timestamp, Tid: e.Tid,
 			Device: e.Device, Ptr: e.Ptr, HasPtr: true, AllocID: b.id, Size: b.size,
 			Owner: owner(e.Type), Shadow: true, CStack: st[0], PyStack: st[1]}
+		if b.kind != 0 {
+			setDevAttrs(m, b, 0)
+		}
 		f := *e // e may be the caller's (NextInto), which m is copied into
 		d.pending = append(d.pending, &f)
 		return m

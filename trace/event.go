@@ -63,7 +63,9 @@ const (
 	TypeHost        = "HOST"
 	TypeMmap        = "MMAP"
 	TypePTA         = "PTA"
-	TypeHAL         = "HAL" // CUDA driver blocks
+	TypeHAL         = "HAL"         // CUDA driver blocks: device, managed and VMM memory
+	TypeHostPinned  = "HOST_PINNED" // CUDA pinned host memory
+	TypeKernel      = "KERNEL_LAUNCH"
 	TypeMark        = "Mark"
 	TypeRangeStart  = "Range_start"
 	TypeRangeEnd    = "Range_end"
@@ -74,7 +76,7 @@ const (
 )
 
 // MemoryTypes are the Event Types a MALLOC row can have.
-var MemoryTypes = []string{TypeHost, TypeMmap, TypePTA, TypeHAL}
+var MemoryTypes = []string{TypeHost, TypeMmap, TypePTA, TypeHAL, TypeHostPinned}
 
 // StepRangeMessage is the mstx range message that delimits a step (SPEC §3).
 const StepRangeMessage = "step start"

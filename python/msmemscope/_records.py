@@ -66,6 +66,12 @@ P_STAMP_DMAX: Final[int] = 0x1fffffff  # (1<<29)-1: the largest distance a stamp
 PYLT_LOCATIONS: Final[int] = 0  # CPython 3.11 on: the location table (co_linetable)
 PYLT_PEP626: Final[int] = 1  # CPython 3.10: PEP 626 pairs (byte offset delta, signed line delta; -128: no line)
 
+# An R_DEVATTR's kind of device memory (its flags), the Attr `kind` of a HAL row.
+DEV_DEVICE: Final[int] = 1  # cuMemAlloc, cuMemAllocPitch, cuMemAllocAsync, cuMemAllocFromPoolAsync
+DEV_MANAGED: Final[int] = 2  # cuMemAllocManaged
+DEV_VMM: Final[int] = 3  # cuMemCreate (physical memory of the virtual memory management API)
+DEV_PINNED: Final[int] = 4  # cuMemAllocHost, cuMemHostAlloc
+
 # Record kinds.
 R_MALLOC: Final[int] = 1  # a = address, b = size; n's high 16 bits: the site id (R_SITE)
 R_FREE: Final[int] = 2  # a = address (b = length of an MMAP)
@@ -102,11 +108,16 @@ R_TAG: Final[int] = 44  # a = a tensor storage's address; payload: owner categor
 
 # The leak-kind scan at exit (libmemscope/exitscan.c, package leakscan)
 R_KINDS: Final[int] = 45  # a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
+R_KLAUNCH: Final[int] = 46  # a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
+R_DEVATTR: Final[int] = 47  # the next device MALLOC of this thread: a = CUDA ordinal, b = stream; flags: its DEV_* kind
 
 # Record flags.
 F_SUB_MASK: Final[int] = 0x000f  # subtype of MALLOC/FREE
 F_HOST: Final[int] = 0x0001  # the host heap
 F_MMAP: Final[int] = 0x0002  # an anonymous mapping
+F_HAL: Final[int] = 0x0003  # CUDA driver memory: device and managed (cuMemAlloc*, cuMemFree*)
+F_PINNED: Final[int] = 0x0004  # CUDA pinned host memory (cuMemAllocHost, cuMemHostAlloc, cuMemFreeHost)
+F_VMM: Final[int] = 0x0005  # CUDA physical memory (cuMemCreate, cuMemRelease): a = its handle
 F_OFF: Final[int] = 0x0010  # recorded while collection was switched off
 F_CSTACK: Final[int] = 0x0020  # payload: return addresses
 F_TEXT: Final[int] = 0x0040  # payload: text (b: its length)

@@ -1,0 +1,90 @@
+package spool
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/ianlancetaylor/demangle"
+
+	"msmemscope/format"
+	"msmemscope/trace"
+)
+
+// devAttr is what an R_DEVATTR says of its thread's next device MALLOC.
+type devAttr struct {
+	kind   uint8
+	dev    int16
+	stream uint64
+}
+
+// isDevice reports whether a MALLOC or FREE is of CUDA memory.
+func isDevice(flags uint16) bool {
+	switch flags & format.FSubMask {
+	case format.FHal, format.FVmm, format.FPinned:
+		return true
+	}
+	return false
+}
+
+func (d *Decoder) noteDevAttr(r *Rec) {
+	if d.devAttr == nil {
+		d.devAttr = map[int32]devAttr{}
+	}
+	dev := int16(-1)
+	if r.A < 1<<15 {
+		dev = int16(r.A)
+	}
+	d.devAttr[r.Tid] = devAttr{kind: uint8(r.Flags), dev: dev, stream: r.B}
+}
+
+// takeDevAttr is the kind, device and stream of thread tid's device MALLOC
+// (its R_DEVATTR comes just before it).
+func (d *Decoder) takeDevAttr(tid int32) (uint8, int16, uint64) {
+	a, ok := d.devAttr[tid]
+	if !ok {
+		return format.DevDevice, -1, 0
+	}
+	delete(d.devAttr, tid)
+	return a.kind, a.dev, a.stream
+}
+
+// deviceOf is a block's Device Id: its CUDA ordinal, or host.
+func deviceOf(b block) string {
+	if b.dev >= 0 {
+		return strconv.Itoa(int(b.dev))
+	}
+	return trace.DeviceHost
+}
+
+var devKinds = map[uint8]string{format.DevDevice: "device", format.DevManaged: "managed", format.DevVMM: "vmm",
+	format.DevPinned: "pinned"}
+
+func setDevAttrs(e *trace.Event, b block, stream uint64) {
+	if b.kind != format.DevPinned {
+		e.Set("kind", devKinds[b.kind])
+	}
+	if stream != 0 {
+		e.Set("stream", "0x"+strconv.FormatUint(stream, 16))
+	}
+}
+
+// kernelLaunch is an R_KLAUNCH's row: "device\tname\tgrid\tblock"; grid
+// and block are written 2x1x1, as tensor shapes are.
+func (d *Decoder) kernelLaunch(r *Rec, e *trace.Event) *trace.Event {
+	f := strings.Split(r.Text(), "\t")
+	if len(f) != 4 {
+		return nil
+	}
+	e.Kind, e.Type = trace.KindKernelLaunch, trace.TypeKernel
+	e.Device = trace.DeviceHost
+	if f[0] != "-1" {
+		e.Device = f[0]
+	}
+	e.Name = demangle.Filter(f[1])
+	if !d.fast {
+		e.Extra = append(e.Extra, trace.KV{Key: "streamId", Value: "0x" + strconv.FormatUint(r.A, 16)},
+			trace.KV{Key: "grid", Value: strings.ReplaceAll(f[2], ",", "x")},
+			trace.KV{Key: "block", Value: strings.ReplaceAll(f[3], ",", "x")})
+	}
+	return e
+}

@@ -1,0 +1,238 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"msmemscope/trace"
+)
+
+// The CUDA driver layer (SPEC §4.4) against a stand-in driver
+// (progs/cuda/standin_cuda.c, built as libcuda.so.1): the same workload
+// (progs/cuda/workload.h) reached the three ways programs reach the driver.
+// Its known allocations are the oracle: no GPU is needed.
+
+var (
+	standinOnce sync.Once
+	standinDir  string
+	standinErr  string
+)
+
+// standin builds the stand-in driver once: DIR/libcuda.so.1 (and libcuda.so
+// for -lcuda).
+func standin(t *testing.T) string {
+	t.Helper()
+	needBuild(t)
+	standinOnce.Do(func() {
+		dir := filepath.Join(binDir, "cuda")
+		src := filepath.Join(progsDir, "cuda", "standin_cuda.c")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			standinErr = err.Error()
+			return
+		}
+		cmd := exec.Command("gcc", "-O0", "-g", "-shared", "-fPIC", "-o", filepath.Join(dir, "libcuda.so.1"), src, "-Wl,-soname,libcuda.so.1")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			standinErr = string(b) + err.Error()
+			return
+		}
+		if err := os.Symlink("libcuda.so.1", filepath.Join(dir, "libcuda.so")); err != nil {
+			standinErr = err.Error()
+			return
+		}
+		standinDir = dir
+	})
+	if standinErr != "" {
+		t.Fatalf("building the stand-in driver: %s", standinErr)
+	}
+	return standinDir
+}
+
+// cudaProg builds one of the workload's programs.
+func cudaProg(t *testing.T, name string) string {
+	dir := standin(t)
+	src := filepath.Join(progsDir, "cuda", name+".c")
+	if name == "cuda_direct" {
+		return compile(t, src, "cuda", "-L"+dir, "-lcuda", "-Wl,-rpath,"+dir)
+	}
+	return compile(t, src, "cuda", "-ldl")
+}
+
+// runCUDA runs a workload program under the CLI and returns its rows.
+func runCUDA(t *testing.T, prog string, opts ...string) []*trace.Event {
+	t.Helper()
+	bin := cudaProg(t, prog)
+	out := filepath.Join(t.TempDir(), "out")
+	args := append([]string{"--output=" + out}, opts...)
+	r := runCLIEnv(t, 120*time.Second, "", []string{"LD_LIBRARY_PATH=" + standin(t)}, append(args, bin)...)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "ok") {
+		t.Fatalf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", prog, r.Code, r.Stdout, r.Stderr)
+	}
+	return readDump(t, dumpOf(t, readManifest(t, out).main(t).Folder))
+}
+
+// devTotals sums a dump's CUDA memory rows: per Event Type, device and
+// kind, the MALLOCs, their bytes and the blocks still alive at the end.
+type devTotals struct{ mallocs, bytes, alive, aliveBytes uint64 }
+
+func cudaTotals(t *testing.T, evs []*trace.Event) map[string]*devTotals {
+	t.Helper()
+	tot := map[string]*devTotals{}
+	live := map[uint64]string{}
+	sizes := map[uint64]uint64{}
+	for _, e := range evs {
+		if e.Type != trace.TypeHAL && e.Type != trace.TypeHostPinned {
+			continue
+		}
+		switch e.Kind {
+		case trace.KindMalloc:
+			kind, _ := e.Get("kind")
+			key := e.Type + "/" + e.Device + "/" + kind
+			if tot[key] == nil {
+				tot[key] = &devTotals{}
+			}
+			tot[key].mallocs++
+			tot[key].bytes += e.Size
+			tot[key].alive++
+			tot[key].aliveBytes += e.Size
+			live[e.AllocID], sizes[e.AllocID] = key, e.Size
+		case trace.KindFree:
+			key, ok := live[e.AllocID]
+			if !ok || sizes[e.AllocID] != e.Size {
+				t.Fatalf("FREE %d (0x%x, %d B) pairs with no live MALLOC of its size", e.AllocID, e.Ptr, e.Size)
+			}
+			delete(live, e.AllocID)
+			tot[key].alive--
+			tot[key].aliveBytes -= e.Size
+		}
+	}
+	return tot
+}
+
+// The workload's allocations, as workload.h states them.
+var cudaWant = map[string]devTotals{
+	"HAL/0/device":      {mallocs: 5, bytes: 3314336, alive: 2, aliveBytes: 310240},
+	"HAL/0/managed":     {mallocs: 1, bytes: 65536, alive: 1, aliveBytes: 65536},
+	"HAL/1/device":      {mallocs: 1, bytes: 8192, alive: 1, aliveBytes: 8192},
+	"HAL/0/vmm":         {mallocs: 2, bytes: 4194304, alive: 1, aliveBytes: 2097152},
+	"HOST_PINNED/host/": {mallocs: 2, bytes: 1052672, alive: 1, aliveBytes: 1048576},
+}
+
+func TestCUDADriverMemoryExact(t *testing.T) {
+	for _, prog := range []string{"cuda_direct", "cuda_dlsym", "cuda_procaddr"} {
+		t.Run(prog, func(t *testing.T) {
+			evs := runCUDA(t, prog, "--level=kernel")
+			got := cudaTotals(t, evs)
+			for k, w := range cudaWant {
+				g := got[k]
+				if g == nil || *g != w {
+					t.Errorf("%s: %+v, want %+v", k, g, w)
+				}
+			}
+			for k := range got {
+				if _, ok := cudaWant[k]; !ok {
+					t.Errorf("unexpected rows %s: %+v", k, got[k])
+				}
+			}
+			// The async allocations name their stream.
+			streams := 0
+			for _, e := range evs {
+				if s, _ := e.Get("stream"); e.Kind == trace.KindMalloc && s == "0x1234" {
+					streams++
+				}
+			}
+			if streams != 2 {
+				t.Errorf("%d MALLOCs with stream 0x1234, want 2 (cuMemAllocAsync, cuMemAllocFromPoolAsync)", streams)
+			}
+			// The driver layer makes no host rows of its own: the program
+			// itself allocates nothing (valgrind: 0 allocs for cuda_direct;
+			// the others' only blocks are dlopen's).
+			if prog == "cuda_direct" {
+				for _, e := range evs {
+					if e.Type == trace.TypeHost {
+						t.Errorf("a HOST row in a program that allocates nothing: %+v", e)
+					}
+				}
+			}
+			checkLaunches(t, evs)
+		})
+	}
+}
+
+// Kernel launches with --level=kernel: demangled names, grid, block and
+// stream; the CUDA ordinal as Device Id.
+func checkLaunches(t *testing.T, evs []*trace.Event) {
+	t.Helper()
+	var got []string
+	for _, e := range evs {
+		if e.Kind != trace.KindKernelLaunch {
+			continue
+		}
+		grid, _ := e.Get("grid")
+		block, _ := e.Get("block")
+		stream, _ := e.Get("streamId")
+		got = append(got, strings.Join([]string{e.Device, e.Name, grid, block, stream}, " | "))
+	}
+	want := []string{
+		"0 | void scale<4>(float*, int) | 2x1x1 | 128x1x1 | 0x1234",
+		"0 | void scale<4>(float*, int) | 2x1x1 | 128x1x1 | 0x1234",
+		"0 | void scale<4>(float*, int) | 2x1x1 | 128x1x1 | 0x1234",
+		"0 | add(float const*, float const*, float*, int) | 10x2x1 | 256x1x1 | 0x0",
+		"0 | add(float const*, float const*, float*, int) | 4x4x1 | 32x8x1 | 0x1234",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("launches:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// --level=op records no kernel launch; --device picks the ordinals
+// recorded (pinned host memory belongs to any CUDA device); --device=cpu
+// records no CUDA memory at all.
+func TestCUDAOptions(t *testing.T) {
+	evs := runCUDA(t, "cuda_procaddr")
+	for _, e := range evs {
+		if e.Kind == trace.KindKernelLaunch {
+			t.Fatalf("a KERNEL_LAUNCH row without --level=kernel: %+v", e)
+		}
+	}
+	if got := cudaTotals(t, evs); len(got) != len(cudaWant) {
+		t.Errorf("default options: %d kinds of CUDA rows, want %d", len(got), len(cudaWant))
+	}
+
+	got := cudaTotals(t, runCUDA(t, "cuda_direct", "--device=cpu,cuda:1"))
+	var keys []string
+	for k := range got {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if strings.Join(keys, " ") != "HAL/1/device HOST_PINNED/host/" || *got["HAL/1/device"] != cudaWant["HAL/1/device"] {
+		t.Errorf("--device=cpu,cuda:1: rows %v (%+v), want device 1's and the pinned ones", keys, got["HAL/1/device"])
+	}
+
+	if got := cudaTotals(t, runCUDA(t, "cuda_dlsym", "--device=cpu")); len(got) != 0 {
+		t.Errorf("--device=cpu: CUDA rows %v", got)
+	}
+}
+
+// A driver allocation's C stack starts at the program's call: the wrapper's
+// frames are msmemscope's own, removed.
+func TestCUDAStacksNameTheCaller(t *testing.T) {
+	evs := runCUDA(t, "cuda_direct", "--call-stack=c:6")
+	n := 0
+	for _, e := range evs {
+		if e.Kind == trace.KindMalloc && e.Type == trace.TypeHAL {
+			n++
+			if !strings.Contains(e.CStack, "workload") {
+				t.Errorf("HAL MALLOC %d: C stack %q does not name workload()", e.AllocID, e.CStack)
+			}
+		}
+	}
+	if n != 9 {
+		t.Errorf("%d HAL MALLOCs, want 9", n)
+	}
+}
