@@ -15,7 +15,7 @@ PYTHON := $(abspath $(VENV))/bin/python
 APT_PKGS := valgrind libc6-dbg heaptrack libunwind8 gcc g++ sqlite3
 export PYTHON
 
-.PHONY: all build deps venv pymatrix test unit e2e fuzz demo bench clean fmt vet pyinstall generate gencheck
+.PHONY: all build deps venv pymatrix test unit e2e fuzz demo bench clean fmt vet pyinstall generate gencheck gpu-check
 
 all: build
 
@@ -134,6 +134,15 @@ demo: deps build venv
 	PYTHONPATH=$(abspath python) MSMEMSCOPE_LIB=$(abspath $(LIB)) MSMEMSCOPE_CLI=$(abspath $(CLI)) \
 		$(PYTHON) -m msmemscope run --output=$(BUILD)/demo/torch_out --collect-mode=deferred \
 		--events=alloc,free,launch,access --analysis=decompose,inefficient examples/train_mlp.py
+
+# The CUDA layer on a real GPU (bench/gpu_check.py): run where a GPU is, with
+# build/ made elsewhere and carried (no Go there, no build here). Results go
+# to GPU_CHECK_OUT; record them in bench/results.md.
+GPU_PYTHON ?= python3
+GPU_CHECK_OUT ?= bench/gpu_check.json
+gpu-check:
+	@test -x $(CLI) -a -f $(LIB) || { echo "gpu-check: $(CLI) and $(LIB) are needed: run make build first (and carry build/)"; exit 2; }
+	$(GPU_PYTHON) bench/gpu_check.py --build $(BUILD) --out $(GPU_CHECK_OUT)
 
 bench: deps build venv
 	$(PYTHON) -m pip install -q memray pytest-memray .

@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -425,11 +426,24 @@ extern void *ms_own_malloc(size_t) HIDDEN; // hooks.c: this copy's malloc
 // comes first only if this copy was preloaded or linked (RTLD_DEFAULT would
 // search this object's own scope first when it was dlopen'ed).
 // Computed once, at load (pystack.c's constructor), while the loader runs.
+// Asking dlsym(self, "malloc") is not enough: a program built without PIE
+// that takes malloc's address (CPython's allocator table does; Debian's and
+// Ubuntu's /usr/bin/python3 are such programs) owns the canonical address,
+// its PLT entry, which then jumps to ours. So: whether this library comes
+// before libc in the program's list of loaded objects, as a preloaded or
+// linked one does and a dlopen'ed one never does.
 int ms_interposed(void) {
 	static int known = -1;
 	if (known < 0) {
 		void *self = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
 		known = self && dlsym(self, "malloc") == (void *)ms_own_malloc;
+		struct link_map *me = NULL, *libc = NULL, *lm = NULL;
+		Dl_info di;
+		if (!known && self && dladdr1((void *)ms_own_malloc, &di, (void **)&me, RTLD_DL_LINKMAP) &&
+		    dladdr1((void *)__libc_malloc, &di, (void **)&libc, RTLD_DL_LINKMAP) && me && libc &&
+		    dlinfo(self, RTLD_DI_LINKMAP, &lm) == 0)
+			for (; lm && lm != libc; lm = lm->l_next)
+				if (lm == me) known = 1;
 		if (self) dlclose(self);
 	}
 	return known;

@@ -61,6 +61,8 @@ func TestAccuracyVsValgrind(t *testing.T) {
 		// and a pool of 8 that free at random (SPEC §2.1's order).
 		{"handoff_1M", "handoff.c", []string{"-pthread"}},
 		{"pool8_random", "pool.c", []string{"-pthread"}},
+		// Not PIE, malloc called through its address (CPython's way).
+		{"nopie_malloc_address", "nopie.c", []string{"-no-pie", "-fno-pie"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

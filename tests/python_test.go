@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"debug/elf"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,5 +99,39 @@ print("ok")
 	}
 	if sizes[123458] != 0 {
 		t.Errorf("the child's allocations are in the parent's dump %d times", sizes[123458])
+	}
+}
+
+// TestSystemPythonNotPIE: Debian's and Ubuntu's /usr/bin/python3 are built
+// without PIE, and CPython takes malloc's address for its allocator table,
+// so the program owns malloc's canonical address (its PLT entry). The
+// preloaded library must still know it is interposed: it once took itself
+// for a library Python had loaded with ctypes and waited for start(), and
+// such a run left no capture at all.
+func TestSystemPythonNotPIE(t *testing.T) {
+	py := "/usr/bin/python3"
+	f, err := elf.Open(py)
+	if err != nil {
+		t.Skipf("%s: %v", py, err)
+	}
+	pie := f.Type == elf.ET_DYN
+	f.Close()
+	if pie {
+		t.Skipf("%s is a PIE: not the case this test is for", py)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLIEnv(t, 120*time.Second, "", []string{"PYTHONMALLOC=malloc"}, "--output="+out, "--", py, "-c",
+		"b = bytearray(1234567); print('ok')")
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "ok" {
+		t.Fatalf("exit %d, stdout %q\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	found := 0
+	scanDump(t, readManifest(t, out).main(t).Dump, true, func(e *trace.Event) {
+		if e.Kind == trace.KindMalloc && e.Type == trace.TypeHost && e.Size == 1234568 {
+			found++ // the bytearray and its NUL
+		}
+	})
+	if found != 1 {
+		t.Errorf("%d MALLOCs of the 1234567-byte bytearray, want 1", found)
 	}
 }

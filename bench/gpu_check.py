@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""make gpu-check: msmemscope's CUDA layer on a real GPU, in a few minutes.
+
+Needs only what travels with it: build/ (the CLI and the library, built
+elsewhere: no Go here), python/ (the package, by PYTHONPATH), an interpreter
+with PyTorch on CUDA, and the standard library. Writes one JSON of results
+(--out) and prints a summary; exits 0 when every exact comparison held, 1
+when one did not, 2 when there is no CUDA device.
+
+A small training loop (an MLP, Adam) runs bare, under torch.profiler, and
+under msmemscope with each of PyTorch's allocators: the default caching
+allocator, expandable_segments:True and backend:cudaMallocAsync. After every
+step the script records torch.cuda's own figures and marks the step
+(mstx), and the check compares, at each mark:
+  * the HAL bytes alive (driver allocations msmemscope recorded) with
+    torch.cuda.memory_reserved(): cuMemAlloc blocks for the default
+    allocator, cuMemCreate blocks for expandable segments (exact);
+  * the kernel launches recorded (--level=kernel) with torch.profiler's
+    kernel count over the same steps;
+  * the step time, traced over bare, with the driver layer alone
+    (--device=cuda) and with the default options.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TRAIN = r'''
+import json, os, sys, time
+import torch
+mark = None
+if os.environ.get("GPUCHECK_TRACED"):
+    import msmemscope
+    mark = msmemscope.mstx.mark
+steps, profiled = int(sys.argv[1]), sys.argv[2] == "profile"
+smoke = os.environ.get("GPUCHECK_SMOKE") == "1"  # the check's own test, on a CPU
+if smoke:
+    for name in ("synchronize", "memory_allocated", "max_memory_allocated", "memory_reserved"):
+        setattr(torch.cuda, name, lambda *a: 0)
+    torch.cuda.get_device_name = lambda *a: "none (smoke test on the CPU)"
+torch.manual_seed(0)
+dev = torch.device("cpu" if smoke else "cuda")
+model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
+                            torch.nn.ReLU(), torch.nn.Linear(4096, 512)).to(dev)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x, y = torch.randn(256, 1024, device=dev), torch.randn(256, 512, device=dev)
+prof = None
+out = []
+for i in range(steps):
+    if profiled and i == 1:  # kernels of steps 1.. (step 0 warms up)
+        from torch.profiler import profile, ProfilerActivity
+        prof = profile(activities=[ProfilerActivity.CPU if smoke else ProfilerActivity.CUDA])
+        prof.__enter__()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    out.append({"step": i, "seconds": dt, "allocated": torch.cuda.memory_allocated(),
+                "max_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved()})
+    if mark:
+        mark("gpucheck %d" % i)
+kernels = None
+if prof is not None:
+    prof.__exit__(None, None, None)
+    kernels = sum(1 for e in prof.events() if str(e.device_type).endswith("CUDA")
+                  and not e.name.startswith(("Memcpy", "Memset")))
+print("GPUCHECK " + json.dumps({"steps": out, "kernels": kernels, "torch": torch.__version__,
+                                 "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0)}))
+'''
+
+
+def attrs(s: str) -> dict:
+    out = {}
+    for kv in s.strip("{}").split(","):
+        k, _, v = kv.partition(":")
+        out[k] = v
+    return out
+
+
+def read_capture(out: str) -> dict:
+    """HAL bytes alive per kind at each step's mark, kernel launches between
+    marks, and the row counts, from the main process's dump."""
+    man = json.load(open(glob.glob(os.path.join(out, "run_*.json"))[0]))
+    folder = [p for p in man["processes"] if p.get("main")][0]["folder"]
+    dump = glob.glob(os.path.join(folder, "dump", "memscope_dump_*.csv"))[0]
+    live = {"device": 0, "managed": 0, "vmm": 0, "pinned": 0}
+    # Inside PyTorch: allocated by its caching allocator (libc10_cuda in the
+    # C stack); the rest is other libraries' (cuBLAS's handles...).
+    live.update({"torch_" + k: 0 for k in list(live)})
+    kind_of = {}
+    at_mark, launches, marks = [], 0, []
+    rows = {"HAL": 0, "HOST_PINNED": 0, "KERNEL_LAUNCH": 0, "all": 0}
+    with open(dump, newline="") as f:
+        r = csv.reader(f)
+        head = next(r)
+        ev, ty, name, at = head.index("Event"), head.index("Event Type"), head.index("Name"), head.index("Attr")
+        cst = head.index("Call Stack(C)")
+        for row in r:
+            rows["all"] += 1
+            t = row[ty]
+            if t in ("HAL", "HOST_PINNED"):
+                rows[t] += 1
+                a = attrs(row[at])
+                size = int(a.get("size", 0))
+                if row[ev] == "MALLOC":
+                    k = "pinned" if t == "HOST_PINNED" else a.get("kind", "device")
+                    ks = (k, "torch_" + k) if "libc10_cuda" in row[cst] else (k,)
+                    kind_of[a["allocation_id"]] = ks
+                    for k in ks:
+                        live[k] += size
+                elif row[ev] == "FREE":
+                    for k in kind_of.pop(a.get("allocation_id"), ()):
+                        live[k] -= size
+            elif t == "KERNEL_LAUNCH":
+                rows[t] += 1
+                launches += 1
+            elif row[ev] == "MSTX" and row[name].startswith("gpucheck "):
+                at_mark.append(dict(live))
+                marks.append(launches)
+    return {"live_at_step": at_mark, "launches_at_step": marks, "rows": rows, "folder": folder}
+
+
+def run(script: str, args: argparse.Namespace, alloc_conf: str, traced: list | None, profile: bool = False) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(args.repo, "python"), env.get("PYTHONPATH")]))
+    env["MSMEMSCOPE_LIB"] = os.path.join(args.build, "lib", "libmemscope.so")
+    env["MSMEMSCOPE_CLI"] = os.path.join(args.build, "bin", "msmemscope")
+    if alloc_conf:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
+    else:
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    cmd = [sys.executable, script, str(args.steps), "profile" if profile else "no"]
+    out = None
+    if traced is not None:
+        out = tempfile.mkdtemp(prefix="gpucheck_", dir=args.tmp)
+        env["GPUCHECK_TRACED"] = "1"
+        cmd = [env["MSMEMSCOPE_CLI"], "--output=" + out] + traced + cmd
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    res = {"command": " ".join(cmd[:-3] + ["train.py"] + cmd[-2:]), "alloc_conf": alloc_conf or "default",
+           "exit": p.returncode, "whole_seconds": round(time.perf_counter() - t0, 2)}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("GPUCHECK ")]
+    if p.returncode != 0 or not lines:
+        res["error"] = (p.stderr or p.stdout)[-3000:]
+        return res
+    res.update(json.loads(lines[-1][len("GPUCHECK "):]))
+    times = [s["seconds"] for s in res["steps"][1:]]
+    res["median_step_s"] = statistics.median(times) if times else None
+    if out:
+        res["capture"] = read_capture(out)
+        res["stderr_tail"] = p.stderr[-1500:]
+    return res
+
+
+def compare(res: dict, kind: str) -> dict:
+    """HAL bytes of one kind alive at each mark against memory_reserved()."""
+    cap = res.get("capture")
+    if not cap or len(cap["live_at_step"]) != len(res["steps"]):
+        return {"ok": False, "why": "marks missing from the capture"}
+    pairs = [(c[kind], s["reserved"]) for c, s in zip(cap["live_at_step"], res["steps"])]
+    bad = [(i, h, r) for i, (h, r) in enumerate(pairs) if h != r]
+    return {"ok": not bad, "hal_%s_bytes" % kind: [h for h, _ in pairs], "reserved": [r for _, r in pairs],
+            "mismatches": bad[:5], "hal_rows": cap["rows"]["HAL"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--repo", default=os.path.dirname(here))
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(here), "build"))
+    ap.add_argument("--out", default=os.path.join(here, "gpu_check.json"))
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--timeout", type=int, default=150)
+    ap.add_argument("--tmp", default=None)
+    ap.add_argument("--smoke", action="store_true", help="the check's own test on a machine without a GPU: "
+                    "the same runs on the CPU, nothing compared")
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+    for p in (os.path.join(args.build, "bin", "msmemscope"), os.path.join(args.build, "lib", "libmemscope.so")):
+        if not os.path.exists(p):
+            print("gpu-check: %s is missing: build it first (make build), then carry build/" % p, file=sys.stderr)
+            return 2
+    try:
+        import torch
+        has = torch.cuda.is_available()
+    except ImportError:
+        has = False
+    if args.smoke:
+        os.environ["GPUCHECK_SMOKE"] = "1"
+    elif not has:
+        print("gpu-check: no CUDA device (torch.cuda.is_available() is False, or no torch): nothing checked", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    script = os.path.join(tempfile.mkdtemp(prefix="gpucheck_"), "train.py")
+    with open(script, "w") as f:
+        f.write(TRAIN)
+    # C stacks tell PyTorch's blocks from other libraries' (only device
+    # memory is recorded: --device=cuda leaves the host heap out).
+    driver = ["--device=cuda", "--level=kernel", "--events=alloc,free", "--analysis=", "--call-stack=c:32"]
+    runs = {
+        "bare": run(script, args, "", None),
+        "profiler": run(script, args, "", None, profile=True),
+        "default": run(script, args, "", driver),
+        "expandable": run(script, args, "expandable_segments:True", driver),
+        "async": run(script, args, "backend:cudaMallocAsync", driver),
+        "default_options": run(script, args, "", []),
+    }
+    checks = {
+        "hal_device_bytes_equal_reserved_default_allocator": compare(runs["default"], "torch_device"),
+        "hal_vmm_bytes_equal_reserved_expandable_segments": compare(runs["expandable"], "torch_vmm"),
+    }
+    cap = runs["default"].get("capture")
+    kern = runs["profiler"].get("kernels")
+    if cap and cap["launches_at_step"]:
+        ours = cap["launches_at_step"][-1] - cap["launches_at_step"][0]  # steps 1.. as the profiler's
+        checks["kernel_launches_vs_profiler"] = {"ok": ours == kern, "msmemscope": ours, "torch_profiler": kern}
+    else:
+        checks["kernel_launches_vs_profiler"] = {"ok": False, "why": "no capture"}
+    bare = runs["bare"].get("median_step_s")
+    ratios = {}
+    for k in ("default", "expandable", "async", "default_options"):
+        m = runs[k].get("median_step_s")
+        if bare and m:
+            ratios[k] = round(m / bare, 3)
+    a = runs["async"].get("capture")
+    report = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpu": runs["bare"].get("gpu"), "torch": runs["bare"].get("torch"), "cuda": runs["bare"].get("cuda"),
+        "python": sys.version.split()[0], "steps": args.steps,
+        "checks": checks,
+        "step_time_ratio_traced_over_bare": ratios,
+        "outside_pytorch_bytes_at_last_step": {k: runs[k]["capture"]["live_at_step"][-1][kind] - runs[k]["capture"]["live_at_step"][-1]["torch_" + kind]
+                                               for k, kind in (("default", "device"), ("expandable", "vmm"), ("async", "device"))
+                                               if runs[k].get("capture") and runs[k]["capture"]["live_at_step"]},
+        "async_backend": {"hal_live_at_step": a and [c["device"] for c in a["live_at_step"]],
+                          "reserved": [s["reserved"] for s in runs["async"].get("steps", [])]},
+        "pta_on_cuda": "not collected by this version: tensor blocks on a CUDA device make no PTA rows yet",
+        "runs": runs,
+        "seconds": round(time.time() - t0, 1),
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    ok = all(c.get("ok") for c in checks.values())
+    print("gpu-check on %s (torch %s, CUDA %s), %.0f s: %s" % (report["gpu"], report["torch"], report["cuda"],
+                                                             report["seconds"], "all exact" if ok else "MISMATCH"))
+    for k, c in checks.items():
+        print("  %-52s %s" % (k, "ok" if c.get("ok") else "FAILED %s" % {x: y for x, y in c.items() if x != "ok"}))
+    print("  step time traced / bare: %s" % ratios)
+    for k, r in runs.items():
+        if r.get("error"):
+            print("  run %s failed (exit %s): %s" % (k, r.get("exit"), r["error"][-400:]))
+    print("  results: %s" % args.out)
+    if args.smoke:  # the runs and the capture's reading worked: that is all a CPU can show
+        return 0 if all(not r.get("error") and (k in ("bare", "profiler") or r.get("capture")) for k, r in runs.items()) else 1
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
