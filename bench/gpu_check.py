@@ -181,7 +181,7 @@ def main() -> int:
     ap.add_argument("--repo", default=os.path.dirname(here))
     ap.add_argument("--build", default=os.path.join(os.path.dirname(here), "build"))
     ap.add_argument("--out", default=os.path.join(here, "gpu_check.json"))
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--timeout", type=int, default=150)
     ap.add_argument("--tmp", default=None)
     ap.add_argument("--smoke", action="store_true", help="the check's own test on a machine without a GPU: "

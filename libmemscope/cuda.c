@@ -53,6 +53,7 @@ void ms_set_cuda(uint32_t mask, int kernel) {
 static void *(*real_dlsym)(void *, const char *);
 static int (*drv_ctx_get_device)(int *);
 static int (*drv_func_get_name)(const char **, CUfunction);
+static int (*drv_kernel_get_name)(const char **, CUfunction); // a CUkernel: what the runtime launches (CUDA 12)
 static _Atomic int drv_looked;
 
 static void *dlsym_real(void *h, const char *name) {
@@ -73,6 +74,7 @@ static void drv_lookup(void) {
 	if (h) {
 		drv_ctx_get_device = (int (*)(int *))dlsym_real(h, "cuCtxGetDevice");
 		drv_func_get_name = (int (*)(const char **, CUfunction))dlsym_real(h, "cuFuncGetName");
+		drv_kernel_get_name = (int (*)(const char **, CUfunction))dlsym_real(h, "cuKernelGetName");
 		dlclose(h);
 	}
 	own_down();
@@ -228,8 +230,12 @@ static void launch_record(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, 
 	uint64_t dev = cur_device();
 	if (!wanted(dev)) return;
 	guard_up();
+	// The runtime (CUDA 12 on) launches CUkernel handles of its libraries
+	// through cuLaunchKernel: cuFuncGetName refuses those.
 	const char *name = NULL;
-	if (!drv_func_get_name || drv_func_get_name(&name, fn) != 0 || !name) name = "N/A";
+	if ((!drv_func_get_name || drv_func_get_name(&name, fn) != 0 || !name) &&
+	    (!drv_kernel_get_name || drv_kernel_get_name(&name, fn) != 0 || !name))
+		name = "N/A";
 	char buf[1024];
 	int n = snprintf(buf, sizeof buf, "%lld\t%s\t%u,%u,%u\t%u,%u,%u", dev == NO_DEVICE ? -1ll : (long long)dev, name, gx,
 	                 gy, gz, bx, by, bz);

@@ -201,29 +201,37 @@ static CUresult s_cuMemUnmap(CUdeviceptr p, size_t size) { return give(p, MAPPED
 
 /* ---- kernels: one stable fake handle (the address of a slot) per name */
 #define NF 64
-static struct fn { char name[1024]; } fns[NF];
+static struct fn { char name[1024]; int kernel; } fns[NF];
 static int nfns;
-static CUresult s_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+static CUresult get_fn(CUfunction *f, const void *m, const char *name, int kernel) {
 	if (!f || !m || !name || strlen(name) >= sizeof fns[0].name) return BAD;
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
 	LOCK;
 	int i = 0;
 	while (i < nfns && strcmp(fns[i].name, name)) i++;
 	if (i < NF) {
-		if (i == nfns) strcpy(fns[i].name, name), __atomic_store_n(&nfns, i + 1, __ATOMIC_SEQ_CST);
+		if (i == nfns) strcpy(fns[i].name, name), fns[i].kernel = kernel, __atomic_store_n(&nfns, i + 1, __ATOMIC_SEQ_CST);
 		*f = (CUfunction)&fns[i];
 		r = CUDA_SUCCESS;
 	}
 	UNLOCK;
 	return r;
 }
+static CUresult s_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) { return get_fn(f, m, name, 0); }
+/* A CUkernel (what the CUDA 12 runtime launches): launched as a CUfunction,
+ * named by cuKernelGetName only, as the real driver does. */
+static CUresult s_cuLibraryGetKernel(CUfunction *k, CUlibrary l, const char *name) { return get_fn(k, l, name, 1); }
 static struct fn *known(CUfunction f) {
 	struct fn *p = (struct fn *)f;
 	return p >= fns && p < fns + __atomic_load_n(&nfns, __ATOMIC_SEQ_CST) ? p : NULL;
 }
 static CUresult s_cuFuncGetName(const char **name, CUfunction f) {
 	struct fn *p = known(f);
-	return !name ? BAD : !p ? CUDA_ERROR_INVALID_HANDLE : (*name = p->name, 0);
+	return !name ? BAD : !p || p->kernel ? CUDA_ERROR_INVALID_HANDLE : (*name = p->name, 0);
+}
+static CUresult s_cuKernelGetName(const char **name, CUfunction k) {
+	struct fn *p = known(k);
+	return !name ? BAD : !p || !p->kernel ? CUDA_ERROR_INVALID_HANDLE : (*name = p->name, 0);
 }
 static CUresult s_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 				 unsigned bz, unsigned shm, CUstream s, void **params, void **extra) {
@@ -260,7 +268,8 @@ static const struct pa { const char *name; void *fn, *v2; int v2ver; void *ptsz;
 	V2(cuMemAllocHost, 3020), V2(cuMemGetInfo, 3020), PT(cuMemAllocAsync), PT(cuMemAllocFromPoolAsync),
 	PT(cuMemFreeAsync), E(cuMemAllocManaged), E(cuMemHostAlloc), E(cuMemFreeHost), E(cuMemCreate),
 	E(cuMemRelease), E(cuMemAddressReserve), E(cuMemAddressFree), E(cuMemMap), E(cuMemUnmap),
-	E(cuModuleGetFunction), E(cuFuncGetName), PT(cuLaunchKernel), PT(cuLaunchKernelEx),
+	E(cuModuleGetFunction), E(cuFuncGetName), E(cuLibraryGetKernel), E(cuKernelGetName),
+	PT(cuLaunchKernel), PT(cuLaunchKernelEx),
 	{"cuGetProcAddress", (void *)s_cuGetProcAddress, (void *)s_cuGetProcAddress_v2, 12000, 0},
 };
 static CUresult s_cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *st) {
@@ -294,5 +303,6 @@ ALIAS(cuMemFreeAsync); ALIAS(cuMemFreeAsync_ptsz); ALIAS(cuMemAllocManaged); ALI
 ALIAS(cuMemHostAlloc); ALIAS(cuMemFreeHost); ALIAS(cuMemGetInfo_v2);
 ALIAS(cuMemCreate); ALIAS(cuMemRelease); ALIAS(cuMemAddressReserve); ALIAS(cuMemAddressFree);
 ALIAS(cuMemMap); ALIAS(cuMemUnmap); ALIAS(cuModuleGetFunction); ALIAS(cuFuncGetName);
+ALIAS(cuLibraryGetKernel); ALIAS(cuKernelGetName);
 ALIAS(cuLaunchKernel); ALIAS(cuLaunchKernel_ptsz); ALIAS(cuLaunchKernelEx); ALIAS(cuLaunchKernelEx_ptsz);
 ALIAS(cuGetProcAddress); ALIAS(cuGetProcAddress_v2); ALIAS(standin_launches); ALIAS(standin_ptsz_calls);

@@ -11,6 +11,7 @@ typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUmemPool_st *CUmemoryPool;
 typedef unsigned long long CUmemGenericAllocationHandle;
@@ -85,6 +86,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 
 CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name);
 CUresult cuFuncGetName(const char **name, CUfunction f);
+CUresult cuLibraryGetKernel(CUfunction *k, CUlibrary l, const char *name); /* a CUkernel, as a CUfunction */
+CUresult cuKernelGetName(const char **name, CUfunction k);
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 			unsigned sharedMem, CUstream s, void **params, void **extra);
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

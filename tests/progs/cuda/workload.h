@@ -52,6 +52,7 @@
 	X(MemMap, cuMemMap, cuMemMap, 0)                                  \
 	X(MemUnmap, cuMemUnmap, cuMemUnmap, 0)                            \
 	X(ModuleGetFunction, cuModuleGetFunction, cuModuleGetFunction, 0) \
+	X(LibraryGetKernel, cuLibraryGetKernel, cuLibraryGetKernel, 0)    \
 	X(LaunchKernel, cuLaunchKernel, cuLaunchKernel, PTDS)             \
 	X(LaunchKernelEx, cuLaunchKernelEx, cuLaunchKernelEx, PTDS)
 
@@ -127,7 +128,7 @@ static void workload(const struct api *a) {
 	CK(a->MemRelease(g2));
 	/* 7. kernels: 3 + 1 launches and one cuLaunchKernelEx */
 	CK(a->ModuleGetFunction(&k1, (CUmodule)1, "_Z5scaleILi4EEvPfi"));
-	CK(a->ModuleGetFunction(&k2, (CUmodule)1, "_Z3addPKfS0_Pfi"));
+	CK(a->LibraryGetKernel(&k2, (CUlibrary)1, "_Z3addPKfS0_Pfi")); /* a CUkernel, as the runtime's */
 	for (int i = 0; i < 3; i++) CK(a->LaunchKernel(k1, 2, 1, 1, 128, 1, 1, 0, s, NULL, NULL));
 	CK(a->LaunchKernel(k2, 10, 2, 1, 256, 1, 1, 0, NULL, NULL, NULL));
 	CUlaunchConfig cfg = {4, 4, 1, 32, 8, 1, 0, s, NULL, 0};
