@@ -68,7 +68,8 @@ type Result struct {
 	DecomposePath string
 	Inefficient   *analyzer.IneffReport
 	WatchPath     string
-	DeviceSeen    bool // a row of a device (not the host heap)
+	DeviceSeen    bool   // a row of a device (not the host heap)
+	OOMPath       string // the report of CUDA allocations refused (oom.go)
 }
 
 // ConfigJSON is the config.json of SPEC §2.
@@ -196,6 +197,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 	var outside uint64
+	var oom oomWatch
 	write := WriteDump
 	var inLogs countRows
 	if noDump {
@@ -211,6 +213,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 				if e.Device != "" && e.Device != trace.DeviceHost {
 					res.DeviceSeen = true
 				}
+				oom.observe(e)
 				observe(runs, false, e)
 			}
 			return eachEvent(inputNext(dec.NextInto), pre, func(e *trace.Event) error {
@@ -288,6 +291,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, err
 	}
 	if err := writeReports(res, runs, stamp, cfg, dec.Watch(), opt.Console); err != nil {
+		return nil, err
+	}
+	if err := oom.write(res, stamp, opt.Console); err != nil {
 		return nil, err
 	}
 	if w := DeviceWarning(cfg, res.DeviceSeen, cudaDriverLoaded(dir)); w != "" && cfg.LogLevel != "error" {

@@ -112,6 +112,7 @@ const (
 	RKinds        = 45 // R_KINDS: a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
 	RKernelLaunch = 46 // R_KLAUNCH: a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
 	RDevAttr      = 47 // R_DEVATTR: the next device MALLOC of this thread: a = CUDA ordinal, b = stream; flags: its DEV_* kind
+	ROOM          = 48 // R_OOM: a failed CUDA allocation (CUDA_ERROR_OUT_OF_MEMORY): a = CUDA ordinal, b = bytes asked; flags: its DEV_* kind (F_CSTACK: payload, return addresses)
 )
 
 // Record flags.

@@ -115,6 +115,21 @@ static void dev_alloc(uint16_t sub, uint16_t kind, uint64_t dev, uint64_t stream
 	guard_down();
 }
 
+// A failed allocation: the device's memory was exhausted (the conversion
+// reports what was live on it then).
+static void dev_oom(uint16_t kind, uint64_t dev, uint64_t size) {
+	if (!wanted(dev)) return;
+	guard_up();
+	uint16_t fl = kind | off_flag();
+	if (cfg_cstack > 0)
+		emit_with_cstack(R_OOM, fl, stamp_after(), dev, size, 0);
+	else
+		emit(R_OOM, fl, stamp_after(), dev, size, NULL, 0);
+	guard_down();
+}
+#define OOM(r, kind, dev, size) \
+	if ((r) == CUDA_ERROR_OUT_OF_MEMORY) dev_oom(kind, dev, size)
+
 static void dev_free(uint16_t sub, uint64_t p) {
 	if (!p || !wanted(NO_DEVICE)) return; // the block's device is the decoder's to know
 	guard_up();
@@ -146,12 +161,14 @@ static CUresult do_alloc(fn_alloc f, uintptr_t ra, CUdeviceptr *dp, size_t n) {
 	NOT_LOADED(f);
 	CUresult r = f(dp, n);
 	if (r == 0 && dp) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), 0, *dp, n, ra);
+	OOM(r, DEV_DEVICE, cur_device(), n);
 	return r;
 }
 static CUresult do_pitch(fn_pitch f, uintptr_t ra, CUdeviceptr *dp, size_t *pitch, size_t w, size_t h, unsigned e) {
 	NOT_LOADED(f);
 	CUresult r = f(dp, pitch, w, h, e);
 	if (r == 0 && dp && pitch) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), 0, *dp, *pitch * h, ra);
+	OOM(r, DEV_DEVICE, cur_device(), w * h);
 	return r;
 }
 static CUresult do_free(fn_free f, uintptr_t ra, CUdeviceptr p) {
@@ -165,12 +182,14 @@ static CUresult do_alloc_async(fn_alloc_async f, uintptr_t ra, CUdeviceptr *dp, 
 	NOT_LOADED(f);
 	CUresult r = f(dp, n, s);
 	if (r == 0 && dp) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), (uint64_t)(uintptr_t)s, *dp, n, ra);
+	OOM(r, DEV_DEVICE, cur_device(), n);
 	return r;
 }
 static CUresult do_alloc_pool(fn_alloc_pool f, uintptr_t ra, CUdeviceptr *dp, size_t n, void *pool, CUstream s) {
 	NOT_LOADED(f);
 	CUresult r = f(dp, n, pool, s);
 	if (r == 0 && dp) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), (uint64_t)(uintptr_t)s, *dp, n, ra);
+	OOM(r, DEV_DEVICE, cur_device(), n);
 	return r;
 }
 static CUresult do_free_async(fn_free_async f, uintptr_t ra, CUdeviceptr p, CUstream s) {
@@ -184,6 +203,7 @@ static CUresult do_managed(fn_managed f, uintptr_t ra, CUdeviceptr *dp, size_t n
 	NOT_LOADED(f);
 	CUresult r = f(dp, n, fl);
 	if (r == 0 && dp) dev_alloc(F_HAL, DEV_MANAGED, cur_device(), 0, *dp, n, ra);
+	OOM(r, DEV_MANAGED, cur_device(), n);
 	return r;
 }
 static CUresult do_host(fn_host f, uintptr_t ra, void **pp, size_t n) {
@@ -212,6 +232,7 @@ static CUresult do_create(fn_create f, uintptr_t ra, CUmemHandle *h, size_t n, c
 	// location.type 1: a device, location.id its ordinal
 	uint64_t dev = prop && prop->location.type == 1 && prop->location.id >= 0 ? (uint64_t)prop->location.id : NO_DEVICE;
 	if (r == 0 && h) dev_alloc(F_VMM, DEV_VMM, dev, 0, *h, n, ra);
+	OOM(r, DEV_VMM, dev, n);
 	return r;
 }
 static CUresult do_release(fn_release f, uintptr_t ra, CUmemHandle h) {

@@ -113,6 +113,7 @@ enum {
 	R_KINDS = 45, // a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
 	R_KLAUNCH = 46, // a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
 	R_DEVATTR = 47, // the next device MALLOC of this thread: a = CUDA ordinal, b = stream; flags: its DEV_* kind
+	R_OOM = 48, // a failed CUDA allocation (CUDA_ERROR_OUT_OF_MEMORY): a = CUDA ordinal, b = bytes asked; flags: its DEV_* kind (F_CSTACK: payload, return addresses)
 };
 
 // Record flags.

@@ -88,3 +88,25 @@ func (d *Decoder) kernelLaunch(r *Rec, e *trace.Event) *trace.Event {
 	}
 	return e
 }
+
+// oom is an R_OOM's row: a CUDA allocation the driver refused for want of
+// memory, with the bytes asked (Attr size) and the device.
+func (d *Decoder) oom(r *Rec, e *trace.Event) *trace.Event {
+	kind := uint8(r.Flags & 0x7)
+	e.Kind, e.Type = trace.KindOOM, trace.TypeHAL
+	e.Device = trace.DeviceHost
+	if kind == format.DevPinned {
+		e.Type = trace.TypeHostPinned
+	} else if r.A < 1<<15 {
+		e.Device = strconv.Itoa(int(r.A))
+	}
+	e.Size = r.B
+	if !d.fast {
+		e.Set("size", strconv.FormatUint(r.B, 10)) // the Attr of an OOM row holds no typed size
+		if k := devKinds[kind]; k != "" && kind != format.DevPinned {
+			e.Set("kind", k)
+		}
+		e.CStack = d.cstack(r)
+	}
+	return e
+}

@@ -90,7 +90,7 @@ func isEvent(k uint16) bool {
 	switch k {
 	case format.RMalloc, format.RFree, format.RStart, format.RStop, format.RStep, format.RExit,
 		format.RMark, format.RRangeStart, format.RRangeEnd, format.ROpStart, format.ROpEnd, format.RSnapshot,
-		format.RKernelLaunch:
+		format.RKernelLaunch, format.ROOM:
 		return true
 	}
 	return false
@@ -411,6 +411,8 @@ func (d *Decoder) record(r *Rec, e *trace.Event) *trace.Event {
 		d.noteDevAttr(r)
 	case format.RKernelLaunch:
 		return d.kernelLaunch(r, e)
+	case format.ROOM:
+		return d.oom(r, e)
 	case format.ROwnerPush:
 		d.scopes[r.Tid] = append(d.scopes[r.Tid], trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_")))
 	case format.ROwnerPop:

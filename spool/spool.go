@@ -625,7 +625,8 @@ func (c *threadCursor) next(f io.ReaderAt, rec *Rec) (bool, error) {
 			continue // not events
 		}
 		rec.Tid = c.tid
-		if rec.Kind == format.RMalloc && rec.Flags&format.FStackID != 0 && len(rec.Payload) >= UnitSize {
+		if rec.Flags&(format.FCStack|format.FStackID) == format.FCStack|format.FStackID && len(rec.Payload) >= UnitSize {
+			// (a MALLOC's, or an OOM's: any record with a C stack)
 			// The stack named by id, as if it had come whole (none if unknown: a killed run).
 			rec.Payload = c.stacks[uint32(binary.LittleEndian.Uint64(rec.Payload))]
 			if rec.Flags &^= format.FStackID; len(rec.Payload) == 0 {

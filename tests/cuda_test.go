@@ -236,3 +236,58 @@ func TestCUDAStacksNameTheCaller(t *testing.T) {
 		t.Errorf("%d HAL MALLOCs, want 9", n)
 	}
 }
+
+// A refused allocation (CUDA_ERROR_OUT_OF_MEMORY, injected at the workload's
+// fifth device allocation, the 2,000,000-byte async one): an OOM row with
+// the request, and a report of what was live on that device then, by site.
+func TestCUDAOutOfMemory(t *testing.T) {
+	bin := cudaProg(t, "cuda_direct")
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLIEnv(t, 120*time.Second, "", []string{"LD_LIBRARY_PATH=" + standin(t), "STANDIN_CUDA_OOM_AT=5"},
+		"--output="+out, "--call-stack=c:4", bin)
+	if r.Code != 1 { // the workload stops at the failed call
+		t.Fatalf("exit %d, want the program's 1\nstdout:\n%s\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	mp := readManifest(t, out).main(t)
+	var ooms []*trace.Event
+	for _, e := range readDump(t, dumpOf(t, mp.Folder)) {
+		if e.Kind == trace.KindOOM {
+			ooms = append(ooms, e)
+		}
+	}
+	if len(ooms) != 1 {
+		t.Fatalf("%d OOM rows, want 1", len(ooms))
+	}
+	o := ooms[0]
+	if size, _ := o.Get("size"); o.Type != trace.TypeHAL || o.Device != "0" || size != "2000000" || !strings.Contains(o.CStack, "workload") {
+		t.Errorf("OOM row %+v: want HAL on device 0, size 2000000, asked from workload()", o)
+	}
+	var rep []struct {
+		Row       uint64 `json:"row"`
+		Device    string `json:"device"`
+		Requested uint64 `json:"requested"`
+		Live      struct {
+			Total uint64 `json:"total_size"`
+			Sites []struct {
+				Function string `json:"function"`
+				Size     uint64 `json:"size"`
+				Count    int    `json:"count"`
+			} `json:"mem_report"`
+		} `json:"live"`
+	}
+	readJSON(t, onlyFile(t, filepath.Join(mp.Folder, "analysis", "oom_report_*.json")), &rep)
+	// Live on device 0 then: d1, d2, the pitch block and the managed one.
+	if len(rep) != 1 || rep[0].Row != o.ID || rep[0].Requested != 2000000 || rep[0].Live.Total != 1000000+4096+10240+65536 {
+		t.Fatalf("oom report %+v", rep)
+	}
+	blocks := 0
+	for _, s := range rep[0].Live.Sites {
+		blocks += s.Count
+		if s.Function != "workload" {
+			t.Errorf("site %+v: want workload()", s)
+		}
+	}
+	if blocks != 4 || !strings.Contains(r.Stderr+r.Stdout, "1 CUDA allocation(s) refused for want of memory") {
+		t.Errorf("%d blocks in the report, want 4; console:\n%s", blocks, r.Stderr)
+	}
+}

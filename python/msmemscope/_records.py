@@ -110,6 +110,7 @@ R_TAG: Final[int] = 44  # a = a tensor storage's address; payload: owner categor
 R_KINDS: Final[int] = 45  # a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
 R_KLAUNCH: Final[int] = 46  # a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
 R_DEVATTR: Final[int] = 47  # the next device MALLOC of this thread: a = CUDA ordinal, b = stream; flags: its DEV_* kind
+R_OOM: Final[int] = 48  # a failed CUDA allocation (CUDA_ERROR_OUT_OF_MEMORY): a = CUDA ordinal, b = bytes asked; flags: its DEV_* kind (F_CSTACK: payload, return addresses)
 
 # Record flags.
 F_SUB_MASK: Final[int] = 0x000f  # subtype of MALLOC/FREE
