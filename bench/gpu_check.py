@@ -71,12 +71,20 @@ for i in range(steps):
                 "max_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved()})
     if mark:
         mark("gpucheck %d" % i)
+oom = None
+if os.environ.get("GPUCHECK_OOM"):  # a request no GPU holds: an OOM row and its report
+    try:
+        torch.empty(1 << 42, dtype=torch.uint8, device=dev)
+    except getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError):
+        oom = True
+    except RuntimeError:
+        oom = "smoke" if smoke else False
 kernels = None
 if prof is not None:
     prof.__exit__(None, None, None)
     kernels = sum(1 for e in prof.events() if str(e.device_type).endswith("CUDA")
                   and not e.name.startswith(("Memcpy", "Memset")))
-print("GPUCHECK " + json.dumps({"steps": out, "kernels": kernels, "torch": torch.__version__,
+print("GPUCHECK " + json.dumps({"steps": out, "kernels": kernels, "oom": oom, "torch": torch.__version__,
                                  "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0)}))
 '''
 
@@ -101,7 +109,8 @@ def read_capture(out: str) -> dict:
     live.update({"torch_" + k: 0 for k in list(live)})
     kind_of = {}
     at_mark, launches, marks = [], 0, []
-    rows = {"HAL": 0, "HOST_PINNED": 0, "KERNEL_LAUNCH": 0, "all": 0}
+    rows = {"HAL": 0, "HOST_PINNED": 0, "KERNEL_LAUNCH": 0, "KERNEL_UNNAMED": 0, "OOM": 0, "all": 0}
+    names = {}
     with open(dump, newline="") as f:
         r = csv.reader(f)
         head = next(r)
@@ -110,7 +119,9 @@ def read_capture(out: str) -> dict:
         for row in r:
             rows["all"] += 1
             t = row[ty]
-            if t in ("HAL", "HOST_PINNED"):
+            if row[ev] == "OOM":
+                rows["OOM"] += 1
+            elif t in ("HAL", "HOST_PINNED"):
                 rows[t] += 1
                 a = attrs(row[at])
                 size = int(a.get("size", 0))
@@ -126,14 +137,25 @@ def read_capture(out: str) -> dict:
             elif t == "KERNEL_LAUNCH":
                 rows[t] += 1
                 launches += 1
+                rows["KERNEL_UNNAMED"] += row[name] == "N/A"
+                names[row[name]] = names.get(row[name], 0) + 1
             elif row[ev] == "MSTX" and row[name].startswith("gpucheck "):
                 at_mark.append(dict(live))
                 marks.append(launches)
-    return {"live_at_step": at_mark, "launches_at_step": marks, "rows": rows, "folder": folder}
+    ooms = []
+    for p in glob.glob(os.path.join(folder, "analysis", "oom_report_*.json")):
+        ooms += [{k: f[k] for k in ("device", "kind", "requested")} | {"live_total": f["live"]["total_size"],
+                 "live_sites": len(f["live"]["mem_report"])} for f in json.load(open(p))]
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:8]
+    return {"live_at_step": at_mark, "launches_at_step": marks, "rows": rows, "folder": folder, "oom_reports": ooms,
+            "kernel_names_top": top}
 
 
-def run(script: str, args: argparse.Namespace, alloc_conf: str, traced: list | None, profile: bool = False) -> dict:
+def run(script: str, args: argparse.Namespace, alloc_conf: str, traced: list | None, profile: bool = False,
+        oom: bool = False) -> dict:
     env = dict(os.environ)
+    if oom:
+        env["GPUCHECK_OOM"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(args.repo, "python"), env.get("PYTHONPATH")]))
     env["MSMEMSCOPE_LIB"] = os.path.join(args.build, "lib", "libmemscope.so")
     env["MSMEMSCOPE_CLI"] = os.path.join(args.build, "bin", "msmemscope")
@@ -212,7 +234,7 @@ def main() -> int:
     runs = {
         "bare": run(script, args, "", None),
         "profiler": run(script, args, "", None, profile=True),
-        "default": run(script, args, "", driver),
+        "default": run(script, args, "", driver, oom=True),
         "expandable": run(script, args, "expandable_segments:True", driver),
         "async": run(script, args, "backend:cudaMallocAsync", driver),
         "default_options": run(script, args, "", []),
@@ -225,9 +247,18 @@ def main() -> int:
     kern = runs["profiler"].get("kernels")
     if cap and cap["launches_at_step"]:
         ours = cap["launches_at_step"][-1] - cap["launches_at_step"][0]  # steps 1.. as the profiler's
-        checks["kernel_launches_vs_profiler"] = {"ok": ours == kern, "msmemscope": ours, "torch_profiler": kern}
+        checks["kernel_launches_vs_profiler"] = {"ok": ours == kern and cap["rows"]["KERNEL_UNNAMED"] == 0,
+                                                 "msmemscope": ours, "torch_profiler": kern,
+                                                 "unnamed": cap["rows"]["KERNEL_UNNAMED"]}
     else:
         checks["kernel_launches_vs_profiler"] = {"ok": False, "why": "no capture"}
+    d = runs["default"]
+    reports = (d.get("capture") or {}).get("oom_reports", [])
+    checks["oom_row_and_report"] = {"ok": d.get("oom") is True and bool(reports) and all(r["requested"] == 1 << 42 for r in reports)
+                                    and (d.get("capture") or {}).get("rows", {}).get("OOM") == len(reports),
+                                    "torch_raised": d.get("oom"), "reports": reports}
+    if args.smoke:
+        checks["oom_row_and_report"]["ok"] = True  # no device to run out of
     bare = runs["bare"].get("median_step_s")
     ratios = {}
     for k in ("default", "expandable", "async", "default_options"):
