@@ -43,7 +43,7 @@ $(VENV)/.ok:
 	@test -n "$(PYTHON_REAL)" || { echo "python3 not found"; exit 1; }
 	$(PYTHON_REAL) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q pytest torch numpy memray pytest-memray
+	$(PYTHON) -m pip install -q pytest torch numpy memray pytest-memray nvtx nvidia-nvtx
 	@touch $@
 
 venv: $(VENV)/.ok
@@ -151,6 +151,7 @@ bench: deps build venv
 	bash bench/pytest_plugin.sh
 	bash bench/offline.sh
 	{ echo; echo "## PyTorch training loop (issue 4)"; echo; echo '```'; bash bench/torch.sh; echo '```'; } | tee -a bench/results.md
+	{ echo; $(PYTHON) bench/gpu_results.py; } | tee -a bench/results.md
 
 clean:
 	rm -rf $(BUILD)

@@ -291,3 +291,56 @@ func TestCUDAOutOfMemory(t *testing.T) {
 		t.Errorf("%d blocks in the report, want 4; console:\n%s", blocks, r.Stderr)
 	}
 }
+
+// nvtxInclude is the nvtx3 headers' folder in the Python environment the
+// Makefile made (nvidia-nvtx, from PyPI).
+func nvtxInclude(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(pythonPath(t), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").Output()
+	if err != nil {
+		t.Fatalf("the Python environment: %v", err)
+	}
+	ms, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "nvidia", "*", "include", "nvtx3", "nvToolsExt.h"))
+	if len(ms) == 0 {
+		t.Fatalf("no nvtx3 headers under %s: make test installs nvidia-nvtx into the virtual environment", strings.TrimSpace(string(out)))
+	}
+	return filepath.Dir(filepath.Dir(ms[0]))
+}
+
+// NVTX marks and ranges, from any library built with NVTX's headers, are
+// MSTX rows: msmemscope is NVTX's injection library (NVTX_INJECTION64_PATH,
+// which the CLI sets). Pushed ranges end in their thread and domain; a
+// registered string names its range.
+func TestNVTXAsMstx(t *testing.T) {
+	bin := compile(t, "nvtx_ranges.c", "", "-I", nvtxInclude(t), "-ldl", "-pthread")
+	rowsOf := func(env ...string) ([]string, *result) {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runCLIEnv(t, 60*time.Second, "", env, "--output="+out, bin)
+		if r.Code != 0 || strings.TrimSpace(r.Stdout) != "ok" {
+			t.Fatalf("exit %d, stdout %q\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+		}
+		var got []string
+		for _, e := range readDump(t, dumpOf(t, readManifest(t, out).main(t).Folder)) {
+			if e.Kind == trace.KindMstx {
+				got = append(got, e.Type+" "+e.Name)
+			}
+		}
+		return got, r
+	}
+	got, _ := rowsOf()
+	want := []string{
+		"Mark hello", "Range_start outer", "Range_start step start", "Range_end step start", "Range_end outer",
+		"Range_start started", "Range_end started",
+		"Range_start registered", "Mark ascii in domain", "Range_end registered",
+		"Range_start worker", "Mark in worker", "Range_end worker",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("MSTX rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Another tool's injection is left in place, and said once ("./." is
+	// NVTX's own "no injection").
+	got, r := rowsOf("NVTX_INJECTION64_PATH=./.")
+	if len(got) != 0 || !strings.Contains(r.Stderr, "NVTX_INJECTION64_PATH is set (./.), another tool's") {
+		t.Errorf("with another injection: MSTX rows %v, stderr:\n%s", got, r.Stderr)
+	}
+}

@@ -67,6 +67,9 @@ func fail(err error) int {
 
 // libraryPath finds libmemscope.so: $MSMEMSCOPE_LIB, then beside the CLI,
 // then ../lib beside it (the installed layout).
+// nvtxInjection names the library NVTX hands its calls to.
+const nvtxInjection = "NVTX_INJECTION64_PATH"
+
 func libraryPath() (string, error) {
 	if p := os.Getenv("MSMEMSCOPE_LIB"); p != "" {
 		return filepath.Abs(p)
@@ -134,6 +137,14 @@ func runProgram(inv *cli.Invocation) int {
 	env = setEnv(env, config.EnvConfig, cfg.Encode())
 	env = setEnv(env, config.EnvRunID, runID)
 	env = setEnv(env, "MSMEMSCOPE_HOOK", cfg.Hook().Env())
+	// NVTX ranges and marks become MSTX rows: NVTX loads this library as its
+	// injection (libmemscope/nvtx.c). Another tool's (Nsight Systems') is
+	// left in place.
+	if old, ok := os.LookupEnv(nvtxInjection); ok && old != lib {
+		logx.Warnf("%s is set (%s), another tool's: NVTX ranges are left to it and make no MSTX row", nvtxInjection, old)
+	} else {
+		env = setEnv(env, nvtxInjection, lib)
+	}
 	if dir := pythonStartupDir(lib); dir != "" {
 		// A Python program gets its PyTorch collection without importing
 		// msmemscope (python/msmemscope/_startup/sitecustomize.py).

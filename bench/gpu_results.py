@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Renders make gpu-check's JSON (bench/gpu_check.json, kept from the last
+run on a GPU) as the CUDA section of bench/results.md; make bench appends
+it, so the figures survive a run on a machine without a GPU."""
+import json
+import os
+import sys
+
+path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_check.json")
+print("## CUDA on a real GPU (issue 21, `make gpu-check`)\n")
+if not os.path.exists(path):
+    print("Not run on a GPU yet: `make gpu-check` on a machine with an NVIDIA GPU writes %s.\n" % os.path.basename(path))
+    sys.exit(0)
+r = json.load(open(path))
+print("Run %s on %s, PyTorch %s, CUDA %s, Python %s: an MLP (1024-4096-4096-512) trained with Adam, "
+      "batch 256, %d steps, under each of PyTorch's allocators; the check itself took %s s.\n"
+      % (r["date"], r["gpu"], r["torch"], r["cuda"], r["python"], r["steps"], r["seconds"]))
+print("| check | result | figures |\n|---|---|---|")
+for k, c in r["checks"].items():
+    fig = {x: y for x, y in c.items() if x not in ("ok", "mismatches")}
+    for x, y in list(fig.items()):
+        if isinstance(y, list) and len(y) > 3 and all(isinstance(v, int) for v in y):
+            fig[x] = "%d values, first %s, last %s" % (len(y), y[0], y[-1])
+    print("| %s | %s | %s |" % (k.replace("_", " "), "**exact**" if c.get("ok") else "**differs**",
+                                json.dumps(fig).replace("|", "/")))
+print()
+rt = r["step_time_ratio_traced_over_bare"]
+bare = r["runs"]["bare"].get("median_step_s")
+print("Step time (median of steps 1..%d; bare %.2f ms), traced over bare: default allocator %s, expandable segments %s, "
+      "cudaMallocAsync %s with the driver layer alone (`--device=cuda --level=kernel --events=alloc,free "
+      "--call-stack=c:32`); %s with msmemscope's default options (host heap and operator hooks too).\n"
+      % (r["steps"] - 1, (bare or 0) * 1e3, *("%.2f×" % rt[k] if k in rt else "n/a" for k in ("default", "expandable", "async", "default_options"))))
+o = r.get("outside_pytorch_bytes_at_last_step", {})
+if o:
+    print("Driver memory outside PyTorch's caching allocator at the last step (other libraries' cudaMalloc): %s.\n"
+          % ", ".join("%s %.1f MiB" % (k, v / 2**20) for k, v in o.items()))
+print("Whole commands (s): %s.\n" % ", ".join("%s %s" % (k, v.get("whole_seconds")) for k, v in r["runs"].items()))
+print("Not compared yet: PTA rows on CUDA (%s).\n" % r.get("pta_on_cuda", "n/a"))
