@@ -64,6 +64,7 @@ const LeakNoStack = "(no stack)"
 // LeakGroup is the exit leaks of one kind and call stack.
 type LeakGroup struct {
 	Kind   string // "" when unknown
+	Type   string // the blocks' Event Type when they have no kind (MMAP, HAL...: the scan reads the host heap's only)
 	Stack  string // see Leak.Stack
 	Count  int
 	Bytes  uint64
@@ -220,7 +221,7 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 		a.done = r
 		return r
 	}
-	type groupKey struct{ kind, stack string }
+	type groupKey struct{ kind, typ, stack string }
 	groups := make(map[groupKey]*LeakGroup)
 	if a.kindOf != nil {
 		if _, ran := a.kindOf(0); ran {
@@ -235,10 +236,13 @@ func (a *LeakAnalyzer) Finish() *LeakReport {
 			t.Bytes += l.Size
 			r.ByKind[l.Kind] = t
 		}
-		key := groupKey{l.Kind, l.Stack()}
+		key := groupKey{l.Kind, "", l.Stack()}
+		if l.Kind == "" && r.ByKind != nil {
+			key.typ = l.Type // not the host heap's: apart, named by their type
+		}
 		g := groups[key]
 		if g == nil {
-			g = &LeakGroup{Kind: l.Kind, Stack: key.stack}
+			g = &LeakGroup{Kind: l.Kind, Type: key.typ, Stack: key.stack}
 			groups[key] = g
 		}
 		g.Count++
@@ -405,8 +409,11 @@ func leakWriteSites(b *strings.Builder, gs []LeakGroup, top int) {
 	for i := range gs[:min(top, len(gs))] {
 		g := &gs[i]
 		kind := ""
-		if g.Kind != "" {
+		switch {
+		case g.Kind != "":
 			kind = strings.ReplaceAll(g.Kind, "_", " ") + ": "
+		case g.Type != "":
+			kind = g.Type + " (no leak kind): "
 		}
 		fmt.Fprintf(b, "  %10s in %d block%s  %s%s\n", safefs.HumanBytes(g.Bytes), g.Count, leakPlural(g.Count), kind, leakCallSite(g.Stack, 3))
 	}
