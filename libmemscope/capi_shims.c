@@ -17,18 +17,26 @@ int msmemscope_start(void) {
 	ready();
 	if (atomic_exchange(&ms_collecting, 1)) return 0;
 	ms_fast_update();
-	return api_event(R_START, 0, 0, NULL);
+	int r = api_event(R_START, 0, 0, NULL);
+	ms_cuda_snapshot();
+	return r;
 }
 
 int msmemscope_stop(void) {
 	if (in_child()) return -1;
 	ready();
+	if (!atomic_load(&ms_collecting)) return 0;
+	ms_cuda_snapshot(); // before collection stops: its row is still written
 	if (!atomic_exchange(&ms_collecting, 0)) return 0;
 	ms_fast_update();
 	return api_event(R_STOP, 0, 0, NULL);
 }
 
-int msmemscope_step(void) { return api_event(R_STEP, 0, 0, NULL); }
+int msmemscope_step(void) {
+	int r = api_event(R_STEP, 0, 0, NULL);
+	ms_cuda_snapshot();
+	return r;
+}
 
 void mstxMarkA(const char *msg, void *stream) {
 	(void)stream;

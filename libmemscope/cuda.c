@@ -54,6 +54,7 @@ static void *(*real_dlsym)(void *, const char *);
 static int (*drv_ctx_get_device)(int *);
 static int (*drv_func_get_name)(const char **, CUfunction);
 static int (*drv_kernel_get_name)(const char **, CUfunction); // a CUkernel: what the runtime launches (CUDA 12)
+static int (*drv_mem_get_info)(size_t *, size_t *);
 static _Atomic int drv_looked;
 
 static void *dlsym_real(void *h, const char *name) {
@@ -65,20 +66,23 @@ static void *dlsym_real(void *h, const char *name) {
 }
 
 // cuCtxGetDevice and cuFuncGetName of the libcuda already loaded (never
-// loads it: RTLD_NOLOAD).
+// loads it: RTLD_NOLOAD; looked for again while it is not loaded).
 static void drv_lookup(void) {
 	if (atomic_load_explicit(&drv_looked, memory_order_acquire)) return;
 	own_up(); // what the loader allocates here is msmemscope's (no rows; the leak scan follows it)
+	int found = 0;
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
 	if (h) {
 		drv_ctx_get_device = (int (*)(int *))dlsym_real(h, "cuCtxGetDevice");
 		drv_func_get_name = (int (*)(const char **, CUfunction))dlsym_real(h, "cuFuncGetName");
 		drv_kernel_get_name = (int (*)(const char **, CUfunction))dlsym_real(h, "cuKernelGetName");
+		drv_mem_get_info = (int (*)(size_t *, size_t *))dlsym_real(h, "cuMemGetInfo_v2");
 		dlclose(h);
+		found = 1;
 	}
 	own_down();
-	atomic_store_explicit(&drv_looked, 1, memory_order_release);
+	if (found) atomic_store_explicit(&drv_looked, 1, memory_order_release);
 }
 
 // The calling thread's current device, or NO_DEVICE when not known.
@@ -134,6 +138,27 @@ static void dev_free(uint16_t sub, uint64_t p) {
 	if (!p || !wanted(NO_DEVICE)) return; // the block's device is the decoder's to know
 	guard_up();
 	emit(R_FREE, sub | off_flag(), stamp_before(), p, 0, NULL, 0);
+	guard_down();
+}
+
+// A SNAPSHOT of the calling thread's current device (cuMemGetInfo: free and
+// total), at start(), each step and stop(): nothing when the program has no
+// CUDA context on this thread (msmemscope never makes one).
+void ms_cuda_snapshot(void) {
+	if (!cfg_cuda || in_child() || tls_guard) return;
+	drv_lookup();
+	int dev;
+	size_t fr, tot;
+	if (!drv_ctx_get_device || !drv_mem_get_info || drv_ctx_get_device(&dev) != 0 || dev < 0 || !wanted((uint64_t)dev))
+		return;
+	own_up();
+	int r = drv_mem_get_info(&fr, &tot);
+	own_down();
+	if (r != 0) return;
+	char buf[160];
+	int n = snprintf(buf, sizeof buf, "device:%d,free:%zu,total:%zu,used:%zu", dev, fr, tot, tot - fr);
+	guard_up();
+	emit(R_SNAPSHOT, F_TEXT, stamp_after(), 0, (uint64_t)n, buf, (uint32_t)n);
 	guard_down();
 }
 

@@ -60,6 +60,7 @@ extern HIDDEN int cfg_cstack;   // C stack depth
 extern HIDDEN int cfg_deferred;
 extern HIDDEN uint32_t cfg_cuda; // CUDA ordinals recorded, one bit each (cuda.c)
 extern HIDDEN int cfg_kernel;    // CUDA kernel launches recorded
+void ms_cuda_snapshot(void);     // cuda.c: a SNAPSHOT row of the current CUDA device
 
 // ---- global state (lifecycle.c) ----
 extern HIDDEN _Atomic int ms_state;      // 0 new, 1 initializing, 2 ready

@@ -110,3 +110,26 @@ func (d *Decoder) oom(r *Rec, e *trace.Event) *trace.Event {
 	}
 	return e
 }
+
+// snapshot is an R_SNAPSHOT's row: "k:v,k:v" attrs, the host's (the PyTorch
+// hooks': rss, heap, torch.cuda's figures) or a CUDA device's
+// (cuMemGetInfo: device, free, total, used), whose device is the row's
+// Device Id.
+func (d *Decoder) snapshot(r *Rec, e *trace.Event) *trace.Event {
+	if d.torch != nil && d.torch.pre {
+		return nil // the pass that learns PyTorch's blocks makes no rows
+	}
+	e.Kind = trace.KindSnapshot
+	e.Type = trace.NA
+	e.Device = trace.DeviceHost
+	for _, kv := range strings.Split(r.Text(), ",") {
+		if k, v, ok := strings.Cut(kv, ":"); ok {
+			if k == "device" {
+				e.Device = v
+				continue
+			}
+			e.Extra = append(e.Extra, trace.KV{Key: k, Value: trace.CleanAttrValue(v)})
+		}
+	}
+	return e
+}

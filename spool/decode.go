@@ -413,6 +413,8 @@ func (d *Decoder) record(r *Rec, e *trace.Event) *trace.Event {
 		return d.kernelLaunch(r, e)
 	case format.ROOM:
 		return d.oom(r, e)
+	case format.RSnapshot:
+		return d.snapshot(r, e)
 	case format.ROwnerPush:
 		d.scopes[r.Tid] = append(d.scopes[r.Tid], trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_")))
 	case format.ROwnerPop:

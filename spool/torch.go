@@ -177,19 +177,6 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 		if b := d.lookupBlock(r.A); b != nil && t.pre {
 			t.tag[b.id] = trace.CleanAttrValue(strings.ReplaceAll(r.Text(), "@", "_"))
 		}
-	case format.RSnapshot:
-		if t.pre {
-			return nil
-		}
-		e.Kind = trace.KindSnapshot
-		e.Type = trace.NA
-		e.Device = trace.DeviceHost
-		for _, kv := range strings.Split(r.Text(), ",") {
-			if k, v, ok := strings.Cut(kv, ":"); ok {
-				e.Extra = append(e.Extra, trace.KV{Key: k, Value: trace.CleanAttrValue(v)})
-			}
-		}
-		return e
 	case format.RWatch:
 		if t.pre {
 			return nil

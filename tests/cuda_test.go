@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -342,5 +343,32 @@ func TestNVTXAsMstx(t *testing.T) {
 	got, r := rowsOf("NVTX_INJECTION64_PATH=./.")
 	if len(got) != 0 || !strings.Contains(r.Stderr, "NVTX_INJECTION64_PATH is set (./.), another tool's") {
 		t.Errorf("with another injection: MSTX rows %v, stderr:\n%s", got, r.Stderr)
+	}
+}
+
+// Each step (and start and stop) brings a SNAPSHOT row of the current CUDA
+// device: cuMemGetInfo's figures, as the program itself reads them; none
+// before the program has a context.
+func TestCUDASnapshotsAtSteps(t *testing.T) {
+	dir := standin(t)
+	bin := compile(t, filepath.Join(progsDir, "cuda", "cuda_steps.c"), "cuda", append(linkMemscope(), "-I", filepath.Join(progsDir, "cuda"), "-L"+dir, "-lcuda", "-Wl,-rpath,"+dir)...)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLIEnv(t, 60*time.Second, "", nil, "--output="+out, bin)
+	if r.Code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
+	}
+	var got []string
+	for _, e := range readDump(t, dumpOf(t, readManifest(t, out).main(t).Folder)) {
+		if e.Kind == trace.KindSnapshot {
+			u, _ := e.Get("used")
+			tot, _ := e.Get("total")
+			got = append(got, fmt.Sprintf("used %s total %s", u, tot))
+			if e.Device != "0" {
+				t.Errorf("SNAPSHOT on device %q, want 0", e.Device)
+			}
+		}
+	}
+	if want := strings.TrimSpace(r.Stdout); strings.Join(got, "\n") != want {
+		t.Errorf("SNAPSHOT rows:\n%s\nthe driver said:\n%s", strings.Join(got, "\n"), want)
 	}
 }

@@ -32,6 +32,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 /* initial-exec: glibc puts this in the static TLS surplus even when the
  * library is dlopen'ed, so reading it never makes __tls_get_addr malloc. */
 static __thread int cur_dev __attribute__((tls_model("initial-exec")));
+static __thread int has_ctx __attribute__((tls_model("initial-exec"))); /* cuCtxSetCurrent made one current */
 static u64 next_dev = 0x7e0000000000ULL, next_host = 0x7d0000000000ULL;
 static u64 next_handle = 0x1000, next_va = 0x7c0000000000ULL;
 static u64 live[NDEV]; /* live device bytes per device, for cuMemGetInfo */
@@ -112,9 +113,15 @@ static CUresult s_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice dev) { /* cont
 }
 static CUresult s_cuCtxSetCurrent(CUcontext c) { /* NULL (unbind) means device 0 here */
 	uintptr_t d = (uintptr_t)c;
-	return d > NDEV ? CUDA_ERROR_INVALID_CONTEXT : (cur_dev = d ? (int)d - 1 : 0, 0);
+	return d > NDEV ? CUDA_ERROR_INVALID_CONTEXT : (cur_dev = d ? (int)d - 1 : 0, has_ctx = d != 0, 0);
 }
-static CUresult s_cuCtxGetDevice(CUdevice *d) { if (!d) return BAD; *d = cur_dev; return 0; }
+/* As the real driver: no device until the thread has a context. */
+static CUresult s_cuCtxGetDevice(CUdevice *d) {
+	if (!d) return BAD;
+	if (!has_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+	*d = cur_dev;
+	return 0;
+}
 
 /* ---- device, managed and pinned memory */
 static CUresult s_cuMemAlloc_v2(CUdeviceptr *d, size_t n) { return dev_alloc(d, n); }
