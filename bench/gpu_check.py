@@ -36,10 +36,10 @@ import time
 TRAIN = r'''
 import json, os, sys, time
 import torch
-mark = None
+mark = step = None
 if os.environ.get("GPUCHECK_TRACED"):
     import msmemscope
-    mark = msmemscope.mstx.mark
+    mark, step = msmemscope.mstx.mark, msmemscope.step
 steps, profiled = int(sys.argv[1]), sys.argv[2] == "profile"
 smoke = os.environ.get("GPUCHECK_SMOKE") == "1"  # the check's own test, on a CPU
 if smoke:
@@ -71,6 +71,7 @@ for i in range(steps):
                 "max_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved()})
     if mark:
         mark("gpucheck %d" % i)
+        step()  # a device SNAPSHOT row (cuMemGetInfo) each
 oom = None
 if os.environ.get("GPUCHECK_OOM"):  # a request no GPU holds: an OOM row and its report
     try:
@@ -109,7 +110,8 @@ def read_capture(out: str) -> dict:
     live.update({"torch_" + k: 0 for k in list(live)})
     kind_of = {}
     at_mark, launches, marks = [], 0, []
-    rows = {"HAL": 0, "HOST_PINNED": 0, "KERNEL_LAUNCH": 0, "KERNEL_UNNAMED": 0, "OOM": 0, "all": 0}
+    rows = {"HAL": 0, "HOST_PINNED": 0, "KERNEL_LAUNCH": 0, "KERNEL_UNNAMED": 0, "OOM": 0, "SNAPSHOT_DEVICE": 0,
+            "all": 0}
     names = {}
     with open(dump, newline="") as f:
         r = csv.reader(f)
@@ -121,6 +123,8 @@ def read_capture(out: str) -> dict:
             t = row[ty]
             if row[ev] == "OOM":
                 rows["OOM"] += 1
+            elif row[ev] == "SNAPSHOT" and row[head.index("Device Id")] == "0":
+                rows["SNAPSHOT_DEVICE"] += 1
             elif t in ("HAL", "HOST_PINNED"):
                 rows[t] += 1
                 a = attrs(row[at])
@@ -257,6 +261,8 @@ def main() -> int:
     checks["oom_row_and_report"] = {"ok": d.get("oom") is True and bool(reports) and all(r["requested"] == 1 << 42 for r in reports)
                                     and (d.get("capture") or {}).get("rows", {}).get("OOM") == len(reports),
                                     "torch_raised": d.get("oom"), "reports": reports}
+    checks["device_snapshot_each_step"] = {"ok": args.smoke or (d.get("capture") or {}).get("rows", {}).get("SNAPSHOT_DEVICE") == args.steps,
+                                           "rows": (d.get("capture") or {}).get("rows", {}).get("SNAPSHOT_DEVICE")}
     if args.smoke:
         checks["oom_row_and_report"]["ok"] = True  # no device to run out of
     bare = runs["bare"].get("median_step_s")
