@@ -201,6 +201,12 @@ def compare(res: dict, kind: str) -> dict:
             "mismatches": bad[:5], "hal_rows": cap["rows"]["HAL"]}
 
 
+def outside(res: dict) -> int:
+    """Driver memory (every kind) not allocated by PyTorch's caching allocator, at the last mark."""
+    last = res["capture"]["live_at_step"][-1]
+    return sum(last[k] - last["torch_" + k] for k in ("device", "managed", "vmm"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -278,8 +284,7 @@ def main() -> int:
         "python": sys.version.split()[0], "steps": args.steps,
         "checks": checks,
         "step_time_ratio_traced_over_bare": ratios,
-        "outside_pytorch_bytes_at_last_step": {k: runs[k]["capture"]["live_at_step"][-1][kind] - runs[k]["capture"]["live_at_step"][-1]["torch_" + kind]
-                                               for k, kind in (("default", "device"), ("expandable", "vmm"), ("async", "device"))
+        "outside_pytorch_bytes_at_last_step": {k: outside(runs[k]) for k in ("default", "expandable", "async")
                                                if runs[k].get("capture") and runs[k]["capture"]["live_at_step"]},
         "async_backend": {"hal_live_at_step": a and [c["device"] for c in a["live_at_step"]],
                           "reserved": [s["reserved"] for s in runs["async"].get("steps", [])]},

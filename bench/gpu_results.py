@@ -30,7 +30,12 @@ print("Step time (median of steps 1..%d; bare %.2f ms), traced over bare: defaul
       "cudaMallocAsync %s with the driver layer alone (`--device=cuda --level=kernel --events=alloc,free "
       "--call-stack=c:32`); %s with msmemscope's default options (host heap and operator hooks too).\n"
       % (r["steps"] - 1, (bare or 0) * 1e3, *("%.2f×" % rt[k] if k in rt else "n/a" for k in ("default", "expandable", "async", "default_options"))))
-o = r.get("outside_pytorch_bytes_at_last_step", {})
+o = {}
+for k in ("default", "expandable", "async"):
+    cap = r["runs"].get(k, {}).get("capture")
+    if cap and cap["live_at_step"]:
+        last = cap["live_at_step"][-1]
+        o[k] = sum(last[x] - last["torch_" + x] for x in ("device", "managed", "vmm"))
 if o:
     print("Driver memory outside PyTorch's caching allocator at the last step (other libraries' cudaMalloc): %s.\n"
           % ", ".join("%s %.1f MiB" % (k, v / 2**20) for k, v in o.items()))
