@@ -11,6 +11,7 @@ import "C"
 
 import (
 	"encoding/json"
+	"strings"
 
 	"msmemscope/analyzer"
 	"msmemscope/capi/reply"
@@ -97,6 +98,18 @@ func msgo_analyze(name, kwargs *C.char) *C.char {
 		}
 		return res.Value, res.Text, nil
 	}))
+}
+
+//export msgo_export
+func msgo_export(input, formats, output *C.char) *C.char {
+	in, fs, o := C.GoString(input), C.GoString(formats), C.GoString(output)
+	return call(analyzer.ErrorKind, func() (any, error) {
+		var list []string
+		if fs != "" {
+			list = strings.Split(fs, ",")
+		}
+		return libmemscope.Export(in, list, o)
+	})
 }
 
 //export msgo_window_begin

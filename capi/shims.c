@@ -39,6 +39,10 @@ char *msmemscope_get_mem_report_with_time(const char *input, long long t_ms, int
 	REPLY(msgo_get_mem_report_with_time((char *)input, t_ms, interval_ms));
 }
 
+char *msmemscope_export(const char *input, const char *formats, const char *output) {
+	REPLY(msgo_export((char *)input, (char *)(formats ? formats : ""), (char *)(output ? output : "")));
+}
+
 char *msmemscope_list_analyzers(void) { REPLY(msgo_list_analyzers()); }
 char *msmemscope_analyzer_config(const char *name) { REPLY(msgo_analyzer_config((char *)name)); }
 char *msmemscope_analyze(const char *name, const char *kwargs) { REPLY(msgo_analyze((char *)name, (char *)kwargs)); }

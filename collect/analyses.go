@@ -96,15 +96,23 @@ func setExitUnknown(runs []*run, reason string) {
 	}
 }
 
-func setLeakKinds(runs []*run, kinds map[uint64]uint8) {
+// leakKindOf names the leak kinds the scan at exit gave (nil: no scan ran).
+func leakKindOf(kinds map[uint64]uint8) func(uint64) (string, bool) {
 	if kinds == nil {
-		return
+		return nil
 	}
-	kindOf := func(id uint64) (string, bool) {
+	return func(id uint64) (string, bool) {
 		if k := int(kinds[id]); k >= 1 && k <= len(analyzer.LeakKinds) {
 			return analyzer.LeakKinds[k-1], true
 		}
 		return "", true
+	}
+}
+
+func setLeakKinds(runs []*run, kinds map[uint64]uint8) {
+	kindOf := leakKindOf(kinds)
+	if kindOf == nil {
+		return
 	}
 	for _, r := range runs {
 		if s, ok := r.a.(interface {

@@ -17,6 +17,7 @@ import (
 
 	"msmemscope/analyzer"
 	"msmemscope/config"
+	"msmemscope/export"
 	"msmemscope/internal/logx"
 	"msmemscope/internal/safefs"
 	"msmemscope/internal/version"
@@ -68,8 +69,9 @@ type Result struct {
 	DecomposePath string
 	Inefficient   *analyzer.IneffReport
 	WatchPath     string
-	DeviceSeen    bool   // a row of a device (not the host heap)
-	OOMPath       string // the report of CUDA allocations refused (oom.go)
+	DeviceSeen    bool     // a row of a device (not the host heap)
+	OOMPath       string   // the report of CUDA allocations refused (oom.go)
+	ExportPaths   []string // the files --export wrote (package export)
 }
 
 // ConfigJSON is the config.json of SPEC §2.
@@ -198,6 +200,10 @@ func Convert(dir string, opt Options) (*Result, error) {
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 	var outside uint64
 	var oom oomWatch
+	exp, err := export.NewSet(cfg.Export)
+	if err != nil {
+		return nil, err
+	}
 	write := WriteDump
 	var inLogs countRows
 	if noDump {
@@ -214,6 +220,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 					res.DeviceSeen = true
 				}
 				oom.observe(e)
+				exp.Observe(e)
 				observe(runs, false, e)
 			}
 			return eachEvent(inputNext(dec.NextInto), pre, func(e *trace.Event) error {
@@ -295,6 +302,15 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	if err := oom.write(res, stamp, opt.Console); err != nil {
 		return nil, err
+	}
+	exp.SetLeakKinds(leakKindOf(dec.LeakKinds()))
+	if res.ExportPaths, err = exp.Write(filepath.Join(dir, export.Dir), stamp); err != nil {
+		return nil, err
+	}
+	for _, p := range res.ExportPaths {
+		if opt.Console != nil {
+			fmt.Fprintf(opt.Console, "msmemscope: process %d (%s): export written to %s\n", meta.Pid, meta.ProgName(), p)
+		}
 	}
 	if w := DeviceWarning(cfg, res.DeviceSeen, cudaDriverLoaded(dir)); w != "" && cfg.LogLevel != "error" {
 		logx.WarnTo(opt.Console, "process %d: %s", meta.Pid, w)
@@ -389,6 +405,8 @@ func newDecoder(sp *spool.Spool, dir string, meta *spool.ProcessMeta, cfg config
 	d := spool.NewDecoder(sp, dir, meta, cfg)
 	d.SymbolizeWith(mapsFile, "")
 	d.UseTorch(torch)
-	d.NoSites() // no analysis of a conversion reads them
+	if len(cfg.Export) == 0 {
+		d.NoSites() // no analysis of a conversion reads them (an export names blocks by site without stacks)
+	}
 	return d
 }

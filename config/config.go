@@ -10,6 +10,9 @@ import (
 	"strings"
 )
 
+// ExportFormats are the formats --export writes (package export).
+var ExportFormats = []string{"pprof"}
+
 // EnvConfig carries the effective configuration, as JSON, to traced processes.
 const EnvConfig = "MSMEMSCOPE_CONFIG"
 
@@ -52,10 +55,11 @@ type Config struct {
 	Analysis    []string `json:"analysis"`           // subset of leaks, inefficient, decompose
 	Steps       []int    `json:"steps"`              // empty: all steps
 	Watch       *Watch   `json:"watch,omitempty"`
-	DataFormat  string   `json:"data_format"` // "csv" | "db"
-	Output      string   `json:"output"`      // absolute once the CLI has checked it
-	LogLevel    string   `json:"log_level"`   // "info" | "warn" | "error"
-	LogMode     string   `json:"log_mode"`    // "full" | "rotate"
+	DataFormat  string   `json:"data_format"`      // "csv" | "db"
+	Export      []string `json:"export,omitempty"` // formats written into export/ (ExportFormats)
+	Output      string   `json:"output"`           // absolute once the CLI has checked it
+	LogLevel    string   `json:"log_level"`        // "info" | "warn" | "error"
+	LogMode     string   `json:"log_mode"`         // "full" | "rotate"
 	LogFiles    int      `json:"log_files"`
 	LogFileMB   int      `json:"log_file_mb"`
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,7 +46,7 @@ const (
 var Options = []string{
 	"device", "level", "events", "call-stack", "collect-mode", "analysis",
 	"steps", "watch", "data-format", "output", "log-level", "log-mode",
-	"log-files", "log-file-mb",
+	"log-files", "log-file-mb", "export",
 }
 
 // OptionError is a value that breaks one of an option's rules. Option is the
@@ -116,6 +117,7 @@ const (
 	ruleWatchOrder   = "#N goes before out{id}: start[#N][:out{id}]"
 	ruleWatchName    = "operator name must not be empty"
 	ruleDataFormat   = "must be csv or db"
+	ruleExport       = "must be pprof (the export formats built), comma-separated"
 	ruleLogLevel     = "must be info, warn or error"
 	ruleLogMode      = "must be full or rotate"
 	ruleLogFiles     = "must be an integer in [1,1000]"
@@ -184,6 +186,21 @@ func (c *Config) Set(name, value string) error {
 			return err
 		}
 		c.Watch = w
+	case "export":
+		items, err := splitItems(opt, value)
+		if err != nil {
+			return err
+		}
+		var out []string
+		for _, it := range items {
+			if !slices.Contains(ExportFormats, it) {
+				return &OptionError{opt, it, ruleExport}
+			}
+			if !slices.Contains(out, it) {
+				out = append(out, it)
+			}
+		}
+		c.Export = out
 	case "data-format":
 		v, err := oneOf(opt, value, ruleDataFormat, "csv", "db")
 		if err != nil {

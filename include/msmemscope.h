@@ -58,6 +58,12 @@ char *msmemscope_get_mem_report(void);
 char *msmemscope_get_all_time_size(const char *input, int interval_ms);
 char *msmemscope_get_mem_report_with_time(const char *input, long long t_ms, int interval_ms);
 
+/* Exports a capture or dump (any input of msmemscope_get_all_time_size) in
+ * formats, comma-separated ("pprof"; NULL or "": every format), into
+ * output/export, or with output NULL or "" into the capture's export
+ * folder. result: the paths written. Errors are ValueError. */
+char *msmemscope_export(const char *input, const char *formats, const char *output);
+
 /* Measurement windows (the pytest plugin's per-test figures). begin: from
  * now on, blocks allocated are followed; result null. end: result
  * {"peak_bytes", "leaked_bytes", "leaked_blocks", "allocated_bytes",

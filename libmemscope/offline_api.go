@@ -9,8 +9,18 @@ package libmemscope
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"msmemscope/analyzer"
+	"msmemscope/config"
+	"msmemscope/export"
+	"msmemscope/spool"
+	"msmemscope/trace"
 )
 
 // ListAnalyzers is ["leaks", ...].
@@ -40,4 +50,38 @@ func Analyze(name, kwargs string) (*analyzer.Result, error) {
 		return nil, &analyzer.ArgError{Kind: "TypeError", Msg: "keyword arguments must be a JSON object: " + err.Error()}
 	}
 	return analyzer.RunAnalyzer(name, args, analyzer.NewProgress(analyzer.Label(name)))
+}
+
+// Export writes input's events (a dump file, a capture or output folder, a
+// spool or rotated log) in formats (config.ExportFormats; empty: all) into
+// output/export, or, without output, into the capture's export folder (the
+// input's own folder for a file outside a capture). It returns the paths.
+func Export(input string, formats []string, output string) ([]string, error) {
+	if len(formats) == 0 {
+		formats = config.ExportFormats
+	}
+	for _, f := range formats {
+		if !slices.Contains(config.ExportFormats, f) {
+			return nil, fmt.Errorf("unknown export format %q: the formats are %s", f, strings.Join(config.ExportFormats, ", "))
+		}
+	}
+	if _, err := os.Stat(input); err != nil {
+		return nil, err
+	}
+	dir := output
+	if dir == "" {
+		dir = input
+		if fi, err := os.Stat(input); err == nil && !fi.IsDir() {
+			dir = filepath.Dir(input)
+			if filepath.Base(dir) == spool.DumpDir {
+				dir = filepath.Dir(dir)
+			}
+		}
+	}
+	in, err := spool.Open(input, trace.OpenOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	return export.File(in, filepath.Join(dir, export.Dir), time.Now().Format("20060102150405"), formats)
 }

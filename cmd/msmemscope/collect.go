@@ -161,7 +161,7 @@ func offline(inv *cli.Invocation) int {
 	defer symbolize.KeepModules()() // the run's processes share libc and more
 	for _, d := range dirs {
 		opt := collect.Options{Console: os.Stderr}
-		if inv.Set["analysis"] || inv.Set["steps"] || inv.Set["data-format"] {
+		if inv.Set["analysis"] || inv.Set["steps"] || inv.Set["data-format"] || inv.Set["export"] {
 			m, err := spool.ReadMeta(d)
 			if err != nil {
 				return fail(err)
@@ -175,6 +175,9 @@ func offline(inv *cli.Invocation) int {
 			}
 			if inv.Set["data-format"] {
 				c.DataFormat = inv.Config.DataFormat
+			}
+			if inv.Set["export"] {
+				c.Export = inv.Config.Export
 			}
 			opt.Config = &c
 		}

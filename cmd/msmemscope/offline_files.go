@@ -14,6 +14,7 @@ import (
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/collect"
 	"msmemscope/config"
+	"msmemscope/export"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
 	"msmemscope/trace"
@@ -104,8 +105,18 @@ func offlineFile(inv *cli.Invocation, path string) int {
 	// Reports go to the capture's analysis folder when the file is in a
 	// capture's dump folder, else to --output.
 	outDir := filepath.Join(inv.Config.Output, spool.AnalysisDir)
+	exportDir := filepath.Join(inv.Config.Output, export.Dir)
 	if d := filepath.Dir(path); filepath.Base(d) == spool.DumpDir && !inv.Set["output"] {
 		outDir = filepath.Join(filepath.Dir(d), spool.AnalysisDir)
+		exportDir = filepath.Join(filepath.Dir(d), export.Dir)
+	}
+	if inv.Set["export"] {
+		if err := exportFile(path, exportDir, inv.Config.Export); err != nil {
+			return exitFor(err)
+		}
+		if !inv.Set["analysis"] {
+			return 0 // --export alone: no default analysis
+		}
 	}
 	options := config.Default().Analysis
 	if inv.Set["analysis"] {
@@ -173,6 +184,23 @@ func fileReports(path, outDir string, options []string, specs []*spec.Analysis, 
 		fmt.Fprintf(os.Stderr, "msmemscope: %s report written to %s\n", specs[i].Option, p)
 	}
 	return nil
+}
+
+// exportFile writes a dump file's events in the --export formats into dir.
+func exportFile(path, dir string, formats []string) error {
+	in, err := spool.Open(path, trace.OpenOptions{})
+	if err != nil {
+		return collect.BadInput(err)
+	}
+	defer in.Close()
+	paths, err := export.File(in, dir, time.Now().Format("20060102150405"), formats)
+	for _, p := range paths {
+		fmt.Fprintf(os.Stderr, "msmemscope: %s: export written to %s\n", path, p)
+	}
+	if ie := (*export.InputError)(nil); errors.As(err, &ie) {
+		return collect.BadInput(err)
+	}
+	return err
 }
 
 // exportDump writes a copy of a dump file in the other format beside it.

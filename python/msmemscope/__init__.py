@@ -31,7 +31,7 @@ __all__ = [
     # where memory is now, and the peak timeline of a finished capture
     "get_mem_report", "get_all_time_size", "get_mem_report_with_time",
     # offline analyses of a dump
-    "list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "check_inefficient", "analyzer",
+    "list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "check_inefficient", "export", "analyzer",
 ]
 __version__ = _lib.version()
 
@@ -179,5 +179,5 @@ def _startup_torch() -> None:
         atexit.register(torch_hooks.disable)
 
 from .memreport import get_all_time_size, get_mem_report, get_mem_report_with_time  # noqa: E402
-from .offline import list_analyzers, get_analyzer_config, analyze, check_leaks, check_inefficient  # noqa: E402
+from .offline import list_analyzers, get_analyzer_config, analyze, check_leaks, check_inefficient, export  # noqa: E402
 from . import analyzer  # noqa: E402

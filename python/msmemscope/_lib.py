@@ -130,6 +130,7 @@ SIGNATURES: Dict[str, Tuple[List[Any], Any]] = {
     "msmemscope_get_mem_report": ([], _REPLY),
     "msmemscope_get_all_time_size": ([_c.c_char_p, _c.c_int], _REPLY),
     "msmemscope_get_mem_report_with_time": ([_c.c_char_p, _c.c_longlong, _c.c_int], _REPLY),
+    "msmemscope_export": ([_c.c_char_p, _c.c_char_p, _c.c_char_p], _REPLY),
     "msmemscope_window_begin": ([], _REPLY),
     "msmemscope_window_end": ([_c.c_int], _REPLY),
     "msmemscope_list_analyzers": ([], _REPLY),

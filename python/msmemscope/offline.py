@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _lib
 
-__all__ = ["list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "check_inefficient"]
+__all__ = ["list_analyzers", "get_analyzer_config", "analyze", "check_leaks", "check_inefficient", "export"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -117,3 +117,24 @@ def check_inefficient(input_path: PathLike, mem_size: Optional[int] = None,
     if idle_threshold is not None:
         kwargs["idle_threshold"] = idle_threshold
     return analyze("inefficient", **kwargs)
+
+
+def export(input_path: PathLike, formats: Optional[Union[str, Sequence[str]]] = None,
+           output: Optional[PathLike] = None) -> List[str]:
+    """Writes a capture or dump in other tools' formats and returns the paths
+    written: "pprof" (a heap profile for ``go tool pprof``:
+    alloc_objects, alloc_space, inuse_objects, inuse_space, labelled by
+    device, owner, step and leak kind). input_path: a capture or output
+    folder, a dump CSV or DB. formats: a name, a list of names, or None for
+    every format. The files go into output/export, or, without output, into
+    the capture's export folder."""
+    _lib.refuse_in_child("export")
+    if isinstance(formats, str):
+        formats = [formats]
+    names = list(formats or [])
+    for f in names:
+        if not isinstance(f, str):
+            raise TypeError("formats: each format must be a str, got %s" % type(f).__name__)
+    out = _lib.path_arg("output", output).encode() if output is not None else b""
+    res = _lib.call("msmemscope_export", _lib.path_arg("input_path", input_path).encode(), ",".join(names).encode(), out)
+    return res["result"]

@@ -1,0 +1,128 @@
+// Package export writes a capture's events in the formats other tools read:
+// pprof's profile.proto (go tool pprof, and every viewer that reads it).
+// An exporter sees the conversion's one event stream, as the analyses do,
+// and writes its file into the capture's export/ folder at the end.
+package export
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"msmemscope/config"
+	"msmemscope/internal/safefs"
+	"msmemscope/trace"
+)
+
+// Dir is the folder of a capture (or of --output) that exports go to.
+const Dir = "export"
+
+// Writer is one format's exporter.
+type Writer interface {
+	Observe(e *trace.Event)
+	// Name is the file's name before its stamp (profile_) and its extension.
+	Name() (prefix, ext string)
+	Encode(w io.Writer) error
+}
+
+// New returns the exporter of a format of config.ExportFormats.
+func New(format string) (Writer, error) {
+	switch format {
+	case "pprof":
+		return newPprof(), nil
+	}
+	return nil, fmt.Errorf("unknown export format %q (known: %v)", format, config.ExportFormats)
+}
+
+// Set fans one event stream out to several exporters.
+type Set struct{ ws []Writer }
+
+// NewSet makes the exporters of formats (nil when there are none).
+func NewSet(formats []string) (*Set, error) {
+	if len(formats) == 0 {
+		return nil, nil
+	}
+	s := &Set{}
+	for _, f := range formats {
+		w, err := New(f)
+		if err != nil {
+			return nil, err
+		}
+		s.ws = append(s.ws, w)
+	}
+	return s, nil
+}
+
+// Observe hands e to every exporter; a nil Set ignores it.
+func (s *Set) Observe(e *trace.Event) {
+	if s == nil {
+		return
+	}
+	for _, w := range s.ws {
+		w.Observe(e)
+	}
+}
+
+// SetLeakKinds hands the exporters the leak kind of each block alive at the
+// end (the scan at exit), for those that show it; nil: no scan ran.
+func (s *Set) SetLeakKinds(kindOf func(allocID uint64) (string, bool)) {
+	if s == nil || kindOf == nil {
+		return
+	}
+	for _, w := range s.ws {
+		if k, ok := w.(interface {
+			SetLeakKinds(func(uint64) (string, bool))
+		}); ok {
+			k.SetLeakKinds(kindOf)
+		}
+	}
+}
+
+// Write writes every exporter's file into dir (made when missing), named
+// {prefix}{stamp}{ext} without overwriting anything, and returns the paths.
+func (s *Set) Write(dir, stamp string) ([]string, error) {
+	if s == nil {
+		return nil, nil
+	}
+	if err := safefs.EnsureDir(dir); err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, w := range s.ws {
+		prefix, ext := w.Name()
+		p := safefs.FreeName(safefs.Numbered(filepath.Join(dir, prefix+stamp), ext))
+		if err := safefs.WriteDerived(p, w.Encode); err != nil {
+			return paths, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// File exports an input's events (any input spool.Open reads: a dump file,
+// a capture folder's newest dump or its spool, a rotated log) into dir,
+// named with stamp; it returns the paths written.
+func File(in trace.Input, dir, stamp string, formats []string) ([]string, error) {
+	set, err := NewSet(formats)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		e, err := in.Next()
+		if err != nil {
+			return nil, &InputError{err}
+		}
+		if e == nil {
+			break
+		}
+		set.Observe(e)
+	}
+	return set.Write(dir, stamp)
+}
+
+// InputError is a failure to read File's input (a file cut short or
+// damaged), as opposed to one writing the export.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }

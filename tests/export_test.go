@@ -1,0 +1,126 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// --export=pprof: a heap profile go tool pprof reads, with Go's four sample
+// types; the planted leak's function comes first by inuse_space, and the
+// leak kinds of the scan at exit are labels.
+func TestExportPprof(t *testing.T) {
+	bin := compile(t, "pprof_leak.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, 60*time.Second, "", "--output="+out, "--call-stack=c:8", "--export=pprof", bin)
+	if r.Code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
+	}
+	path := onlyFile(t, filepath.Join(readManifest(t, out).main(t).Folder, "export", "profile_*.pb.gz"))
+	if !strings.Contains(r.Stderr, "export written to "+path) {
+		t.Errorf("the console does not name %s:\n%s", path, r.Stderr)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, st := range p.SampleType {
+		types = append(types, st.Type+"/"+st.Unit)
+	}
+	if got := strings.Join(types, " "); got != "alloc_objects/count alloc_space/bytes inuse_objects/count inuse_space/bytes" {
+		t.Errorf("sample types %s", got)
+	}
+	// Totals per function: lose 3 x 100000 in use; churn 1000 x 512
+	// allocated, none in use; keep 50 x 64 in use.
+	type tot struct{ allocN, allocB, inuseN, inuseB int64 }
+	by := map[string]*tot{}
+	lost := int64(0)
+	for _, s := range p.Sample {
+		fn := s.Location[0].Line[0].Function.Name
+		if by[fn] == nil {
+			by[fn] = &tot{}
+		}
+		x := by[fn]
+		x.allocN += s.Value[0]
+		x.allocB += s.Value[1]
+		x.inuseN += s.Value[2]
+		x.inuseB += s.Value[3]
+		if s.Label["leak"] != nil && s.Label["leak"][0] == "definitely_lost" {
+			lost += s.Value[3]
+		}
+	}
+	for fn, want := range map[string]tot{"lose": {3, 300000, 3, 300000}, "churn": {1000, 512000, 0, 0}, "keep": {50, 3200, 50, 3200}} {
+		if by[fn] == nil || *by[fn] != want {
+			t.Errorf("%s: %+v, want %+v", fn, by[fn], want)
+		}
+	}
+	if lost != 300000 {
+		t.Errorf("definitely lost in use: %d B, want lose()'s 300000", lost)
+	}
+	// go tool pprof itself: the leak first by inuse_space.
+	cmd := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", path)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool pprof: %v\n%s", err, b)
+	}
+	lines := strings.Split(string(b), "\n")
+	first := ""
+	for i, l := range lines {
+		if strings.Contains(l, "flat%") && i+1 < len(lines) {
+			first = lines[i+1]
+			break
+		}
+	}
+	if !strings.HasSuffix(strings.TrimSpace(first), " lose") {
+		t.Errorf("go tool pprof -top: first row %q, want lose\n%s", first, b)
+	}
+}
+
+// --export offline, on a dump file: the same profile but for the leak kinds
+// (a dump holds no scan), into the capture's export folder.
+func TestExportPprofOffline(t *testing.T) {
+	bin := compile(t, "pprof_leak.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "--call-stack=c:8", bin)
+	folder := readManifest(t, out).main(t).Folder
+	r := runCLI(t, 60*time.Second, "", "--input="+dumpOf(t, folder), "--export=pprof")
+	if r.Code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
+	}
+	f, err := os.Open(onlyFile(t, filepath.Join(folder, "export", "profile_*.pb.gz")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inuse := map[string]int64{}
+	for _, s := range p.Sample {
+		inuse[s.Location[0].Line[0].Function.Name] += s.Value[3]
+		if s.Label["leak"] != nil {
+			t.Errorf("a leak kind from a dump file: %v", s.Label)
+		}
+	}
+	if inuse["lose"] != 300000 || inuse["keep"] != 3200 || inuse["churn"] != 0 {
+		t.Errorf("in use by function: %v", inuse)
+	}
+}
+
+// --export names the formats it knows in its error.
+func TestExportUnknownFormat(t *testing.T) {
+	r := runCLI(t, 30*time.Second, "", "--export=flamegraph", "true")
+	oneLineError(t, r, `invalid value "flamegraph" for --export: must be pprof`)
+}
