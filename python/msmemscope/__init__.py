@@ -64,7 +64,8 @@ def _config() -> Dict[str, Any]:
 def config(**items: Any) -> None:
     """Sets options by the CLI's names (underscores for dashes): device,
     level, events, call_stack, collect_mode, analysis, steps, watch,
-    data_format, output, log_level, log_mode, log_files, log_file_mb.
+    data_format, output, log_level, log_mode, log_files, log_file_mb,
+    export.
 
     Every value is checked with the CLI's rules, all or none: a violation
     raises ValueError naming the option, the value and the rule. "" (or
