@@ -204,6 +204,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	exp.SetProcess(int64(meta.Pid))
 	write := WriteDump
 	var inLogs countRows
 	if noDump {

@@ -1,5 +1,6 @@
 // Package export writes a capture's events in the formats other tools read:
-// pprof's profile.proto (go tool pprof, and every viewer that reads it).
+// pprof's profile.proto (go tool pprof, and every viewer that reads it) and
+// the Chrome JSON trace format (ui.perfetto.dev, chrome://tracing).
 // An exporter sees the conversion's one event stream, as the analyses do,
 // and writes its file into the capture's export/ folder at the end.
 package export
@@ -30,6 +31,8 @@ func New(format string) (Writer, error) {
 	switch format {
 	case "pprof":
 		return newPprof(), nil
+	case "perfetto":
+		return newPerfetto(), nil
 	}
 	return nil, fmt.Errorf("unknown export format %q (known: %v)", format, config.ExportFormats)
 }
@@ -60,6 +63,19 @@ func (s *Set) Observe(e *trace.Event) {
 	}
 	for _, w := range s.ws {
 		w.Observe(e)
+	}
+}
+
+// SetProcess names the process whose events the exporters see, for those
+// that show it (a conversion's rows carry no pid).
+func (s *Set) SetProcess(pid int64) {
+	if s == nil {
+		return
+	}
+	for _, w := range s.ws {
+		if p, ok := w.(interface{ SetProcess(int64) }); ok {
+			p.SetProcess(pid)
+		}
 	}
 }
 

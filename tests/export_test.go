@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+
+	"msmemscope/trace"
 )
 
 // --export=pprof: a heap profile go tool pprof reads, with Go's four sample
@@ -123,4 +126,60 @@ func TestExportPprofOffline(t *testing.T) {
 func TestExportUnknownFormat(t *testing.T) {
 	r := runCLI(t, 30*time.Second, "", "--export=flamegraph", "true")
 	oneLineError(t, r, `invalid value "flamegraph" for --export: must be pprof`)
+}
+
+// --export=perfetto,pprof at collection: both files; the trace holds the
+// demo's five "step start" ranges as async slices and its live bytes as a
+// counter whose peak is the dump's.
+func TestExportPerfetto(t *testing.T) {
+	bin := compile(t, filepath.Join(repoRoot, "examples", "leak_demo.c"), "", linkMemscope()...)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, 60*time.Second, "", "--output="+out, "--export=perfetto,pprof", bin)
+	if r.Code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
+	}
+	folder := readManifest(t, out).main(t).Folder
+	onlyFile(t, filepath.Join(folder, "export", "profile_*.pb.gz"))
+	b, err := os.ReadFile(onlyFile(t, filepath.Join(folder, "export", "trace_*.perfetto.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Ph, Name, ID string
+			Args         map[string]any
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatal(err)
+	}
+	begins, ends := 0, 0
+	peak := 0.0
+	for _, e := range tr.TraceEvents {
+		switch {
+		case e.Ph == "b" && e.Name == "step start":
+			begins++
+		case e.Ph == "e" && e.Name == "step start":
+			ends++
+		case e.Ph == "C" && e.Name == "live bytes by type":
+			v, _ := e.Args["HOST"].(float64)
+			peak = max(peak, v)
+		}
+	}
+	// The dump's own peak of live HOST bytes.
+	var live, dumpPeak int64
+	for _, e := range readDump(t, dumpOf(t, folder)) {
+		if e.Type != trace.TypeHost {
+			continue
+		}
+		if e.Kind == trace.KindMalloc {
+			live += int64(e.Size)
+		} else if e.Kind == trace.KindFree {
+			live -= int64(e.Size)
+		}
+		dumpPeak = max(dumpPeak, live)
+	}
+	if begins != 5 || ends != 5 || int64(peak) != dumpPeak {
+		t.Errorf("%d range begins, %d ends (want 5 each); counter peak %v, the dump's %d", begins, ends, peak, dumpPeak)
+	}
 }

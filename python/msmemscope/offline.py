@@ -124,7 +124,10 @@ def export(input_path: PathLike, formats: Optional[Union[str, Sequence[str]]] = 
     """Writes a capture or dump in other tools' formats and returns the paths
     written: "pprof" (a heap profile for ``go tool pprof``:
     alloc_objects, alloc_space, inuse_objects, inuse_space, labelled by
-    device, owner, step and leak kind). input_path: a capture or output
+    device, owner, step and leak kind) and "perfetto" (a Chrome JSON trace
+    that ui.perfetto.dev opens: live bytes per type and owner as counters,
+    operators as slices, kernels and marks as instants, mstx ranges as
+    async slices). input_path: a capture or output
     folder, a dump CSV or DB. formats: a name, a list of names, or None for
     every format. The files go into output/export, or, without output, into
     the capture's export folder."""

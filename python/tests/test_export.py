@@ -1,6 +1,7 @@
 """msmemscope.export: a capture in other tools' formats (pprof's heap
 profile), into the capture's export folder or output/export."""
 import gzip
+import json
 import os
 
 import pytest
@@ -30,6 +31,12 @@ def test_export_pprof_of_a_capture(tmp_path):
         assert s in data, s
     (again,) = msmemscope.export(run.dumps()[-1], ["pprof"], output=tmp_path / "elsewhere")
     assert again.startswith(str(tmp_path / "elsewhere" / "export")) and again != path
+    both = msmemscope.export(folder)  # every format
+    assert [os.path.basename(p).split("_")[0] for p in both] == ["profile", "trace"]
+    with open(both[1]) as f:
+        events = json.load(f)["traceEvents"]
+    assert any(e["ph"] == "C" and e["name"] == "live bytes by type" and e["args"].get("HOST", 0) >= 20 * 300000
+               for e in events)
 
 
 def test_export_errors(tmp_path):
