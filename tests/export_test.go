@@ -183,3 +183,32 @@ func TestExportPerfetto(t *testing.T) {
 		t.Errorf("%d range begins, %d ends (want 5 each); counter peak %v, the dump's %d", begins, ends, peak, dumpPeak)
 	}
 }
+
+// A SQLite dump people can query: the typed view answers SQL over the
+// Attr's numbers (here with the sqlite3 shell, on a million rows).
+func TestSQLiteTypedViewQuery(t *testing.T) {
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		t.Fatalf("sqlite3 (Debian's, installed by make deps) is needed: %v", err)
+	}
+	bin := compile(t, "dbquery.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "--data-format=db", "--analysis=", bin)
+	db := onlyFile(t, filepath.Join(readManifest(t, out).main(t).Folder, "dump", "memscope_dump_*.db"))
+	q := func(sql string) string {
+		b, err := exec.Command("sqlite3", db, sql).CombinedOutput()
+		if err != nil {
+			t.Fatalf("sqlite3 %q: %v\n%s", sql, err, b)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if got := q(`SELECT owner, sum(size), count(*) FROM memscope_dump_typed WHERE Event = 'MALLOC' GROUP BY owner`); got != "HOST|57814000|501000" {
+		t.Errorf("MALLOC bytes by owner: %q, want HOST|57814000|501000", got)
+	}
+	// FREEs pair with their MALLOCs by allocation_id, as integers.
+	if got := q(`SELECT count(*) FROM (SELECT allocation_id FROM memscope_dump_typed WHERE Event IN ('MALLOC', 'FREE') GROUP BY allocation_id HAVING count(*) = 2 AND min(size) = max(size))`); got != "500000" {
+		t.Errorf("FREEs paired by allocation_id: %s, want 500000", got)
+	}
+	if got := q(`SELECT count(*) FROM memscope_attr WHERE ptr IS NOT NULL AND ptr != addr`); got != "0" {
+		t.Errorf("%s memory rows whose ptr and addr differ", got)
+	}
+}

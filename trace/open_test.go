@@ -307,9 +307,43 @@ func TestSQLiteSchema(t *testing.T) {
 		got = append(got, a+" "+b)
 	}
 	rows.Close()
-	want := []string{"table memscope_dump", "index memscope_dump_Event", "index memscope_dump_Ptr"}
+	want := []string{"table memscope_attr", "index memscope_attr_owner",
+		"table memscope_dump", "index memscope_dump_Event", "index memscope_dump_Ptr", "view memscope_dump_typed"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("schema %q, want %q", got, want)
+	}
+	// The typed view: every row, its Attr's numbers as integers, NULL where
+	// the row has none.
+	rows, err = c.query(`SELECT "ID", "Event", "size", "owner", "allocation_id", "addr", "ptr_int", "step" FROM memscope_dump_typed ORDER BY "ID"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := sampleEvents()
+	v = make([]driver.Value, 8)
+	n := 0
+	for rows.Next(v) == nil {
+		e := evs[n]
+		n++
+		if id, _ := v[0].(int64); uint64(id) != e.ID {
+			t.Fatalf("row %d: ID %v, want %d", n, v[0], e.ID)
+		}
+		mem := e.Kind == KindMalloc || e.Kind == KindFree || e.Kind == KindAccess
+		if size, ok := v[2].(int64); mem != ok || (ok && uint64(size) != e.Size) {
+			t.Errorf("row %d (%s): size %v, want %d (NULL unless a memory row)", e.ID, e.Kind, v[2], e.Size)
+		}
+		if owner, _ := dbString(v[3]); e.Kind == KindMalloc && owner != e.Owner {
+			t.Errorf("row %d: owner %q, want %q", e.ID, owner, e.Owner)
+		}
+		if p, ok := v[6].(int64); ok != e.HasPtr || (ok && uint64(p) != e.Ptr) {
+			t.Errorf("row %d: ptr %v, want %x", e.ID, v[6], e.Ptr)
+		}
+		if st, _ := v[7].(int64); int(st) != e.Step {
+			t.Errorf("row %d: step %v, want %d", e.ID, v[7], e.Step)
+		}
+	}
+	rows.Close()
+	if n != len(evs) {
+		t.Errorf("%d rows in the view, want %d", n, len(evs))
 	}
 	if _, err := CreateSQLite(p); err == nil {
 		t.Fatal("CreateSQLite overwrote an existing file")

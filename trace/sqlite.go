@@ -28,6 +28,19 @@ import (
 // SQLiteTable is the dump's table.
 const SQLiteTable = "memscope_dump"
 
+// The typed side of a SQLite dump: SQLiteTypedTable holds, per row ID, what
+// the Attr text holds as typed columns (size, owner, allocation_id, addr
+// and ptr as integers) and the row's step; SQLiteTypedView joins it to the
+// dump's columns, for queries such as SELECT owner, sum(size) ... GROUP BY
+// owner.
+const (
+	SQLiteTypedTable = "memscope_attr"
+	SQLiteTypedView  = "memscope_dump_typed"
+)
+
+// SQLiteTypedCols are SQLiteTypedTable's columns.
+var SQLiteTypedCols = []string{"ID", "size", "owner", "allocation_id", "addr", "ptr", "step"}
+
 // TraceCSVHeader is the header of a python_trace CSV (SPEC §2.3), and the
 // columns of a python_trace_{pid} table.
 var TraceCSVHeader = []string{"FuncInfo", "StartTime(ns)", "EndTime(ns)", "Thread Id", "Process Id"}

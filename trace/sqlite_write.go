@@ -196,6 +196,8 @@ type SQLiteWriter struct {
 	r         *rawDB
 	full      uintptr // INSERT of sqliteBatch rows
 	vals      []rawValue
+	typed     uintptr // INSERT of sqliteBatch rows into SQLiteTypedTable
+	tvals     []rawValue
 	arena     textArena
 	n         int // rows pending in vals
 	rows      uint64
@@ -254,6 +256,8 @@ func (w *SQLiteWriter) init() error {
 		"PRAGMA temp_store=FILE",
 		"BEGIN",
 		"CREATE TABLE " + quoteIdent(SQLiteTable) + " (" + strings.Join(cols, ", ") + ")",
+		"CREATE TABLE " + quoteIdent(SQLiteTypedTable) + ` ("ID" INTEGER PRIMARY KEY, "size" INTEGER, "owner" TEXT, ` +
+			`"allocation_id" INTEGER, "addr" INTEGER, "ptr" INTEGER, "step" INTEGER)`,
 	} {
 		if err := r.exec(q); err != nil {
 			return err
@@ -262,7 +266,11 @@ func (w *SQLiteWriter) init() error {
 	if w.full, err = r.prepare(insertSQL(SQLiteTable, CSVHeader, sqliteBatch)); err != nil {
 		return err
 	}
+	if w.typed, err = r.prepare(insertSQL(SQLiteTypedTable, SQLiteTypedCols, sqliteBatch)); err != nil {
+		return err
+	}
 	w.vals = make([]rawValue, 0, sqliteBatch*numCols)
+	w.tvals = make([]rawValue, 0, sqliteBatch*len(SQLiteTypedCols))
 	return nil
 }
 
@@ -325,17 +333,44 @@ func (w *SQLiteWriter) Write(e *Event) error {
 	w.text(unsafe.String(unsafe.SliceData(w.buf), len(w.buf)))
 	w.textNA(e.PyStack)
 	w.textNA(e.CStack)
+	w.typedRow(e)
 	w.n++
 	w.rows++
 	if w.n == sqliteBatch {
-		if err := w.r.run(w.full, w.vals); err != nil {
+		err := w.r.run(w.full, w.vals)
+		if err == nil {
+			err = w.r.run(w.typed, w.tvals)
+		}
+		if err != nil {
 			w.err = fmt.Errorf("cannot write %s: %v", w.path, err)
 			return w.err
 		}
-		w.vals, w.n = w.vals[:0], 0
+		w.vals, w.tvals, w.n = w.vals[:0], w.tvals[:0], 0
 		w.arena.reset()
 	}
 	return nil
+}
+
+var sqlNull = rawValue{} // a text value with no pointer binds NULL
+
+// typedRow adds e's SQLiteTypedTable row: NULL where the row has no such
+// attribute.
+func (w *SQLiteWriter) typedRow(e *Event) {
+	mem := e.Kind == KindMalloc || e.Kind == KindFree || e.Kind == KindAccess
+	tint := func(ok bool, v int64) rawValue {
+		if !ok {
+			return sqlNull
+		}
+		return rawValue{isInt: true, i: v}
+	}
+	w.tvals = append(w.tvals, rawValue{isInt: true, i: int64(e.ID)}, tint(mem || e.Kind == KindOOM, int64(e.Size)))
+	if e.Kind == KindMalloc && e.Owner != "" {
+		w.tvals = append(w.tvals, w.arena.put(e.Owner))
+	} else {
+		w.tvals = append(w.tvals, sqlNull)
+	}
+	w.tvals = append(w.tvals, tint(mem && e.AllocID != 0, int64(e.AllocID)),
+		tint(e.IsMemory() && e.HasPtr, int64(e.Ptr)), tint(e.HasPtr, int64(e.Ptr)), rawValue{isInt: true, i: int64(e.Step)})
 }
 
 // flushRows inserts the rows pending (fewer than a full batch).
@@ -348,7 +383,13 @@ func (w *SQLiteWriter) flushRows() error {
 		err = w.r.run(s, w.vals)
 		w.r.finalize(s)
 	}
-	w.vals, w.n = w.vals[:0], 0
+	if err == nil {
+		if s, err = w.r.prepare(insertSQL(SQLiteTypedTable, SQLiteTypedCols, w.n)); err == nil {
+			err = w.r.run(s, w.tvals)
+			w.r.finalize(s)
+		}
+	}
+	w.vals, w.tvals, w.n = w.vals[:0], w.tvals[:0], 0
 	w.arena.reset()
 	return err
 }
@@ -440,10 +481,17 @@ func (w *SQLiteWriter) finish() error {
 	err := w.flushRows()
 	if err == nil {
 		w.r.finalize(w.full)
-		w.full = 0
+		w.r.finalize(w.typed)
+		w.full, w.typed = 0, 0
+		d, a := quoteIdent(SQLiteTable), quoteIdent(SQLiteTypedTable)
 		for _, q := range []string{
-			`CREATE INDEX "memscope_dump_Ptr" ON ` + quoteIdent(SQLiteTable) + ` ("Ptr")`,
-			`CREATE INDEX "memscope_dump_Event" ON ` + quoteIdent(SQLiteTable) + ` ("Event")`,
+			`CREATE INDEX "memscope_dump_Ptr" ON ` + d + ` ("Ptr")`,
+			`CREATE INDEX "memscope_dump_Event" ON ` + d + ` ("Event")`,
+			// owner then size: GROUP BY owner with sum(size) reads the index alone
+			`CREATE INDEX "memscope_attr_owner" ON ` + a + ` ("owner", "size")`,
+			// (SQLite's names ignore case: the side table's ptr is ptr_int beside the dump's Ptr)
+			`CREATE VIEW ` + quoteIdent(SQLiteTypedView) + ` AS SELECT d.*, a."size", a."owner", a."allocation_id", ` +
+				`a."addr", a."ptr" AS "ptr_int", a."step" FROM ` + d + ` d LEFT JOIN ` + a + ` a ON a."ID" = d."ID"`,
 			"COMMIT",
 		} {
 			if err = w.r.exec(q); err != nil {
@@ -467,7 +515,8 @@ func (w *SQLiteWriter) finish() error {
 func (w *SQLiteWriter) Abort() {
 	if w.r != nil {
 		w.r.finalize(w.full)
-		w.full = 0
+		w.r.finalize(w.typed)
+		w.full, w.typed = 0, 0
 		w.r.close()
 		w.r = nil
 	}
