@@ -3,6 +3,7 @@ package export
 import (
 	"io"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -144,6 +145,24 @@ func (p *pprofWriter) Encode(w io.Writer) error {
 		prof.Location = append(prof.Location, l)
 		return l
 	}
+	// The same capture gives the same file: samples in a fixed order.
+	sort.Slice(p.samples, func(i, j int) bool {
+		a, b := p.samples[i].key, p.samples[j].key
+		if a.stack != b.stack {
+			return a.stack < b.stack
+		}
+		if a.device != b.device {
+			return a.device < b.device
+		}
+		if a.owner != b.owner {
+			return a.owner < b.owner
+		}
+		if a.step != b.step {
+			return a.step < b.step
+		}
+		return a.leak < b.leak
+	})
+	p.index = nil // positions moved: Encode ends the writer's life
 	for _, s := range p.samples {
 		var ls []*profile.Location
 		for _, f := range strings.Split(s.key.stack, ";") { // innermost first, as pprof's

@@ -71,6 +71,13 @@ const (
 	DevManaged = 2 // DEV_MANAGED: cuMemAllocManaged
 	DevVMM     = 3 // DEV_VMM: cuMemCreate (physical memory of the virtual memory management API)
 	DevPinned  = 4 // DEV_PINNED: cuMemAllocHost, cuMemHostAlloc
+
+	// A device MALLOC's b (sub-types F_HAL, F_PINNED, F_VMM): the size in its low
+	// 48 bits, the CUDA ordinal + 1 (0: none, pinned host memory) in bits 48-55,
+	// its DEV_* kind in bits 56-63.
+	DevBSize      = uint64(0xffffffffffff) // DEV_B_SIZE: (1<<48)-1: the size bits of a device MALLOC's b
+	DevBDevShift  = 48                     // DEV_B_DEV_SHIFT: where its ordinal + 1 starts
+	DevBKindShift = 56                     // DEV_B_KIND_SHIFT: where its kind starts
 )
 
 // Record kinds.
@@ -111,7 +118,7 @@ const (
 	// The leak-kind scan at exit (libmemscope/exitscan.c, package leakscan)
 	RKinds        = 45 // R_KINDS: a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
 	RKernelLaunch = 46 // R_KLAUNCH: a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
-	RDevAttr      = 47 // R_DEVATTR: the next device MALLOC of this thread: a = CUDA ordinal, b = stream; flags: its DEV_* kind
+	RDevAttr      = 47 // R_DEVATTR: the next device MALLOC of this thread is an async one's: a = CUDA ordinal, b = its stream; flags: its DEV_* kind
 	ROOM          = 48 // R_OOM: a failed CUDA allocation (CUDA_ERROR_OUT_OF_MEMORY): a = CUDA ordinal, b = bytes asked; flags: its DEV_* kind (F_CSTACK: payload, return addresses)
 )
 

@@ -62,6 +62,10 @@ func loadConfig() {
 	}
 }
 
+// interposed reports whether this copy of the library was preloaded or
+// linked (its allocator symbols are the program's).
+func interposed() bool { return C.ms_interposed() != 0 }
+
 // lazyBegin reports whether the capture waits for start(): the library was
 // loaded by Python with dlopen instead of being preloaded, so nothing is
 // interposed and collection is what the program asks for through the API.

@@ -101,15 +101,20 @@ static int wanted(uint64_t dev) {
 
 static uint16_t off_flag(void) { return atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF; }
 
-// A device MALLOC: its R_DEVATTR, then the MALLOC with the program's stacks.
+// A device MALLOC with the program's stacks; its b holds the size, the
+// device and the kind (DEV_B_*: a rotated log that repeats the record keeps
+// them), an R_DEVATTR before it the stream of an async one.
 static void dev_alloc(uint16_t sub, uint16_t kind, uint64_t dev, uint64_t stream, uint64_t p, uint64_t size, uintptr_t ra) {
 	if (!wanted(dev)) return;
 	guard_up();
-	uint16_t fl = sub | off_flag();
+	ms_thr *t = cur_thr();
+	if (t) t->last_ra = 0; // the next fast host MALLOC names its own site again
+	uint16_t fl = sub | off_flag() | (ms_tls.own ? F_OWN : 0);
 	uint32_t site = site_id(ra);
 	if (site == SITE_SELF) site = 0;
-	emit(R_DEVATTR, kind, stamp_after(), dev, stream, NULL, 0);
+	if (stream) emit(R_DEVATTR, kind, stamp_after(), dev, stream, NULL, 0);
 	uint64_t ts = stamp_after();
+	size = (size & DEV_B_SIZE) | (dev == NO_DEVICE ? 0 : (dev + 1) & 0xff) << DEV_B_DEV_SHIFT | (uint64_t)kind << DEV_B_KIND_SHIFT;
 	if (ms_py_depth > 0)
 		emit_with_stacks(fl, ts, p, size, site);
 	else if (cfg_cstack > 0)
@@ -134,10 +139,12 @@ static void dev_oom(uint16_t kind, uint64_t dev, uint64_t size) {
 #define OOM(r, kind, dev, size) \
 	if ((r) == CUDA_ERROR_OUT_OF_MEMORY) dev_oom(kind, dev, size)
 
-static void dev_free(uint16_t sub, uint64_t p) {
+// ts: taken before the driver freed the block (another thread may be
+// handed its address next).
+static void dev_free(uint16_t sub, uint64_t p, uint64_t ts) {
 	if (!p || !wanted(NO_DEVICE)) return; // the block's device is the decoder's to know
 	guard_up();
-	emit(R_FREE, sub | off_flag(), stamp_before(), p, 0, NULL, 0);
+	emit(R_FREE, sub | off_flag(), ts, p, 0, NULL, 0);
 	guard_down();
 }
 
@@ -145,8 +152,9 @@ static void dev_free(uint16_t sub, uint64_t p) {
 // total), at start(), each step and stop(): nothing when the program has no
 // CUDA context on this thread (msmemscope never makes one).
 void ms_cuda_snapshot(void) {
-	if (!cfg_cuda || in_child() || tls_guard) return;
-	drv_lookup();
+	// Only once a wrapper found the driver: a program without CUDA pays
+	// nothing, and no dlopen runs here (Go's threads call start() and stop()).
+	if (!cfg_cuda || in_child() || tls_guard || !atomic_load_explicit(&drv_looked, memory_order_acquire)) return;
 	int dev;
 	size_t fr, tot;
 	if (!drv_ctx_get_device || !drv_mem_get_info || drv_ctx_get_device(&dev) != 0 || dev < 0 || !wanted((uint64_t)dev))
@@ -199,8 +207,9 @@ static CUresult do_pitch(fn_pitch f, uintptr_t ra, CUdeviceptr *dp, size_t *pitc
 static CUresult do_free(fn_free f, uintptr_t ra, CUdeviceptr p) {
 	(void)ra;
 	NOT_LOADED(f);
+	uint64_t ts = stamp_before();
 	CUresult r = f(p);
-	if (r == 0) dev_free(F_HAL, p);
+	if (r == 0) dev_free(F_HAL, p, ts);
 	return r;
 }
 static CUresult do_alloc_async(fn_alloc_async f, uintptr_t ra, CUdeviceptr *dp, size_t n, CUstream s) {
@@ -220,8 +229,9 @@ static CUresult do_alloc_pool(fn_alloc_pool f, uintptr_t ra, CUdeviceptr *dp, si
 static CUresult do_free_async(fn_free_async f, uintptr_t ra, CUdeviceptr p, CUstream s) {
 	(void)ra;
 	NOT_LOADED(f);
+	uint64_t ts = stamp_before();
 	CUresult r = f(p, s);
-	if (r == 0) dev_free(F_HAL, p);
+	if (r == 0) dev_free(F_HAL, p, ts);
 	return r;
 }
 static CUresult do_managed(fn_managed f, uintptr_t ra, CUdeviceptr *dp, size_t n, unsigned fl) {
@@ -246,8 +256,9 @@ static CUresult do_host_alloc(fn_host_alloc f, uintptr_t ra, void **pp, size_t n
 static CUresult do_free_host(fn_free_host f, uintptr_t ra, void *p) {
 	(void)ra;
 	NOT_LOADED(f);
+	uint64_t ts = stamp_before();
 	CUresult r = f(p);
-	if (r == 0) dev_free(F_PINNED, (uint64_t)(uintptr_t)p);
+	if (r == 0) dev_free(F_PINNED, (uint64_t)(uintptr_t)p, ts);
 	return r;
 }
 static CUresult do_create(fn_create f, uintptr_t ra, CUmemHandle *h, size_t n, const CUmemAllocationPropHead *prop,
@@ -263,8 +274,9 @@ static CUresult do_create(fn_create f, uintptr_t ra, CUmemHandle *h, size_t n, c
 static CUresult do_release(fn_release f, uintptr_t ra, CUmemHandle h) {
 	(void)ra;
 	NOT_LOADED(f);
+	uint64_t ts = stamp_before();
 	CUresult r = f(h);
-	if (r == 0) dev_free(F_VMM, h);
+	if (r == 0) dev_free(F_VMM, h, ts);
 	return r;
 }
 
@@ -283,10 +295,11 @@ static void launch_record(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, 
 	    (!drv_kernel_get_name || drv_kernel_get_name(&name, fn) != 0 || !name))
 		name = "N/A";
 	char buf[1024];
-	int n = snprintf(buf, sizeof buf, "%lld\t%s\t%u,%u,%u\t%u,%u,%u", dev == NO_DEVICE ? -1ll : (long long)dev, name, gx,
+	// a name past 900 bytes is cut, never the fields after it
+	int n = snprintf(buf, sizeof buf, "%lld\t%.900s\t%u,%u,%u\t%u,%u,%u", dev == NO_DEVICE ? -1ll : (long long)dev, name, gx,
 	                 gy, gz, bx, by, bz);
 	if (n < 0) n = 0;
-	if (n >= (int)sizeof buf) n = sizeof buf - 1; // a name past 1000 bytes is cut
+	if (n >= (int)sizeof buf) n = sizeof buf - 1;
 	emit(R_KLAUNCH, F_TEXT | off_flag(), stamp_after(), (uint64_t)(uintptr_t)s, (uint64_t)n, buf, (uint32_t)n);
 	guard_down();
 }
@@ -320,13 +333,25 @@ static CUresult do_launch_ex(fn_launch_ex f, uintptr_t ra, const CUlaunchConfigH
 		return DO((T)next_of(&next, #NAME), RA, ARGS);                                              \
 	}
 
+// A libcuda loaded as a dependency of an object dlopen'ed RTLD_LOCAL (a
+// Python extension linked with -lcuda) is not in RTLD_NEXT's scope, while
+// the extension's calls bind to these names: then its own handle is asked.
+// Nothing found is not remembered (the driver may be loaded later).
 static void *next_of(void *_Atomic *slot, const char *name) {
 	void *f = atomic_load_explicit(slot, memory_order_acquire);
 	if (!f) {
 		own_up();
 		f = dlsym_real(RTLD_NEXT, name);
+		if (!f) {
+			void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+			if (h) {
+				f = dlsym_real(h, name);
+				dlclose(h);
+			}
+		}
 		own_down();
-		atomic_store_explicit(slot, f, memory_order_release);
+		if (f && in_self((uintptr_t)f)) f = NULL; // never ourselves
+		if (f) atomic_store_explicit(slot, f, memory_order_release);
 	}
 	return f;
 }
@@ -525,15 +550,24 @@ __asm__(".text\n"
         ".globl dlsym\n"
         ".type dlsym, @function\n"
         "dlsym:\n"
+        "\t.cfi_startproc\n"
+        "\tendbr64\n"
         "\tpush %rdi\n"
+        "\t.cfi_adjust_cfa_offset 8\n"
         "\tpush %rsi\n"
+        "\t.cfi_adjust_cfa_offset 8\n"
         "\tsub $8, %rsp\n" // the call below with a 16-byte aligned stack
+        "\t.cfi_adjust_cfa_offset 8\n"
         "\tcall ms_dlsym_pick\n"
         "\tadd $8, %rsp\n"
+        "\t.cfi_adjust_cfa_offset -8\n"
         "\tpop %rsi\n"
+        "\t.cfi_adjust_cfa_offset -8\n"
         "\tpop %rdi\n"
+        "\t.cfi_adjust_cfa_offset -8\n"
         "\ttest %rax, %rax\n"
         "\tjz 1f\n"
         "\tret\n"
         "1:\tjmp *ms_dlsym_next(%rip)\n"
+        "\t.cfi_endproc\n"
         ".size dlsym, .-dlsym\n");

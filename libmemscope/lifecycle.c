@@ -65,7 +65,7 @@ HIDDEN void ms_init(void) {
 	const char *h = getenv("MSMEMSCOPE_HOOK");
 	if (h) {
 		cfg_heap = (int)env_int(h, "heap", 1);
-		cfg_cuda = (uint32_t)env_int(h, "cuda", UINT32_MAX);
+		cfg_cuda = (uint32_t)env_int(h, "cuda", 0); // a hook without cuda= (the pytest plugin's): none
 		cfg_kernel = (int)env_int(h, "kernel", 0);
 		cfg_cstack = (int)env_int(h, "cstack", 0);
 		cfg_deferred = (int)env_int(h, "deferred", 0);

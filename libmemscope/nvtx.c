@@ -69,33 +69,63 @@ static uint64_t range_start(const char *msg) {
 }
 
 // Pushed ranges nest per thread and per domain: each thread keeps its open
-// ones, innermost last (deeper than PUSH_MAX they are counted, not recorded).
+// ones, innermost last, in a block of its own made on its first push (a
+// pointer in static TLS, not the block: the library's static TLS must stay
+// small, for libraries Python loads after it). Deeper than PUSH_MAX, a push
+// is counted, not recorded, and so is its pop.
 #define PUSH_MAX 64
-static __thread struct {
-	int depth;
+typedef struct {
+	int depth, over;
 	const void *domain[PUSH_MAX];
 	uint64_t id[PUSH_MAX];
-} pushed __attribute__((tls_model("initial-exec")));
+} push_stack;
+static __thread push_stack *pushed __attribute__((tls_model("initial-exec")));
 
-static int push(const void *domain, const char *msg) {
-	int level = pushed.depth;
-	uint64_t id = range_start(msg);
-	if (level < PUSH_MAX) pushed.domain[level] = domain, pushed.id[level] = id;
-	pushed.depth++;
-	return level;
+static push_stack *stack_of_thread(void) {
+	if (!pushed) {
+		own_up(); // msmemscope's memory: no rows
+		pushed = calloc(1, sizeof *pushed);
+		own_down();
+	}
+	return pushed;
 }
 
-static int pop(const void *domain) {
-	int top = pushed.depth - 1;
-	if (top < 0) return -2; // NVTX: nothing to pop
-	int i = top < PUSH_MAX ? top : -1;
-	while (i >= 0 && pushed.domain[i] != domain) i--; // the domain's innermost
-	if (i >= 0) {
-		mstx_emit(R_REND, pushed.id[i], NULL);
-		for (int j = i; j < top && j + 1 < PUSH_MAX; j++) pushed.domain[j] = pushed.domain[j + 1], pushed.id[j] = pushed.id[j + 1];
+// The level of a domain's next push: how many of its ranges are open.
+static int level(const push_stack *st, const void *domain) {
+	int n = 0;
+	for (int i = 0; i < st->depth; i++) n += st->domain[i] == domain;
+	return n;
+}
+
+static int push(const void *domain, const char *msg) {
+	push_stack *st = stack_of_thread();
+	if (!st) return -1;
+	int lv = level(st, domain);
+	if (st->depth == PUSH_MAX) {
+		st->over++;
+		return lv + st->over - 1;
 	}
-	pushed.depth--;
-	return top;
+	st->domain[st->depth] = domain;
+	st->id[st->depth++] = range_start(msg);
+	return lv;
+}
+
+// Ends the domain's innermost open range; -2 (NVTX's "nothing to pop")
+// when it has none.
+static int pop(const void *domain) {
+	push_stack *st = pushed;
+	if (!st) return -2;
+	if (st->over > 0) { // the pushes past PUSH_MAX went innermost
+		st->over--;
+		return level(st, domain) + st->over;
+	}
+	int i = st->depth - 1;
+	while (i >= 0 && st->domain[i] != domain) i--;
+	if (i < 0) return -2;
+	mstx_emit(R_REND, st->id[i], NULL);
+	for (int j = i; j + 1 < st->depth; j++) st->domain[j] = st->domain[j + 1], st->id[j] = st->id[j + 1];
+	st->depth--;
+	return level(st, domain);
 }
 
 static void markA(const char *msg) { mstx_emit(R_MARK, atomic_fetch_add(&ms_mstx_next, 1), msg ? msg : ""); }

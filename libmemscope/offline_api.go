@@ -73,8 +73,8 @@ func Export(input string, formats []string, output string) ([]string, error) {
 		dir = input
 		if fi, err := os.Stat(input); err == nil && !fi.IsDir() {
 			dir = filepath.Dir(input)
-			if filepath.Base(dir) == spool.DumpDir {
-				dir = filepath.Dir(dir)
+			if b := filepath.Base(dir); b == spool.DumpDir || b == spool.SpoolDir {
+				dir = filepath.Dir(dir) // a capture's file: the capture's folder
 			}
 		}
 	}

@@ -74,6 +74,13 @@
 #define DEV_VMM 3 // cuMemCreate (physical memory of the virtual memory management API)
 #define DEV_PINNED 4 // cuMemAllocHost, cuMemHostAlloc
 
+// A device MALLOC's b (sub-types F_HAL, F_PINNED, F_VMM): the size in its low
+// 48 bits, the CUDA ordinal + 1 (0: none, pinned host memory) in bits 48-55,
+// its DEV_* kind in bits 56-63.
+#define DEV_B_SIZE 0xffffffffffffull // (1<<48)-1: the size bits of a device MALLOC's b
+#define DEV_B_DEV_SHIFT 48 // where its ordinal + 1 starts
+#define DEV_B_KIND_SHIFT 56 // where its kind starts
+
 // Record kinds.
 enum {
 	R_MALLOC = 1, // a = address, b = size; n's high 16 bits: the site id (R_SITE)
@@ -112,7 +119,7 @@ enum {
 	// The leak-kind scan at exit (libmemscope/exitscan.c, package leakscan)
 	R_KINDS = 45, // a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
 	R_KLAUNCH = 46, // a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
-	R_DEVATTR = 47, // the next device MALLOC of this thread: a = CUDA ordinal, b = stream; flags: its DEV_* kind
+	R_DEVATTR = 47, // the next device MALLOC of this thread is an async one's: a = CUDA ordinal, b = its stream; flags: its DEV_* kind
 	R_OOM = 48, // a failed CUDA allocation (CUDA_ERROR_OUT_OF_MEMORY): a = CUDA ordinal, b = bytes asked; flags: its DEV_* kind (F_CSTACK: payload, return addresses)
 };
 

@@ -143,6 +143,9 @@ func windowObserve(r *spool.Rec) {
 	if !win.on {
 		return
 	}
+	if sub := r.Flags & format.FSubMask; sub != format.FHost && sub != format.FMmap {
+		return // device memory (a GPU's cache would read as every test's peak and leak)
+	}
 	k := spool.KeyOf(r) // as the decoder pairs: address and sub-type (HOST, MMAP)
 	if r.Kind == format.RFree {
 		if _, ok := win.blocks[k]; !ok {

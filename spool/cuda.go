@@ -37,15 +37,18 @@ func (d *Decoder) noteDevAttr(r *Rec) {
 	d.devAttr[r.Tid] = devAttr{kind: uint8(r.Flags), dev: dev, stream: r.B}
 }
 
-// takeDevAttr is the kind, device and stream of thread tid's device MALLOC
-// (its R_DEVATTR comes just before it).
-func (d *Decoder) takeDevAttr(tid int32) (uint8, int16, uint64) {
-	a, ok := d.devAttr[tid]
-	if !ok {
-		return format.DevDevice, -1, 0
+// devOf is the kind, device and stream of a device MALLOC: the first two
+// from its b, the stream from the R_DEVATTR its thread wrote just before
+// it (async allocations only; a rotated log's repeat of the block has none).
+func (d *Decoder) devOf(r *Rec) (uint8, int16, uint64) {
+	kind := uint8(r.B >> format.DevBKindShift)
+	dev := int16(r.B>>format.DevBDevShift&0xff) - 1
+	var stream uint64
+	if a, ok := d.devAttr[r.Tid]; ok {
+		delete(d.devAttr, r.Tid)
+		stream = a.stream
 	}
-	delete(d.devAttr, tid)
-	return a.kind, a.dev, a.stream
+	return kind, dev, stream
 }
 
 // deviceOf is a block's Device Id: its CUDA ordinal, or host.
@@ -69,8 +72,13 @@ func setDevAttrs(e *trace.Event, b block, stream uint64) {
 }
 
 // kernelLaunch is an R_KLAUNCH's row: "device\tname\tgrid\tblock"; grid
-// and block are written 2x1x1, as tensor shapes are.
+// and block are written 2x1x1, as tensor shapes are. None while collection
+// was off.
 func (d *Decoder) kernelLaunch(r *Rec, e *trace.Event) *trace.Event {
+	if r.Flags&format.FOff != 0 {
+		d.reason = NotWrittenOff
+		return nil
+	}
 	f := strings.Split(r.Text(), "\t")
 	if len(f) != 4 {
 		return nil
@@ -92,6 +100,10 @@ func (d *Decoder) kernelLaunch(r *Rec, e *trace.Event) *trace.Event {
 // oom is an R_OOM's row: a CUDA allocation the driver refused for want of
 // memory, with the bytes asked (Attr size) and the device.
 func (d *Decoder) oom(r *Rec, e *trace.Event) *trace.Event {
+	if r.Flags&format.FOff != 0 {
+		d.reason = NotWrittenOff
+		return nil
+	}
 	kind := uint8(r.Flags & 0x7)
 	e.Kind, e.Type = trace.KindOOM, trace.TypeHAL
 	e.Device = trace.DeviceHost

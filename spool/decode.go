@@ -452,6 +452,9 @@ func owner(typ string) string {
 func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	key := KeyOf(r)
 	size := r.B
+	if isDevice(r.Flags) {
+		size &= format.DevBSize // the device and kind ride above the size
+	}
 	if r.Flags&format.FUndo != 0 {
 		// A failed realloc: the block freed just before lives on.
 		d.reason = NotWrittenUndo
@@ -477,7 +480,7 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	b := block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid, dev: -1}
 	var stream uint64
 	if isDevice(r.Flags) {
-		b.kind, b.dev, stream = d.takeDevAttr(r.Tid)
+		b.kind, b.dev, stream = d.devOf(r)
 	}
 	if len(d.hidden) > 0 {
 		if old, ok := d.live.Get(uint64(key)); ok && old.hidden {

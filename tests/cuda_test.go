@@ -218,6 +218,38 @@ func TestCUDAOptions(t *testing.T) {
 	if got := cudaTotals(t, runCUDA(t, "cuda_dlsym", "--device=cpu")); len(got) != 0 {
 		t.Errorf("--device=cpu: CUDA rows %v", got)
 	}
+
+	// Collection never switched on (deferred, no start()): no row at all.
+	for _, e := range runCUDA(t, "cuda_direct", "--level=kernel", "--collect-mode=deferred") {
+		if e.Kind == trace.KindKernelLaunch || e.Kind == trace.KindOOM || e.Type == trace.TypeHAL || e.Type == trace.TypeHostPinned {
+			t.Fatalf("a row while collection was off: %+v", e)
+		}
+	}
+}
+
+// A plugin linked with -lcuda and dlopen'ed RTLD_LOCAL: its calls reach
+// msmemscope's exported names, which find the driver through the plugin's
+// own libcuda, not only RTLD_NEXT (that once answered "not initialized").
+func TestCUDAPluginLinkedWithDriver(t *testing.T) {
+	dir := standin(t)
+	src := filepath.Join(progsDir, "cuda", "cuda_plugin.c")
+	inc := filepath.Join(progsDir, "cuda")
+	plugin := compile(t, src, "cudaplugin", "-DPLUGIN", "-shared", "-fPIC", "-I", inc, "-L"+dir, "-lcuda", "-Wl,-rpath,"+dir)
+	bin := compile(t, src, "cuda", "-I", inc, "-ldl")
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, 60*time.Second, "", "--output="+out, bin, plugin)
+	if r.Code != 0 || strings.TrimSpace(r.Stdout) != "plugin 0" {
+		t.Fatalf("exit %d, stdout %q\nstderr:\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	n := 0
+	for _, e := range readDump(t, dumpOf(t, readManifest(t, out).main(t).Folder)) {
+		if e.Type == trace.TypeHAL && e.Size == 777777 && e.Device == "0" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d HAL rows of the plugin's 777777-byte block, want its MALLOC and FREE", n)
+	}
 }
 
 // A driver allocation's C stack starts at the program's call: the wrapper's
@@ -333,6 +365,7 @@ func TestNVTXAsMstx(t *testing.T) {
 		"Mark hello", "Range_start outer", "Range_start step start", "Range_end step start", "Range_end outer",
 		"Range_start started", "Range_end started",
 		"Range_start registered", "Mark ascii in domain", "Range_end registered",
+		"Range_start in A", "Range_start in B", "Range_end in A", "Range_end in B",
 		"Range_start worker", "Mark in worker", "Range_end worker",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -72,6 +72,13 @@ DEV_MANAGED: Final[int] = 2  # cuMemAllocManaged
 DEV_VMM: Final[int] = 3  # cuMemCreate (physical memory of the virtual memory management API)
 DEV_PINNED: Final[int] = 4  # cuMemAllocHost, cuMemHostAlloc
 
+# A device MALLOC's b (sub-types F_HAL, F_PINNED, F_VMM): the size in its low
+# 48 bits, the CUDA ordinal + 1 (0: none, pinned host memory) in bits 48-55,
+# its DEV_* kind in bits 56-63.
+DEV_B_SIZE: Final[int] = 0xffffffffffff  # (1<<48)-1: the size bits of a device MALLOC's b
+DEV_B_DEV_SHIFT: Final[int] = 48  # where its ordinal + 1 starts
+DEV_B_KIND_SHIFT: Final[int] = 56  # where its kind starts
+
 # Record kinds.
 R_MALLOC: Final[int] = 1  # a = address, b = size; n's high 16 bits: the site id (R_SITE)
 R_FREE: Final[int] = 2  # a = address (b = length of an MMAP)
@@ -109,7 +116,7 @@ R_TAG: Final[int] = 44  # a = a tensor storage's address; payload: owner categor
 # The leak-kind scan at exit (libmemscope/exitscan.c, package leakscan)
 R_KINDS: Final[int] = 45  # a = blocks; payload: one unit each, a HOST block's address | its kind (leakscan.Kind) << 56
 R_KLAUNCH: Final[int] = 46  # a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
-R_DEVATTR: Final[int] = 47  # the next device MALLOC of this thread: a = CUDA ordinal, b = stream; flags: its DEV_* kind
+R_DEVATTR: Final[int] = 47  # the next device MALLOC of this thread is an async one's: a = CUDA ordinal, b = its stream; flags: its DEV_* kind
 R_OOM: Final[int] = 48  # a failed CUDA allocation (CUDA_ERROR_OUT_OF_MEMORY): a = CUDA ordinal, b = bytes asked; flags: its DEV_* kind (F_CSTACK: payload, return addresses)
 
 # Record flags.

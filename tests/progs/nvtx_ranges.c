@@ -37,6 +37,17 @@ int main(void) {
 	nvtxDomainMarkEx(d, &b);
 	nvtxDomainRangePop(d);
 
+	// Ranges nest per domain: B's first push is level 0 beside A's open
+	// range; popping a domain with nothing open ends nothing.
+	nvtxDomainHandle_t da = nvtxDomainCreateA("A"), db = nvtxDomainCreateA("B");
+	nvtxEventAttributes_t ea = b, eb = b;
+	ea.message.ascii = "in A";
+	eb.message.ascii = "in B";
+	int la = nvtxDomainRangePushEx(da, &ea), lb = nvtxDomainRangePushEx(db, &eb);
+	int none = nvtxDomainRangePop(d); // d has nothing open
+	int pa = nvtxDomainRangePop(da), pb = nvtxDomainRangePop(db);
+	if (la >= 0 && (la != 0 || lb != 0 || none != -2 || pa != 0 || pb != 0)) return 3;
+
 	pthread_t t;
 	pthread_create(&t, NULL, worker, NULL);
 	pthread_join(t, NULL);
