@@ -42,6 +42,7 @@ int main(void) {
 	reply(msmemscope_analyze("leaks", "[]"), "{\"ok\":false,\"type\":\"TypeError\"", "analyze");
 	reply(msmemscope_get_all_time_size("/nonexistent", 100), "{\"ok\":false,\"type\":\"FileNotFoundError\"", "get_all_time_size");
 	reply(msmemscope_get_mem_report_with_time("/nonexistent", 0, 100), "{\"ok\":false,\"type\":\"FileNotFoundError\"", "get_mem_report_with_time");
+	reply(msmemscope_export("/nonexistent", "pprof", NULL), "{\"ok\":false,\"type\":\"FileNotFoundError\"", "export");
 	reply(msmemscope_config("[[\"colour\", \"red\"]]"), "{\"ok\":false,\"type\":\"ValueError\"", "config");
 	reply(msmemscope_get_config(), "{\"ok\":true,\"result\":{", "get_config");
 	reply(msmemscope_dir(), "{\"ok\":true,\"result\":\"/", "dir");
@@ -70,6 +71,7 @@ int main(void) {
 		NO_REPLY(msmemscope_get_mem_report());
 		NO_REPLY(msmemscope_get_all_time_size(".", 100));
 		NO_REPLY(msmemscope_get_mem_report_with_time(".", 0, 100));
+		NO_REPLY(msmemscope_export(".", "pprof", NULL));
 		NO_REPLY(msmemscope_list_analyzers());
 		NO_REPLY(msmemscope_analyzer_config("leaks"));
 		NO_REPLY(msmemscope_analyze("leaks", "{}"));
