@@ -27,6 +27,7 @@ import csv
 import glob
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -187,6 +188,8 @@ def run(script: str, args: argparse.Namespace, alloc_conf: str, traced: list | N
     if out:
         res["capture"] = read_capture(out)
         res["stderr_tail"] = p.stderr[-1500:]
+        if not args.keep:
+            shutil.rmtree(out, ignore_errors=True)
     return res
 
 
@@ -216,6 +219,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--timeout", type=int, default=150)
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the captures (removed once read by default)")
     ap.add_argument("--smoke", action="store_true", help="the check's own test on a machine without a GPU: "
                     "the same runs on the CPU, nothing compared")
     args = ap.parse_args()
@@ -235,7 +239,8 @@ def main() -> int:
         print("gpu-check: no CUDA device (torch.cuda.is_available() is False, or no torch): nothing checked", file=sys.stderr)
         return 2
     t0 = time.time()
-    script = os.path.join(tempfile.mkdtemp(prefix="gpucheck_"), "train.py")
+    work = tempfile.mkdtemp(prefix="gpucheck_")
+    script = os.path.join(work, "train.py")
     with open(script, "w") as f:
         f.write(TRAIN)
     # C stacks tell PyTorch's blocks from other libraries' (only device
@@ -292,6 +297,7 @@ def main() -> int:
         "runs": runs,
         "seconds": round(time.time() - t0, 1),
     }
+    shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
