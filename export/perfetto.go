@@ -1,6 +1,7 @@
 package export
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
 	"sort"
@@ -17,7 +18,7 @@ import (
 // Counters keep at most maxPoints samples: past that the time buckets
 // double and each keeps its largest value, so peaks stay visible.
 type perfettoWriter struct {
-	events []map[string]any // everything but the counters, in stream order
+	events []traceEvent // everything but the counters, in stream order
 	pids   map[int64]bool
 
 	live   map[uint64]liveBlock // by allocation id
@@ -32,6 +33,20 @@ type perfettoWriter struct {
 }
 
 func (p *perfettoWriter) SetProcess(pid int64) { p.pid = pid }
+
+// traceEvent is one event of the trace format (a struct, not a map: a
+// capture holds millions of launches).
+type traceEvent struct {
+	Ph   string         `json:"ph"`
+	Name string         `json:"name"`
+	Cat  string         `json:"cat,omitempty"`
+	ID   string         `json:"id,omitempty"`
+	S    string         `json:"s,omitempty"` // an instant's scope: t(hread) or p(rocess)
+	Ts   float64        `json:"ts"`
+	Pid  int64          `json:"pid"`
+	Tid  int64          `json:"tid"`
+	Args map[string]any `json:"args,omitempty"`
+}
 
 type liveBlock struct {
 	typ, owner string
@@ -105,8 +120,8 @@ func (p *perfettoWriter) Observe(e *trace.Event) {
 	}
 	p.pids[e.Pid] = true
 	p.lastNs = max(p.lastNs, e.Timestamp)
-	base := func(ph, name string) map[string]any {
-		return map[string]any{"ph": ph, "name": name, "ts": us(e.Timestamp), "pid": e.Pid, "tid": e.Tid}
+	base := func(ph, name string) traceEvent {
+		return traceEvent{Ph: ph, Name: name, Ts: us(e.Timestamp), Pid: e.Pid, Tid: e.Tid}
 	}
 	switch e.Kind {
 	case trace.KindMalloc, trace.KindFree:
@@ -135,24 +150,21 @@ func (p *perfettoWriter) Observe(e *trace.Event) {
 		}
 	case trace.KindKernelLaunch:
 		ev := base("i", e.Name)
-		ev["s"] = "t"
-		ev["cat"] = "kernel"
-		args := map[string]any{"device": e.Device}
+		ev.S, ev.Cat = "t", "kernel"
+		ev.Args = map[string]any{"device": e.Device}
 		for _, kv := range e.Extra {
-			args[kv.Key] = kv.Value
+			ev.Args[kv.Key] = kv.Value
 		}
-		ev["args"] = args
 		p.events = append(p.events, ev)
 	case trace.KindMstx:
 		switch e.Type {
 		case trace.TypeMark:
 			ev := base("i", e.Name)
-			ev["s"] = "t"
-			ev["cat"] = "mstx"
+			ev.S, ev.Cat = "t", "mstx"
 			p.events = append(p.events, ev)
 		case trace.TypeRangeStart:
 			ev := base("b", e.Name)
-			ev["cat"], ev["id"] = "mstx", strconv.FormatUint(e.MstxID, 10)
+			ev.Cat, ev.ID = "mstx", strconv.FormatUint(e.MstxID, 10)
 			p.open[e.MstxID] = e.Name
 			p.events = append(p.events, ev)
 		case trace.TypeRangeEnd:
@@ -162,28 +174,43 @@ func (p *perfettoWriter) Observe(e *trace.Event) {
 			}
 			delete(p.open, e.MstxID)
 			ev := base("e", name)
-			ev["cat"], ev["id"] = "mstx", strconv.FormatUint(e.MstxID, 10)
+			ev.Cat, ev.ID = "mstx", strconv.FormatUint(e.MstxID, 10)
 			p.events = append(p.events, ev)
 		}
 	case trace.KindSystem:
 		if e.Type == trace.TypeStep {
 			p.stepOf[e.Pid]++
 			ev := base("i", "step "+strconv.Itoa(p.stepOf[e.Pid])+" ends")
-			ev["s"] = "p"
-			ev["cat"] = "step"
+			ev.S, ev.Cat = "p", "step"
 			p.events = append(p.events, ev)
 		}
 	case trace.KindOOM:
 		ev := base("i", "OOM")
-		ev["s"] = "p"
+		ev.S = "p"
 		size, _ := e.Get("size")
-		ev["args"] = map[string]any{"device": e.Device, "requested": size}
+		ev.Args = map[string]any{"device": e.Device, "requested": size}
 		p.events = append(p.events, ev)
 	}
 }
 
+// Encode writes the trace event by event (the whole trace is never built
+// as one value).
 func (p *perfettoWriter) Encode(w io.Writer) error {
-	var out []map[string]any
+	bw := bufio.NewWriterSize(w, 1<<16)
+	first := true
+	put := func(ev traceEvent) error {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		if !first {
+			bw.WriteByte(',')
+		}
+		first = false
+		_, err = bw.Write(b)
+		return err
+	}
+	bw.WriteString(`{"traceEvents":[`)
 	pids := make([]int64, 0, len(p.pids))
 	for pid := range p.pids {
 		pids = append(pids, pid)
@@ -194,8 +221,10 @@ func (p *perfettoWriter) Encode(w io.Writer) error {
 		pid = pids[0]
 	}
 	for _, id := range pids {
-		out = append(out, map[string]any{"ph": "M", "name": "process_name", "pid": id, "tid": 0,
-			"args": map[string]any{"name": "msmemscope: process " + strconv.FormatInt(id, 10)}})
+		if err := put(traceEvent{Ph: "M", Name: "process_name", Pid: id,
+			Args: map[string]any{"name": "msmemscope: process " + strconv.FormatInt(id, 10)}}); err != nil {
+			return err
+		}
 	}
 	for _, c := range []*counterTrack{p.types, p.owners} {
 		for _, pt := range c.points {
@@ -206,33 +235,39 @@ func (p *perfettoWriter) Encode(w io.Writer) error {
 				}
 				args[k] = v
 			}
-			out = append(out, map[string]any{"ph": "C", "name": c.name, "ts": us(pt.bucket * c.width), "pid": pid, "args": args})
+			if err := put(traceEvent{Ph: "C", Name: c.name, Ts: us(pt.bucket * c.width), Pid: pid, Args: args}); err != nil {
+				return err
+			}
 		}
 	}
 	// Operator slices left open (a capture cut short) end with the capture.
 	depth := map[[2]int64][]string{}
 	for _, ev := range p.events {
-		k := [2]int64{ev["pid"].(int64), ev["tid"].(int64)}
-		switch ev["ph"] {
+		k := [2]int64{ev.Pid, ev.Tid}
+		switch ev.Ph {
 		case "B":
-			depth[k] = append(depth[k], ev["name"].(string))
+			depth[k] = append(depth[k], ev.Name)
 		case "E":
 			if n := len(depth[k]); n > 0 {
 				depth[k] = depth[k][:n-1]
 			}
 		}
+		if err := put(ev); err != nil {
+			return err
+		}
 	}
-	out = append(out, p.events...)
 	for k, names := range depth {
 		for i := len(names) - 1; i >= 0; i-- {
-			out = append(out, map[string]any{"ph": "E", "name": names[i], "ts": us(p.lastNs), "pid": k[0], "tid": k[1]})
+			if err := put(traceEvent{Ph: "E", Name: names[i], Ts: us(p.lastNs), Pid: k[0], Tid: k[1]}); err != nil {
+				return err
+			}
 		}
 	}
 	for id, name := range p.open {
-		out = append(out, map[string]any{"ph": "e", "name": name, "cat": "mstx", "id": strconv.FormatUint(id, 10),
-			"ts": us(p.lastNs), "pid": pid, "tid": 0})
+		if err := put(traceEvent{Ph: "e", Name: name, Cat: "mstx", ID: strconv.FormatUint(id, 10), Ts: us(p.lastNs), Pid: pid}); err != nil {
+			return err
+		}
 	}
-	enc := json.NewEncoder(w)
-	return enc.Encode(map[string]any{"traceEvents": out, "displayTimeUnit": "ms",
-		"otherData": map[string]any{"producer": "msmemscope"}})
+	bw.WriteString(`],"displayTimeUnit":"ms","otherData":{"producer":"msmemscope"}}` + "\n")
+	return bw.Flush()
 }
