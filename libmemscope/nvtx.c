@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "../include/mstx/ms_tools_ext.h"
+
 typedef void (*nvtx_fn)(void);
 typedef struct {
 	size_t struct_size;
@@ -54,19 +56,10 @@ static const char *attr_message(const nvtx_attr *a) {
 	return ""; // wide strings and payload-only events: no message
 }
 
-static void mstx_emit(uint16_t kind, uint64_t id, const char *msg) {
-	if (in_child() || !ready()) return;
-	guard_up();
-	uint32_t len = msg ? (uint32_t)strnlen(msg, 4000) : 0;
-	emit(kind, msg ? F_TEXT : 0, stamp_after(), id, len, msg, len);
-	guard_down();
-}
 
-static uint64_t range_start(const char *msg) {
-	uint64_t id = atomic_fetch_add(&ms_mstx_next, 1);
-	mstx_emit(R_RSTART, id, msg ? msg : "");
-	return id;
-}
+// NVTX's marks and ranges are mstx's (capi_shims.c): the same rows, ids
+// and step ranges.
+static uint64_t range_start(const char *msg) { return mstxRangeStartA(msg ? msg : "", NULL); }
 
 // Pushed ranges nest per thread and per domain: each thread keeps its open
 // ones, innermost last, in a block of its own made on its first push (a
@@ -122,17 +115,17 @@ static int pop(const void *domain) {
 	int i = st->depth - 1;
 	while (i >= 0 && st->domain[i] != domain) i--;
 	if (i < 0) return -2;
-	mstx_emit(R_REND, st->id[i], NULL);
+	mstxRangeEnd(st->id[i]);
 	for (int j = i; j + 1 < st->depth; j++) st->domain[j] = st->domain[j + 1], st->id[j] = st->id[j + 1];
 	st->depth--;
 	return level(st, domain);
 }
 
-static void markA(const char *msg) { mstx_emit(R_MARK, atomic_fetch_add(&ms_mstx_next, 1), msg ? msg : ""); }
+static void markA(const char *msg) { mstxMarkA(msg ? msg : "", NULL); }
 static void markEx(const nvtx_attr *a) { markA(attr_message(a)); }
 static uint64_t startA(const char *msg) { return range_start(msg); }
 static uint64_t startEx(const nvtx_attr *a) { return range_start(attr_message(a)); }
-static void end(uint64_t id) { mstx_emit(R_REND, id, NULL); }
+static void end(uint64_t id) { mstxRangeEnd(id); }
 static int pushA(const char *msg) { return push(NULL, msg); }
 static int pushEx(const nvtx_attr *a) { return push(NULL, attr_message(a)); }
 static int popCore(void) { return pop(NULL); }
