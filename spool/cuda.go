@@ -10,13 +10,6 @@ import (
 	"msmemscope/trace"
 )
 
-// devAttr is what an R_DEVATTR says of its thread's next device MALLOC.
-type devAttr struct {
-	kind   uint8
-	dev    int16
-	stream uint64
-}
-
 // isDevice reports whether a MALLOC or FREE is of CUDA memory.
 func isDevice(flags uint16) bool {
 	switch flags & format.FSubMask {
@@ -26,15 +19,13 @@ func isDevice(flags uint16) bool {
 	return false
 }
 
+// noteDevAttr keeps the stream an R_DEVATTR gives its thread's next device
+// MALLOC (the device and kind ride in the MALLOC itself).
 func (d *Decoder) noteDevAttr(r *Rec) {
-	if d.devAttr == nil {
-		d.devAttr = map[int32]devAttr{}
+	if d.streams == nil {
+		d.streams = map[int32]uint64{}
 	}
-	dev := int16(-1)
-	if r.A < 1<<15 {
-		dev = int16(r.A)
-	}
-	d.devAttr[r.Tid] = devAttr{kind: uint8(r.Flags), dev: dev, stream: r.B}
+	d.streams[r.Tid] = r.B
 }
 
 // devOf is the kind, device and stream of a device MALLOC: the first two
@@ -43,10 +34,9 @@ func (d *Decoder) noteDevAttr(r *Rec) {
 func (d *Decoder) devOf(r *Rec) (uint8, int16, uint64) {
 	kind := uint8(r.B >> format.DevBKindShift)
 	dev := int16(r.B>>format.DevBDevShift&0xff) - 1
-	var stream uint64
-	if a, ok := d.devAttr[r.Tid]; ok {
-		delete(d.devAttr, r.Tid)
-		stream = a.stream
+	stream, ok := d.streams[r.Tid]
+	if ok {
+		delete(d.streams, r.Tid)
 	}
 	return kind, dev, stream
 }

@@ -62,7 +62,7 @@ type Decoder struct {
 	scopes   map[int32][]string // describe scopes open per thread (owner tags)
 	kinds    map[uint64]uint8   // allocation id -> leak kind, from the scan at exit (R_KINDS)
 	torch    *torchDec          // PyTorch records (torch.go)
-	devAttr  map[int32]devAttr  // each thread's R_DEVATTR, for its next device MALLOC (cuda.go)
+	streams  map[int32]uint64   // each thread's R_DEVATTR stream, for its next device MALLOC (cuda.go)
 	fast     bool               // a pass that only judges rows: no stacks, sites or attrs
 	noSites  bool               // NoSites
 
