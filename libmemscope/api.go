@@ -69,8 +69,11 @@ func interposed() bool { return C.ms_interposed() != 0 }
 // lazyBegin reports whether the capture waits for start(): the library was
 // loaded by Python with dlopen instead of being preloaded, so nothing is
 // interposed and collection is what the program asks for through the API.
+// So is a process of a traced run whose preload was taken away (meant
+// untraced) that loaded the library anyway, as NVTX does through
+// NVTX_INJECTION64_PATH: no capture unless it asks.
 func lazyBegin() bool {
-	return C.ms_interposed() == 0 && C.ms_py_present() != 0
+	return !interposed() && (C.ms_py_present() != 0 || os.Getenv(config.EnvRunID) != "")
 }
 
 // exitConvertWanted reports whether the engine should write the files at

@@ -63,12 +63,6 @@ func autoBegin() {
 	if lazyBegin() {
 		return // loaded by Python with dlopen: the capture begins at start() (api.go)
 	}
-	if !interposed() && os.Getenv(config.EnvRunID) != "" {
-		// A process of a traced run whose preload was taken away (so meant
-		// untraced) that loaded the library anyway: NVTX does, through
-		// NVTX_INJECTION64_PATH. No capture of its own.
-		return
-	}
 	if err := start(); err != nil {
 		fmt.Fprintf(os.Stderr, "msmemscope: %v (nothing is recorded in this process)\n", err)
 	}
