@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"time"
 
 	"msmemscope/config"
 	"msmemscope/internal/safefs"
@@ -117,8 +118,8 @@ func (s *Set) Write(dir, stamp string) ([]string, error) {
 
 // File exports an input's events (any input spool.Open reads: a dump file,
 // a capture folder's newest dump or its spool, a rotated log) into dir,
-// named with stamp; it returns the paths written.
-func File(in trace.Input, dir, stamp string, formats []string) ([]string, error) {
+// stamped with the time now; it returns the paths written.
+func File(in trace.Input, dir string, formats []string) ([]string, error) {
 	set, err := NewSet(formats)
 	if err != nil {
 		return nil, err
@@ -133,7 +134,7 @@ func File(in trace.Input, dir, stamp string, formats []string) ([]string, error)
 		}
 		set.Observe(e)
 	}
-	return set.Write(dir, stamp)
+	return set.Write(dir, safefs.Stamp(time.Now()))
 }
 
 // InputError is a failure to read File's input (a file cut short or

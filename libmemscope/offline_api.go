@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"msmemscope/analyzer"
 	"msmemscope/config"
@@ -83,5 +82,5 @@ func Export(input string, formats []string, output string) ([]string, error) {
 		return nil, err
 	}
 	defer in.Close()
-	return export.File(in, filepath.Join(dir, export.Dir), time.Now().Format("20060102150405"), formats)
+	return export.File(in, filepath.Join(dir, export.Dir), formats)
 }

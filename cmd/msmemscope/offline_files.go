@@ -193,7 +193,7 @@ func exportFile(path, dir string, formats []string) error {
 		return collect.BadInput(err)
 	}
 	defer in.Close()
-	paths, err := export.File(in, dir, time.Now().Format("20060102150405"), formats)
+	paths, err := export.File(in, dir, formats)
 	for _, p := range paths {
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: export written to %s\n", path, p)
 	}
