@@ -22,12 +22,17 @@ import (
 // no operator launch. Memory events before the first launch belong to none.
 
 // CompareCSVHeader is the header of memory_compare_{timestamp}.csv (§2.4).
-var CompareCSVHeader = []string{"Event", "Name", "Device Id", "Base Allocated Memory(byte)", "Compare Allocated Memory(byte)", "Diff Memory(byte)"}
+// The last four name the launch on each side: its index (the n-th launch of
+// that kind in its capture, from 1) and its step, so that repeated launches
+// of one operator can be told apart.
+var CompareCSVHeader = []string{"Event", "Name", "Device Id", "Base Allocated Memory(byte)", "Compare Allocated Memory(byte)", "Diff Memory(byte)",
+	"Base Index", "Compare Index", "Base Step", "Compare Step"}
 
 // launch is one launch of a sequence, its name and device interned.
 type launch struct {
-	name, device int32
-	net          int64
+	name, device   int32
+	step, callStep int32 // its step by mstx ranges, and by step() calls
+	net            int64
 }
 
 // LaunchSeq is the launches of one capture.
@@ -65,20 +70,30 @@ func NewComparer() *Comparer {
 }
 
 // Launches reads a capture's launch sequences. Memory grows with the number
-// of launches (16 bytes each), not with the number of events.
+// of launches (24 bytes each), not with the number of events.
 func (c *Comparer) Launches(s trace.Stream, name string) (*LaunchSeq, error) {
 	seq := &LaunchSeq{Name: name}
 	curOp, curKernel := -1, -1
+	// The step source (SPEC §3) is known only at the end (whether step()
+	// was ever called): both are kept, and the end picks one; s needs its
+	// MSTX and SYSTEM rows for that.
+	ranges, calls := &trace.StepTracker{}, &trace.StepTracker{UseStepCalls: true}
+	stepCalls := false
 	err := trace.Each(s, func(e *trace.Event) error {
 		seq.Rows++
+		ranges.Observe(e)
+		rangeStep := int32(e.Step)
+		calls.Observe(e)
+		callStep := int32(e.Step)
+		stepCalls = stepCalls || trace.IsStepCall(e)
 		switch e.Kind {
 		case trace.KindOpLaunch:
 			if e.Type == "ATEN_START" {
-				seq.op = append(seq.op, launch{name: c.names.id(e.Name), device: c.names.id(e.Device)})
+				seq.op = append(seq.op, launch{name: c.names.id(e.Name), device: c.names.id(e.Device), step: rangeStep, callStep: callStep})
 				curOp = len(seq.op) - 1
 			}
 		case trace.KindKernelLaunch:
-			seq.kernel = append(seq.kernel, launch{name: c.names.id(e.Name), device: c.names.id(e.Device)})
+			seq.kernel = append(seq.kernel, launch{name: c.names.id(e.Name), device: c.names.id(e.Device), step: rangeStep, callStep: callStep})
 			curKernel = len(seq.kernel) - 1
 		case trace.KindMalloc, trace.KindFree:
 			d := int64(e.Size)
@@ -97,6 +112,13 @@ func (c *Comparer) Launches(s trace.Stream, name string) (*LaunchSeq, error) {
 	if err != nil {
 		return nil, err
 	}
+	if stepCalls {
+		for _, l := range [][]launch{seq.op, seq.kernel} {
+			for i := range l {
+				l[i].step = l[i].callStep
+			}
+		}
+	}
 	return seq, nil
 }
 
@@ -109,6 +131,12 @@ type CompareRow struct {
 	Compare *int64 `json:"compare"` // nil: none in the compared capture
 	Diff    int64  `json:"diff"`    // Compare - Base, a missing side counting 0
 	Order   int    `json:"order"`   // position in the alignment
+	// The launch on each side: its index among its capture's launches of
+	// that kind (from 1) and its step; 0 where that side has none.
+	BaseIndex    int `json:"base_index"`
+	CompareIndex int `json:"compare_index"`
+	BaseStep     int `json:"base_step"`
+	CompareStep  int `json:"compare_step"`
 }
 
 // CompareReport is the result of a comparison.
@@ -160,6 +188,7 @@ func (c *Comparer) Compare(base, cmpSeq *LaunchSeq) (*CompareReport, error) {
 			l := a[p.A]
 			v := l.net
 			row.Base = &v
+			row.BaseIndex, row.BaseStep = p.A+1, int(l.step)
 			row.Name, row.Device = c.names.names[l.name], c.names.names[l.device]
 			r.BaseTotal += v
 			row.Diff -= v
@@ -168,6 +197,7 @@ func (c *Comparer) Compare(base, cmpSeq *LaunchSeq) (*CompareReport, error) {
 			l := b[p.B]
 			v := l.net
 			row.Compare = &v
+			row.CompareIndex, row.CompareStep = p.B+1, int(l.step)
 			if p.A < 0 {
 				row.Name, row.Device = c.names.names[l.name], c.names.names[l.device]
 			}
@@ -211,9 +241,18 @@ func (r *CompareReport) WriteCSV(w io.Writer) error {
 		}
 		return strconv.FormatInt(*p, 10)
 	}
+	// index and step of one side: N/A where that side has no launch (a
+	// launch before the first step is in step 0).
+	side := func(present *int64, v int) string {
+		if present == nil {
+			return trace.NA
+		}
+		return strconv.Itoa(v)
+	}
 	for i := range r.Rows {
 		x := &r.Rows[i]
-		if err := cw.Write([]string{x.Event, leakNA(x.Name), leakNA(x.Device), num(x.Base), num(x.Compare), strconv.FormatInt(x.Diff, 10)}); err != nil {
+		if err := cw.Write([]string{x.Event, leakNA(x.Name), leakNA(x.Device), num(x.Base), num(x.Compare), strconv.FormatInt(x.Diff, 10),
+			side(x.Base, x.BaseIndex), side(x.Compare, x.CompareIndex), side(x.Base, x.BaseStep), side(x.Compare, x.CompareStep)}); err != nil {
 			return err
 		}
 	}

@@ -12,12 +12,21 @@ import (
 // stepCapture is one training step: each operator allocates its output
 // (and the second relu some scratch it frees); extra[i] more bytes are
 // allocated, never freed, by operator i; insert names an operator run
-// after the first one.
+// after the first one. The first three operators are step 1, the others
+// step 2.
 func stepCapture(extra map[int]uint64, insert string) *capBuilder {
 	c := newCap()
 	c.malloc("HOST", 999) // before the first launch: belongs to none
 	ops := []string{"aten::linear", "aten::relu", "aten::linear", "aten::relu", "aten::softmax"}
+	step := func(typ string, id uint64) {
+		c.add(trace.Event{Kind: trace.KindMstx, Type: typ, Name: trace.StepRangeMessage, MstxID: id})
+	}
+	step(trace.TypeRangeStart, 1)
 	for i, op := range ops {
+		if i == 3 {
+			step(trace.TypeRangeEnd, 1)
+			step(trace.TypeRangeStart, 2)
+		}
 		c.opStart(op)
 		out := c.malloc("PTA", 4096)
 		if op == "aten::relu" {
@@ -65,13 +74,15 @@ func TestComparePlanted(t *testing.T) {
 	dir := t.TempDir()
 	baseCSV, baseDB := stepCapture(nil, "").write(t, dir, "base")
 	cmpCSV, cmpDB := stepCapture(map[int]uint64{3: 8192}, "aten::dropout").write(t, dir, "cmp")
-	want := "Event,Name,Device Id,Base Allocated Memory(byte),Compare Allocated Memory(byte),Diff Memory(byte)\n" +
-		"OP_LAUNCH,aten::relu,host,4096,12288,8192\n" +
-		"OP_LAUNCH,aten::dropout,host,N/A,64,64\n" +
-		"OP_LAUNCH,aten::linear,host,4096,4096,0\n" +
-		"OP_LAUNCH,aten::relu,host,4096,4096,0\n" +
-		"OP_LAUNCH,aten::linear,host,4096,4096,0\n" +
-		"OP_LAUNCH,aten::softmax,host,4096,4096,0\n"
+	// The compared run inserts dropout second: its later launches' indexes
+	// are one more; the planted 8192 bytes are the second relu, in step 2.
+	want := "Event,Name,Device Id,Base Allocated Memory(byte),Compare Allocated Memory(byte),Diff Memory(byte),Base Index,Compare Index,Base Step,Compare Step\n" +
+		"OP_LAUNCH,aten::relu,host,4096,12288,8192,4,5,2,2\n" +
+		"OP_LAUNCH,aten::dropout,host,N/A,64,64,N/A,2,N/A,1\n" +
+		"OP_LAUNCH,aten::linear,host,4096,4096,0,1,1,1,1\n" +
+		"OP_LAUNCH,aten::relu,host,4096,4096,0,2,3,1,1\n" +
+		"OP_LAUNCH,aten::linear,host,4096,4096,0,3,4,1,1\n" +
+		"OP_LAUNCH,aten::softmax,host,4096,4096,0,5,6,2,2\n"
 	for _, pair := range [][2]string{{baseCSV, cmpCSV}, {baseDB, cmpDB}, {baseCSV, cmpDB}} {
 		r := compareFiles(t, pair[0], pair[1])
 		var buf bytes.Buffer
@@ -93,8 +104,36 @@ func TestComparePlanted(t *testing.T) {
 	r := compareFiles(t, cmpCSV, baseCSV)
 	var buf bytes.Buffer
 	r.WriteCSV(&buf)
-	if !strings.Contains(buf.String(), "OP_LAUNCH,aten::relu,host,12288,4096,-8192\nOP_LAUNCH,aten::dropout,host,64,N/A,-64\n") {
+	if !strings.Contains(buf.String(), "OP_LAUNCH,aten::relu,host,12288,4096,-8192,5,4,2,2\nOP_LAUNCH,aten::dropout,host,64,N/A,-64,2,N/A,1,N/A\n") {
 		t.Fatalf("swapped:\n%s", buf.String())
+	}
+}
+
+// With step() calls, they are the step source, not the mstx ranges.
+func TestCompareStepCalls(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for _, name := range []string{"a", "b"} {
+		c := newCap()
+		for i, op := range []string{"aten::add", "aten::add", "aten::add"} {
+			c.opStart(op)
+			c.malloc("PTA", uint64(4096*(i+1)))
+			c.opEnd(op)
+			c.add(trace.Event{Kind: trace.KindSystem, Type: trace.TypeStep})
+		}
+		c.add(trace.Event{Kind: trace.KindMstx, Type: trace.TypeRangeStart, Name: trace.StepRangeMessage, MstxID: 9})
+		c.opStart("aten::mul")
+		c.malloc("PTA", 64)
+		p, _ := c.write(t, dir, name)
+		paths = append(paths, p)
+	}
+	r := compareFiles(t, paths[0], paths[1])
+	var buf bytes.Buffer
+	r.WriteCSV(&buf)
+	want := "OP_LAUNCH,aten::add,host,4096,4096,0,1,1,1,1\nOP_LAUNCH,aten::add,host,8192,8192,0,2,2,2,2\n" +
+		"OP_LAUNCH,aten::add,host,12288,12288,0,3,3,3,3\nOP_LAUNCH,aten::mul,host,64,64,0,4,4,4,4\n"
+	if !strings.HasSuffix(buf.String(), want) {
+		t.Fatalf("got\n%s\nwant the rows\n%s", buf.String(), want)
 	}
 }
 

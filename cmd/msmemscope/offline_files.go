@@ -37,7 +37,8 @@ func exitFor(err error) int {
 // capture folder, an output folder, a spool or a rotated log).
 func openInput(in string) (trace.Input, error) {
 	f, err := spool.Open(in, trace.OpenOptions{Lean: true, Reuse: true,
-		Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindKernelLaunch, trace.KindMalloc, trace.KindFree}})
+		Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindKernelLaunch, trace.KindMalloc, trace.KindFree,
+			trace.KindMstx, trace.KindSystem}}) // the last two for the launches' steps
 	if err != nil {
 		return nil, collect.BadInput(fmt.Errorf("--input %v", err))
 	}

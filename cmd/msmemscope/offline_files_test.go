@@ -13,7 +13,8 @@ import (
 
 // steps writes a capture of one training step as CSV (and DB): each
 // operator allocates a 4096-byte output; extra[i] more bytes in operator i;
-// insert names an operator run after the first one.
+// insert names an operator run after the first one. The operators from
+// the fourth on are step 1 (an mstx step range).
 func steps(t *testing.T, path string, extra map[int]uint64, insert string) {
 	t.Helper()
 	var evs []trace.Event
@@ -39,6 +40,9 @@ func steps(t *testing.T, path string, extra map[int]uint64, insert string) {
 	}
 	add(trace.Event{Kind: trace.KindSystem, Type: trace.TypeStart})
 	for i, name := range []string{"aten::linear", "aten::relu", "aten::linear", "aten::relu", "aten::softmax"} {
+		if i == 3 {
+			add(trace.Event{Kind: trace.KindMstx, Type: trace.TypeRangeStart, Name: trace.StepRangeMessage, MstxID: 1})
+		}
 		op(name, 4096, extra[i])
 		if i == 0 && insert != "" {
 			op(insert, 64)
@@ -72,13 +76,13 @@ func steps(t *testing.T, path string, extra map[int]uint64, insert string) {
 	f.Close()
 }
 
-const wantCompare = "Event,Name,Device Id,Base Allocated Memory(byte),Compare Allocated Memory(byte),Diff Memory(byte)\n" +
-	"OP_LAUNCH,aten::relu,host,4096,12288,8192\n" +
-	"OP_LAUNCH,aten::dropout,host,N/A,64,64\n" +
-	"OP_LAUNCH,aten::linear,host,4096,4096,0\n" +
-	"OP_LAUNCH,aten::relu,host,4096,4096,0\n" +
-	"OP_LAUNCH,aten::linear,host,4096,4096,0\n" +
-	"OP_LAUNCH,aten::softmax,host,4096,4096,0\n"
+const wantCompare = "Event,Name,Device Id,Base Allocated Memory(byte),Compare Allocated Memory(byte),Diff Memory(byte),Base Index,Compare Index,Base Step,Compare Step\n" +
+	"OP_LAUNCH,aten::relu,host,4096,12288,8192,4,5,1,1\n" +
+	"OP_LAUNCH,aten::dropout,host,N/A,64,64,N/A,2,N/A,0\n" +
+	"OP_LAUNCH,aten::linear,host,4096,4096,0,1,1,0,0\n" +
+	"OP_LAUNCH,aten::relu,host,4096,4096,0,2,3,0,0\n" +
+	"OP_LAUNCH,aten::linear,host,4096,4096,0,3,4,0,0\n" +
+	"OP_LAUNCH,aten::softmax,host,4096,4096,0,5,6,1,1\n"
 
 func compareOutput(t *testing.T, out string) string {
 	t.Helper()
