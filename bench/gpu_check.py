@@ -112,7 +112,7 @@ def read_capture(out: str) -> dict:
     kind_of = {}
     at_mark, launches, marks = [], 0, []
     rows = {"HAL": 0, "HOST_PINNED": 0, "KERNEL_LAUNCH": 0, "KERNEL_UNNAMED": 0, "OOM": 0, "SNAPSHOT_DEVICE": 0,
-            "all": 0}
+            "MAP": 0, "UNMAP": 0, "all": 0}
     names = {}
     with open(dump, newline="") as f:
         r = csv.reader(f)
@@ -126,6 +126,8 @@ def read_capture(out: str) -> dict:
                 rows["OOM"] += 1
             elif row[ev] == "SNAPSHOT" and row[head.index("Device Id")] == "0":
                 rows["SNAPSHOT_DEVICE"] += 1
+            elif row[ev] in ("MAP", "UNMAP"):  # VMM mappings (expandable segments): no bytes of their own
+                rows[row[ev]] += 1
             elif t in ("HAL", "HOST_PINNED"):
                 rows[t] += 1
                 a = attrs(row[at])

@@ -120,6 +120,8 @@ const (
 	RKernelLaunch = 46 // R_KLAUNCH: a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
 	RDevAttr      = 47 // R_DEVATTR: the next device MALLOC of this thread is an async one's: a = CUDA ordinal, b = its stream; flags: its DEV_* kind
 	ROOM          = 48 // R_OOM: a failed CUDA allocation (CUDA_ERROR_OUT_OF_MEMORY): a = CUDA ordinal, b = bytes asked; flags: its DEV_* kind (F_CSTACK: payload, return addresses)
+	RVmmMap       = 49 // R_VMAP: cuMemMap: a = virtual address, b = size | (ordinal + 1) << DEV_B_DEV_SHIFT (the handle's device; 0: unknown); payload: 2 units, the offset into the handle and the handle (no memory: the handle's R_MALLOC holds the bytes)
+	RVmmUnmap     = 50 // R_VUNMAP: cuMemUnmap: a = virtual address, b as R_VMAP's; payload: 1 unit, the handle mapped there (none: not known, or the range held several handles' mappings)
 )
 
 // Record flags.

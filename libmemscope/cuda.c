@@ -1,5 +1,6 @@
 // The CUDA driver API (SPEC §4.4): device, managed, VMM and pinned memory as
-// HAL and HOST_PINNED MALLOC/FREE records, kernel launches as R_KLAUNCH.
+// HAL and HOST_PINNED MALLOC/FREE records, VMM mappings as R_VMAP/R_VUNMAP
+// (cuda_vmm.c keeps their tables), kernel launches as R_KLAUNCH.
 //
 // A program reaches the driver three ways, and each is covered:
 // - by the exported names (linked with -lcuda): ours come first, preloaded,
@@ -183,6 +184,8 @@ typedef CUresult (*fn_host_alloc)(void **, size_t, unsigned);
 typedef CUresult (*fn_free_host)(void *);
 typedef CUresult (*fn_create)(CUmemHandle *, size_t, const CUmemAllocationPropHead *, unsigned long long);
 typedef CUresult (*fn_release)(CUmemHandle);
+typedef CUresult (*fn_map)(CUdeviceptr, size_t, size_t, CUmemHandle, unsigned long long);
+typedef CUresult (*fn_unmap)(CUdeviceptr, size_t);
 typedef CUresult (*fn_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                               void **, void **);
 typedef CUresult (*fn_launch_ex)(const CUlaunchConfigHead *, CUfunction, void **, void **);
@@ -267,7 +270,10 @@ static CUresult do_create(fn_create f, uintptr_t ra, CUmemHandle *h, size_t n, c
 	CUresult r = f(h, n, prop, fl);
 	// location.type 1: a device, location.id its ordinal
 	uint64_t dev = prop && prop->location.type == 1 && prop->location.id >= 0 ? (uint64_t)prop->location.id : NO_DEVICE;
-	if (r == 0 && h) dev_alloc(F_VMM, DEV_VMM, dev, 0, *h, n, ra);
+	if (r == 0 && h) {
+		vmm_handle_put(*h, dev); // its maps' device, recorded or not (--device)
+		dev_alloc(F_VMM, DEV_VMM, dev, 0, *h, n, ra);
+	}
 	OOM(r, DEV_VMM, dev, n);
 	return r;
 }
@@ -276,7 +282,48 @@ static CUresult do_release(fn_release f, uintptr_t ra, CUmemHandle h) {
 	NOT_LOADED(f);
 	uint64_t ts = stamp_before();
 	CUresult r = f(h);
-	if (r == 0) dev_free(F_VMM, h, ts);
+	if (r == 0) {
+		vmm_handle_drop(h);
+		dev_free(F_VMM, h, ts);
+	}
+	return r;
+}
+
+// A mapping of VMM memory (no bytes of its own: the handle's MALLOC has
+// them): b holds the size and the device as a device MALLOC's does;
+// payload: n units.
+static void vmm_record(uint16_t kind, uint64_t dev, uint64_t ts, uint64_t va, uint64_t size, const uint64_t *pl,
+                       uint32_t n) {
+	if (!wanted(dev)) return;
+	guard_up();
+	uint64_t b = (size & DEV_B_SIZE) | (dev == NO_DEVICE ? 0 : (dev + 1) & 0xff) << DEV_B_DEV_SHIFT;
+	emit(kind, off_flag(), ts, va, b, pl, n * 8);
+	guard_down();
+}
+static CUresult do_map(fn_map f, uintptr_t ra, CUdeviceptr p, size_t size, size_t off, CUmemHandle h,
+                       unsigned long long fl) {
+	(void)ra;
+	NOT_LOADED(f);
+	CUresult r = f(p, size, off, h, fl);
+	if (r == 0) {
+		uint64_t dev;
+		if (!vmm_handle_dev(h, &dev)) dev = cur_device(); // made before msmemscope was there, or imported
+		vmm_map_put(p, size, h, dev);
+		uint64_t pl[2] = {off, h};
+		vmm_record(R_VMAP, dev, stamp_after(), p, size, pl, 2);
+	}
+	return r;
+}
+static CUresult do_unmap(fn_unmap f, uintptr_t ra, CUdeviceptr p, size_t size) {
+	(void)ra;
+	NOT_LOADED(f);
+	uint64_t ts = stamp_before(); // the range may be mapped again by another thread next
+	CUresult r = f(p, size);
+	if (r == 0) {
+		uint64_t h, dev;
+		if (!vmm_map_take(p, size, &h, &dev)) dev = cur_device();
+		vmm_record(R_VUNMAP, dev, ts, p, size, &h, h ? 1 : 0);
+	}
 	return r;
 }
 
@@ -380,6 +427,10 @@ static void *next_of(void *_Atomic *slot, const char *name) {
 #define A_CREATE h, n, prop, fl
 #define P_RELEASE (CUmemHandle h)
 #define A_RELEASE h
+#define P_MAP (CUdeviceptr p, size_t size, size_t off, CUmemHandle h, unsigned long long fl)
+#define A_MAP p, size, off, h, fl
+#define P_UNMAP (CUdeviceptr p, size_t size)
+#define A_UNMAP p, size
 #define P_LAUNCH                                                                                                    \
 	(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, CUstream s, \
 	 void **params, void **extra)
@@ -399,6 +450,8 @@ SLOTS(w_hostalloc, fn_host_alloc, do_host_alloc, P_HOSTALLOC, A_HOSTALLOC)
 SLOTS(w_freehost, fn_free_host, do_free_host, P_FREEHOST, A_FREEHOST)
 SLOTS(w_create, fn_create, do_create, P_CREATE, A_CREATE)
 SLOTS(w_release, fn_release, do_release, P_RELEASE, A_RELEASE)
+SLOTS(w_map, fn_map, do_map, P_MAP, A_MAP)
+SLOTS(w_unmap, fn_unmap, do_unmap, P_UNMAP, A_UNMAP)
 SLOTS(w_launch, fn_launch, do_launch, P_LAUNCH, A_LAUNCH)
 SLOTS(w_launchex, fn_launch_ex, do_launch_ex, P_LAUNCHEX, A_LAUNCHEX)
 
@@ -417,6 +470,8 @@ EXPORT(cuMemHostAlloc, fn_host_alloc, do_host_alloc, P_HOSTALLOC, A_HOSTALLOC)
 EXPORT(cuMemFreeHost, fn_free_host, do_free_host, P_FREEHOST, A_FREEHOST)
 EXPORT(cuMemCreate, fn_create, do_create, P_CREATE, A_CREATE)
 EXPORT(cuMemRelease, fn_release, do_release, P_RELEASE, A_RELEASE)
+EXPORT(cuMemMap, fn_map, do_map, P_MAP, A_MAP)
+EXPORT(cuMemUnmap, fn_unmap, do_unmap, P_UNMAP, A_UNMAP)
 EXPORT(cuLaunchKernel, fn_launch, do_launch, P_LAUNCH, A_LAUNCH)
 EXPORT(cuLaunchKernel_ptsz, fn_launch, do_launch, P_LAUNCH, A_LAUNCH)
 EXPORT(cuLaunchKernelEx, fn_launch_ex, do_launch_ex, P_LAUNCHEX, A_LAUNCHEX)
@@ -458,6 +513,8 @@ static const entry entries[] = {
     E("cuMemFreeHost", "cuMemFreeHost", NULL, w_freehost),
     E("cuMemCreate", "cuMemCreate", NULL, w_create),
     E("cuMemRelease", "cuMemRelease", NULL, w_release),
+    E("cuMemMap", "cuMemMap", NULL, w_map),
+    E("cuMemUnmap", "cuMemUnmap", NULL, w_unmap),
     E("cuLaunchKernel", "cuLaunchKernel", "cuLaunchKernel_ptsz", w_launch),
     E("cuLaunchKernelEx", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", w_launchex),
     E(NULL, "cuGetProcAddress", NULL, w_gpa), // asked by its base name: version-dependent, see do_gpa

@@ -61,6 +61,12 @@ extern HIDDEN int cfg_deferred;
 extern HIDDEN uint32_t cfg_cuda; // CUDA ordinals recorded, one bit each (cuda.c)
 extern HIDDEN int cfg_kernel;    // CUDA kernel launches recorded
 void ms_cuda_snapshot(void);     // cuda.c: a SNAPSHOT row of the current CUDA device
+// cuda_vmm.c: VMM handles' devices and the mappings of cuMemMap
+HIDDEN void vmm_handle_put(uint64_t h, uint64_t dev);
+HIDDEN void vmm_handle_drop(uint64_t h);
+HIDDEN int vmm_handle_dev(uint64_t h, uint64_t *dev);
+HIDDEN void vmm_map_put(uint64_t va, uint64_t size, uint64_t h, uint64_t dev);
+HIDDEN int vmm_map_take(uint64_t va, uint64_t size, uint64_t *h, uint64_t *dev);
 
 // ---- global state (lifecycle.c) ----
 extern HIDDEN _Atomic int ms_state;      // 0 new, 1 initializing, 2 ready

@@ -121,6 +121,8 @@ enum {
 	R_KLAUNCH = 46, // a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
 	R_DEVATTR = 47, // the next device MALLOC of this thread is an async one's: a = CUDA ordinal, b = its stream; flags: its DEV_* kind
 	R_OOM = 48, // a failed CUDA allocation (CUDA_ERROR_OUT_OF_MEMORY): a = CUDA ordinal, b = bytes asked; flags: its DEV_* kind (F_CSTACK: payload, return addresses)
+	R_VMAP = 49, // cuMemMap: a = virtual address, b = size | (ordinal + 1) << DEV_B_DEV_SHIFT (the handle's device; 0: unknown); payload: 2 units, the offset into the handle and the handle (no memory: the handle's R_MALLOC holds the bytes)
+	R_VUNMAP = 50, // cuMemUnmap: a = virtual address, b as R_VMAP's; payload: 1 unit, the handle mapped there (none: not known, or the range held several handles' mappings)
 };
 
 // Record flags.

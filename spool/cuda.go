@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"encoding/binary"
 	"strconv"
 	"strings"
 
@@ -109,6 +110,43 @@ func (d *Decoder) oom(r *Rec, e *trace.Event) *trace.Event {
 			e.Set("kind", k)
 		}
 		e.CStack = d.cstack(r)
+	}
+	return e
+}
+
+// vmmMapping is an R_VMAP's or R_VUNMAP's row: a MAP or UNMAP of Event
+// Type HAL, Ptr the virtual address, Device Id the handle's device; Attr
+// size, offset (MAP) and handle (UNMAP: when the library knew it). The
+// bytes are the handle's MALLOC's: the row's size stays out of Size, so
+// that nothing sums it. None while collection was off.
+func (d *Decoder) vmmMapping(r *Rec, e *trace.Event) *trace.Event {
+	if r.Flags&format.FOff != 0 {
+		d.reason = NotWrittenOff
+		return nil
+	}
+	e.Kind, e.Type = trace.KindMap, trace.TypeHAL
+	if r.Kind == format.RVmmUnmap {
+		e.Kind = trace.KindUnmap
+	}
+	e.Device = deviceOf(block{dev: int16(r.B>>format.DevBDevShift&0xff) - 1})
+	e.Ptr, e.HasPtr = r.A, true
+	if d.fast {
+		return e
+	}
+	e.Extra = append(e.Extra, trace.KV{Key: "size", Value: strconv.FormatUint(r.B&format.DevBSize, 10)})
+	pl := func(i int) (uint64, bool) {
+		if len(r.Payload) < (i+1)*8 {
+			return 0, false
+		}
+		return binary.LittleEndian.Uint64(r.Payload[i*8:]), true
+	}
+	if r.Kind == format.RVmmMap {
+		off, _ := pl(0)
+		h, _ := pl(1)
+		e.Extra = append(e.Extra, trace.KV{Key: "offset", Value: strconv.FormatUint(off, 10)},
+			trace.KV{Key: "handle", Value: "0x" + strconv.FormatUint(h, 16)})
+	} else if h, ok := pl(0); ok && h != 0 {
+		e.Extra = append(e.Extra, trace.KV{Key: "handle", Value: "0x" + strconv.FormatUint(h, 16)})
 	}
 	return e
 }

@@ -90,7 +90,7 @@ func isEvent(k uint16) bool {
 	switch k {
 	case format.RMalloc, format.RFree, format.RStart, format.RStop, format.RStep, format.RExit,
 		format.RMark, format.RRangeStart, format.RRangeEnd, format.ROpStart, format.ROpEnd, format.RSnapshot,
-		format.RKernelLaunch, format.ROOM:
+		format.RKernelLaunch, format.ROOM, format.RVmmMap, format.RVmmUnmap:
 		return true
 	}
 	return false
@@ -413,6 +413,8 @@ func (d *Decoder) record(r *Rec, e *trace.Event) *trace.Event {
 		return d.kernelLaunch(r, e)
 	case format.ROOM:
 		return d.oom(r, e)
+	case format.RVmmMap, format.RVmmUnmap:
+		return d.vmmMapping(r, e)
 	case format.RSnapshot:
 		return d.snapshot(r, e)
 	case format.ROwnerPush:

@@ -67,6 +67,13 @@ func cudaProg(t *testing.T, name string) string {
 // runCUDA runs a workload program under the CLI and returns its rows.
 func runCUDA(t *testing.T, prog string, opts ...string) []*trace.Event {
 	t.Helper()
+	evs, _ := runCUDAFolder(t, prog, opts...)
+	return evs
+}
+
+// runCUDAFolder is runCUDA, with the process folder too.
+func runCUDAFolder(t *testing.T, prog string, opts ...string) ([]*trace.Event, string) {
+	t.Helper()
 	bin := cudaProg(t, prog)
 	out := filepath.Join(t.TempDir(), "out")
 	args := append([]string{"--output=" + out}, opts...)
@@ -74,7 +81,8 @@ func runCUDA(t *testing.T, prog string, opts ...string) []*trace.Event {
 	if r.Code != 0 || !strings.Contains(r.Stdout, "ok") {
 		t.Fatalf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", prog, r.Code, r.Stdout, r.Stderr)
 	}
-	return readDump(t, dumpOf(t, readManifest(t, out).main(t).Folder))
+	folder := readManifest(t, out).main(t).Folder
+	return readDump(t, dumpOf(t, folder)), folder
 }
 
 // devTotals sums a dump's CUDA memory rows: per Event Type, device and
@@ -120,14 +128,15 @@ var cudaWant = map[string]devTotals{
 	"HAL/0/device":      {mallocs: 5, bytes: 3314336, alive: 2, aliveBytes: 310240},
 	"HAL/0/managed":     {mallocs: 1, bytes: 65536, alive: 1, aliveBytes: 65536},
 	"HAL/1/device":      {mallocs: 1, bytes: 8192, alive: 1, aliveBytes: 8192},
-	"HAL/0/vmm":         {mallocs: 2, bytes: 4194304, alive: 1, aliveBytes: 2097152},
+	"HAL/0/vmm":         {mallocs: 1, bytes: 2097152, alive: 1, aliveBytes: 2097152},
+	"HAL/1/vmm":         {mallocs: 1, bytes: 2097152, alive: 0, aliveBytes: 0},
 	"HOST_PINNED/host/": {mallocs: 2, bytes: 1052672, alive: 1, aliveBytes: 1048576},
 }
 
 func TestCUDADriverMemoryExact(t *testing.T) {
 	for _, prog := range []string{"cuda_direct", "cuda_dlsym", "cuda_procaddr"} {
 		t.Run(prog, func(t *testing.T) {
-			evs := runCUDA(t, prog, "--level=kernel")
+			evs, folder := runCUDAFolder(t, prog, "--level=kernel", "--analysis=leaks,decompose")
 			got := cudaTotals(t, evs)
 			for k, w := range cudaWant {
 				g := got[k]
@@ -161,7 +170,96 @@ func TestCUDADriverMemoryExact(t *testing.T) {
 				}
 			}
 			checkLaunches(t, evs)
+			checkMappings(t, evs, cudaMappings)
+			checkDeviceLeaks(t, folder)
 		})
+	}
+}
+
+// The workload's VMM mappings (workload.h): MAP and UNMAP rows of Event
+// Type HAL on their handle's device (g2's is device 1, mapped while device 0
+// is current), Ptr the virtual address; the refused calls make none.
+var cudaMappings = []string{
+	"MAP HAL 0 0x7c0000000000 {size:2097152,offset:0,handle:0x1000}",
+	"MAP HAL 1 0x7c0000200000 {size:1048576,offset:0,handle:0x1010}",
+	"MAP HAL 1 0x7c0000300000 {size:1048576,offset:1048576,handle:0x1010}",
+	"UNMAP HAL 1 0x7c0000200000 {size:2097152,handle:0x1010}",
+}
+
+// checkMappings compares the MAP and UNMAP rows with want, and checks that
+// they fall between their handle's MALLOC and FREE.
+func checkMappings(t *testing.T, evs []*trace.Event, want []string) {
+	t.Helper()
+	var got []string
+	life := map[string][2]uint64{} // handle -> IDs of its MALLOC and FREE
+	for _, e := range evs {
+		if e.IsMemory() && e.Type == trace.TypeHAL {
+			if k, _ := e.Get("kind"); k == "vmm" {
+				l := life[fmt.Sprintf("0x%x", e.Ptr)]
+				l[map[bool]int{true: 0, false: 1}[e.Kind == trace.KindMalloc]] = e.ID
+				life[fmt.Sprintf("0x%x", e.Ptr)] = l
+			}
+		}
+		if e.Kind != trace.KindMap && e.Kind != trace.KindUnmap {
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s %s %s 0x%x %s", e.Kind, e.Type, e.Device, e.Ptr, e.Attr()))
+		h, _ := e.Get("handle")
+		if l := life[h]; l[0] == 0 || l[0] > e.ID || (l[1] != 0 && l[1] < e.ID) {
+			t.Errorf("%s row %d outside its handle %s's MALLOC and FREE (rows %v)", e.Kind, e.ID, h, l)
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("mapping rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// checkDeviceLeaks: the exit leaks of CUDA memory are the blocks alive at
+// exit, each once (a mapping adds no bytes), and decompose's HAL owner
+// (device, managed, VMM and pinned blocks) ends with their bytes.
+func checkDeviceLeaks(t *testing.T, folder string) {
+	t.Helper()
+	var hal, pinned uint64
+	blocks := 0
+	for _, l := range readLeaks(t, folder) {
+		switch {
+		case l.kind == "EXIT" && l.typ == trace.TypeHAL:
+			hal += l.size
+			blocks += l.blocks
+		case l.kind == "EXIT" && l.typ == trace.TypeHostPinned:
+			pinned += l.size
+		}
+	}
+	var wantHAL uint64
+	wantBlocks := 0
+	for k, w := range cudaWant {
+		if strings.HasPrefix(k, "HAL/") {
+			wantHAL += w.aliveBytes
+			wantBlocks += int(w.alive)
+		}
+	}
+	if hal != wantHAL || blocks != wantBlocks || pinned != cudaWant["HOST_PINNED/host/"].aliveBytes {
+		t.Errorf("exit leaks: HAL %d B in %d blocks, pinned %d B; want %d B in %d blocks, %d B", hal, blocks, pinned,
+			wantHAL, wantBlocks, cudaWant["HOST_PINNED/host/"].aliveBytes)
+	}
+	// decompose's HAL lines (category and owner): peak while g1 and g2
+	// were both alive (workload.h's order), end and MALLOCs.
+	b, err := os.ReadFile(onlyFile(t, filepath.Join(folder, "analysis", "decompose_*.csv")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("HAL,6626848,%d,11", wantHAL+cudaWant["HOST_PINNED/host/"].aliveBytes)
+	found := 0
+	for _, ln := range strings.Split(string(b), "\n") {
+		if _, rest, ok := strings.Cut(ln, ","); ok && strings.HasPrefix(rest, "HAL,") {
+			found++
+			if rest != want {
+				t.Errorf("decompose: %q, want Name,Peak,End,Allocations %q", ln, want)
+			}
+		}
+	}
+	if found == 0 {
+		t.Errorf("decompose: no HAL line in\n%s", b)
 	}
 }
 
@@ -204,20 +302,28 @@ func TestCUDAOptions(t *testing.T) {
 	if got := cudaTotals(t, evs); len(got) != len(cudaWant) {
 		t.Errorf("default options: %d kinds of CUDA rows, want %d", len(got), len(cudaWant))
 	}
+	checkMappings(t, evs, cudaMappings)
 
-	got := cudaTotals(t, runCUDA(t, "cuda_direct", "--device=cpu,cuda:1"))
+	// Device 1's: its blocks, and the mappings of its VMM handle (made
+	// while device 0 was current).
+	evs = runCUDA(t, "cuda_direct", "--device=cpu,cuda:1")
+	got := cudaTotals(t, evs)
 	var keys []string
 	for k := range got {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	if strings.Join(keys, " ") != "HAL/1/device HOST_PINNED/host/" || *got["HAL/1/device"] != cudaWant["HAL/1/device"] {
+	if strings.Join(keys, " ") != "HAL/1/device HAL/1/vmm HOST_PINNED/host/" || *got["HAL/1/device"] != cudaWant["HAL/1/device"] ||
+		*got["HAL/1/vmm"] != cudaWant["HAL/1/vmm"] {
 		t.Errorf("--device=cpu,cuda:1: rows %v (%+v), want device 1's and the pinned ones", keys, got["HAL/1/device"])
 	}
+	checkMappings(t, evs, cudaMappings[1:])
 
-	if got := cudaTotals(t, runCUDA(t, "cuda_dlsym", "--device=cpu")); len(got) != 0 {
+	evs = runCUDA(t, "cuda_dlsym", "--device=cpu")
+	if got := cudaTotals(t, evs); len(got) != 0 {
 		t.Errorf("--device=cpu: CUDA rows %v", got)
 	}
+	checkMappings(t, evs, nil)
 
 	// Collection never switched on (deferred, no start()): no row at all.
 	for _, e := range runCUDA(t, "cuda_direct", "--level=kernel", "--collect-mode=deferred") {

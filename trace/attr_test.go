@@ -102,12 +102,12 @@ func FuzzParseAttr(f *testing.F) {
 		"{allocation_id:1,addr:0x1,size:1,inefficient:a|b,shadow:true}", "{dtype:float,shape:[2x3],size:24,allocation_id:9}",
 		"{a:b:c,d:}", "{:}", "{", "", "{a,b}", "{size:007,allocation_id:00,addr:0X00AB}", "{shadow:false,allocation_id:1,addr:0x1,size:1}",
 	} {
-		for k := KindSystem; k <= KindOOM; k++ {
+		for k := KindSystem; k <= KindUnmap; k++ {
 			f.Add(uint8(k), s)
 		}
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, s string) {
-		e := Event{Kind: Kind(kind % 10)}
+		e := Event{Kind: Kind(kind % 12)}
 		if err := ParseAttrInto(&e, s); err != nil {
 			if strings.ContainsAny(err.Error(), "\n\r") {
 				t.Fatalf("error not one line: %q", err)
@@ -149,12 +149,12 @@ func FuzzLeanAttr(f *testing.F) {
 		"{size:8,allocation_id:3,size:9}", "{allocation_id:1,addr:0x1g,size:1}", "{addr:0x,allocation_id:1,size:1}",
 		"{allocation_id:1,addr:0x1xsize:4}", "{alloc:1}", "{shape:[1],shadow:false,type:x,total:1,used:2,format:ND,inefficient:x,owner:y,dtype:z}",
 	} {
-		for k := KindSystem; k <= KindOOM; k++ {
+		for k := KindSystem; k <= KindUnmap; k++ {
 			f.Add(uint8(k), s)
 		}
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, s string) {
-		k := Kind(kind % 10)
+		k := Kind(kind % 12)
 		want := Event{Kind: k}
 		werr := parseAttr(&want, s, identity, identity)
 		for _, lean := range []func(*Event) bool{

@@ -34,6 +34,10 @@ func sampleEvents() []Event {
 		{ID: 9, Kind: KindSnapshot, Type: NA, Timestamp: 9, Pid: 1, Tid: 1, Device: "\u00a0nbsp", Extra: []KV{{"rss", "10"}, {"q", `"x"`}}},
 		{ID: 10, Kind: KindMstx, Type: TypeMark, Name: `\.`, Timestamp: 10, Pid: 1, Tid: 1, MstxID: 3, CStack: "résumé;ünï"},
 		{ID: 11, Kind: KindSystem, Type: TypeStep, Timestamp: 11, Pid: 1, Tid: 1, Extra: []KV{{"k", "v:with:colons"}}},
+		{ID: 12, Kind: KindMap, Type: TypeHAL, Timestamp: 12, Pid: 1, Tid: 1, Device: "0", Ptr: 0x7c0000000000, HasPtr: true,
+			Extra: []KV{{"size", "2097152"}, {"offset", "0"}, {"handle", "0x1000"}}},
+		{ID: 13, Kind: KindUnmap, Type: TypeHAL, Timestamp: 13, Pid: 1, Tid: 1, Device: "0", Ptr: 0x7c0000000000, HasPtr: true,
+			Extra: []KV{{"size", "2097152"}, {"handle", "0x1000"}}},
 	}
 }
 

@@ -23,6 +23,8 @@ const (
 	KindMstx
 	KindSnapshot
 	KindOOM
+	KindMap   // a CUDA VMM mapping (cuMemMap): no bytes of its own, its handle's MALLOC has them
+	KindUnmap // cuMemUnmap
 )
 
 var kindNames = [...]string{
@@ -35,6 +37,8 @@ var kindNames = [...]string{
 	KindMstx:         "MSTX",
 	KindSnapshot:     "SNAPSHOT",
 	KindOOM:          "OOM",
+	KindMap:          "MAP",
+	KindUnmap:        "UNMAP",
 }
 
 func (k Kind) String() string {

@@ -118,6 +118,8 @@ R_KINDS: Final[int] = 45  # a = blocks; payload: one unit each, a HOST block's a
 R_KLAUNCH: Final[int] = 46  # a = stream; payload: text "device\tmangled name\tgx,gy,gz\tbx,by,bz" (cuLaunchKernel, --level=kernel)
 R_DEVATTR: Final[int] = 47  # the next device MALLOC of this thread is an async one's: a = CUDA ordinal, b = its stream; flags: its DEV_* kind
 R_OOM: Final[int] = 48  # a failed CUDA allocation (CUDA_ERROR_OUT_OF_MEMORY): a = CUDA ordinal, b = bytes asked; flags: its DEV_* kind (F_CSTACK: payload, return addresses)
+R_VMAP: Final[int] = 49  # cuMemMap: a = virtual address, b = size | (ordinal + 1) << DEV_B_DEV_SHIFT (the handle's device; 0: unknown); payload: 2 units, the offset into the handle and the handle (no memory: the handle's R_MALLOC holds the bytes)
+R_VUNMAP: Final[int] = 50  # cuMemUnmap: a = virtual address, b as R_VMAP's; payload: 1 unit, the handle mapped there (none: not known, or the range held several handles' mappings)
 
 # Record flags.
 F_SUB_MASK: Final[int] = 0x000f  # subtype of MALLOC/FREE

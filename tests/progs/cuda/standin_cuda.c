@@ -204,7 +204,20 @@ static CUresult s_cuMemMap(CUdeviceptr p, size_t size, size_t off, CUmemGenericA
 	UNLOCK;
 	return ok ? CUDA_SUCCESS : BAD;
 }
-static CUresult s_cuMemUnmap(CUdeviceptr p, size_t size) { return give(p, MAPPED, size); }
+/* As the driver: the range is one or more whole mappings, adjacent. */
+static CUresult s_cuMemUnmap(CUdeviceptr p, size_t size) {
+	u64 at = p, end = p + size;
+	LOCK;
+	while (at && at < end && find(at, MAPPED)->key) at += find(at, MAPPED)->size;
+	int ok = p && size && at == end;
+	for (at = p; ok && at < end;) {
+		struct blk *b = find(at, MAPPED);
+		at += b->size;
+		drop(b);
+	}
+	UNLOCK;
+	return ok ? CUDA_SUCCESS : BAD;
+}
 
 /* ---- kernels: one stable fake handle (the address of a slot) per name */
 #define NF 64

@@ -9,11 +9,18 @@
  *   managed: 65,536 B in 1 block (device 0)
  *   device 1: 8,192 B in 1 block (d3)
  *   pinned host: 1,048,576 (h1) + 4,096 (h2) = 1,052,672 B in 2 blocks
- *   vmm (cuMemCreate): 2,097,152 x 2 = 4,194,304 B in 2 handles
+ *   vmm (cuMemCreate): 2,097,152 B on device 0 (g1) and 2,097,152 B on
+ *     device 1 (g2), 2 handles
+ *   VMM mappings (no bytes of their own), on their handle's device, in a
+ *     4 MiB reservation va (the stand-in's first: 0x7c0000000000), handles
+ *     g1 0x1000 and g2 0x1010 (the stand-in's first two), device 0 current:
+ *     MAP va 2 MiB offset 0 of g1; MAP va+2 MiB 1 MiB offset 0 of g2; MAP
+ *     va+3 MiB 1 MiB offset 1 MiB of g2; UNMAP va+2 MiB 2 MiB (both of
+ *     g2's at once); one map and one unmap the driver refuses (no rows)
  *   FREEs: d2, async, h2, g2, d1 (5)
  *   alive at exit: device kind on device 0: pitch 10,240 + pool 300,000 =
  *     310,240 B; managed 65,536; device 1: 8,192; pinned 1,048,576;
- *     vmm 2,097,152 (g1, still mapped)
+ *     vmm 2,097,152 (g1 on device 0, still mapped)
  *   launches: 5 = 3 of scale<4>(float*, int) (_Z5scaleILi4EEvPfi)
  *     + 2 of add(float const*, float const*, float*, int) (_Z3addPKfS0_Pfi)
  *   _ptsz entry points reached: 8 through cuGetProcAddress with the
@@ -112,18 +119,23 @@ static void workload(const struct api *a) {
 	CK(a->MemAllocHost(&h1, 1048576));
 	CK(a->MemHostAlloc(&h2, 4096, 0));
 	CK(a->MemFreeHost(h2));
-	/* 6. VMM: two 2 MiB handles mapped into a 4 MiB reservation; g2 unmapped
-	 * and released, g1 left mapped */
+	/* 6. VMM: two 2 MiB handles mapped into a 4 MiB reservation, g2 in two
+	 * halves; g2 unmapped (one call for both) and released, g1 left mapped */
 	CUmemAllocationProp prop;
 	memset(&prop, 0, sizeof prop);
 	prop.type = 1; /* CU_MEM_ALLOCATION_TYPE_PINNED */
 	prop.location.type = 1; /* CU_MEM_LOCATION_TYPE_DEVICE */
 	prop.location.id = 0;
 	CK(a->MemCreate(&g1, 2097152, &prop, 0));
+	prop.location.id = 1; /* g2 on device 1, mapped while device 0 is current */
 	CK(a->MemCreate(&g2, 2097152, &prop, 0));
 	CK(a->MemAddressReserve(&va, 4194304, 0, 0, 0));
+	/* refused (past the handle's end; not a mapping's start): no rows */
+	if (a->MemMap(va, 2097152, 1048576, g1, 0) == CUDA_SUCCESS) fail("a map past the handle's end:", 0);
 	CK(a->MemMap(va, 2097152, 0, g1, 0));
-	CK(a->MemMap(va + 2097152, 2097152, 0, g2, 0));
+	if (a->MemUnmap(va + 1048576, 1048576) == CUDA_SUCCESS) fail("an unmap inside a mapping:", 0);
+	CK(a->MemMap(va + 2097152, 1048576, 0, g2, 0));
+	CK(a->MemMap(va + 3145728, 1048576, 1048576, g2, 0));
 	CK(a->MemUnmap(va + 2097152, 2097152));
 	CK(a->MemRelease(g2));
 	/* 7. kernels: 3 + 1 launches and one cuLaunchKernelEx */
