@@ -12,7 +12,7 @@ GOSRC := $(shell find . -name '*.go' -not -path './.venv/*' -not -path './build/
 PYTHON_REAL := $(shell python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
 VENV := .venv
 PYTHON := $(abspath $(VENV))/bin/python
-APT_PKGS := valgrind libc6-dbg heaptrack libunwind8 gcc g++ sqlite3
+APT_PKGS := valgrind libc6-dbg heaptrack libunwind8 gcc g++ sqlite3 chromium
 export PYTHON
 
 .PHONY: all build deps venv pymatrix test unit e2e fuzz demo bench clean fmt vet pyinstall generate gencheck gpu-check
@@ -126,14 +126,15 @@ demo: deps build venv
 	@mkdir -p $(BUILD)/demo
 	gcc -g -O0 -fno-omit-frame-pointer -I include -o $(BUILD)/demo/leak_demo examples/leak_demo.c -L$(BUILD)/lib -lmemscope -Wl,-rpath,$(abspath $(BUILD))/lib
 	rm -rf $(BUILD)/demo/out
-	$(CLI) --call-stack=c:8 --output=$(BUILD)/demo/out $(BUILD)/demo/leak_demo
+	$(CLI) --call-stack=c:8 --export=html --output=$(BUILD)/demo/out $(BUILD)/demo/leak_demo
 	@echo; echo "== leak report ($$(ls $(BUILD)/demo/out/msmemscope_*/analysis/leaks_*.csv))"; \
 	cat $(BUILD)/demo/out/msmemscope_*/analysis/leaks_*.csv | head -20
 	@echo; echo "== PyTorch: examples/train_mlp.py (decompose and inefficient summaries)"
 	rm -rf $(BUILD)/demo/torch_out
 	PYTHONPATH=$(abspath python) MSMEMSCOPE_LIB=$(abspath $(LIB)) MSMEMSCOPE_CLI=$(abspath $(CLI)) \
 		$(PYTHON) -m msmemscope run --output=$(BUILD)/demo/torch_out --collect-mode=deferred \
-		--events=alloc,free,launch,access --analysis=decompose,inefficient examples/train_mlp.py
+		--events=alloc,free,launch,access --analysis=decompose,inefficient --export=html examples/train_mlp.py
+	@echo; echo "== HTML reports (open them in a browser):"; ls $(BUILD)/demo/out/msmemscope_*/export/report_*.html $(BUILD)/demo/torch_out/msmemscope_*/export/report_*.html
 
 # The CUDA layer on a real GPU (bench/gpu_check.py): run where a GPU is, with
 # build/ made elsewhere and carried (no Go there, no build here). Results go

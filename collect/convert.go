@@ -69,9 +69,10 @@ type Result struct {
 	DecomposePath string
 	Inefficient   *analyzer.IneffReport
 	WatchPath     string
-	DeviceSeen    bool     // a row of a device (not the host heap)
-	OOMPath       string   // the report of CUDA allocations refused (oom.go)
-	ExportPaths   []string // the files --export wrote (package export)
+	DeviceSeen    bool                 // a row of a device (not the host heap)
+	OOMPath       string               // the report of CUDA allocations refused (oom.go)
+	ExportPaths   []string             // the files --export wrote (package export)
+	Reports       []*export.ProcReport // --export=html: this process's part of the run's report
 }
 
 // ConfigJSON is the config.json of SPEC §2.
@@ -205,6 +206,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, err
 	}
 	exp.SetProcess(int64(meta.Pid))
+	exp.SetCommand(meta.Cmdline)
 	write := WriteDump
 	var inLogs countRows
 	if noDump {
@@ -305,9 +307,11 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, err
 	}
 	exp.SetLeakKinds(leakKindOf(dec.LeakKinds()))
+	exp.SetAnalyses(&export.Analyses{Leaks: res.Leaks, Inefficient: res.Inefficient, Decompose: res.Decompose})
 	if res.ExportPaths, err = exp.Write(filepath.Join(dir, export.Dir), stamp); err != nil {
 		return nil, err
 	}
+	res.Reports = exp.Reports()
 	for _, p := range res.ExportPaths {
 		if opt.Console != nil {
 			fmt.Fprintf(opt.Console, "msmemscope: process %d (%s): export written to %s\n", meta.Pid, meta.ProgName(), p)

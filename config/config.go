@@ -11,7 +11,7 @@ import (
 )
 
 // ExportFormats are the formats --export writes (package export).
-var ExportFormats = []string{"pprof", "perfetto"}
+var ExportFormats = []string{"html", "pprof", "perfetto", "memory_viz"}
 
 // EnvConfig carries the effective configuration, as JSON, to traced processes.
 const EnvConfig = "MSMEMSCOPE_CONFIG"

@@ -117,7 +117,7 @@ const (
 	ruleWatchOrder   = "#N goes before out{id}: start[#N][:out{id}]"
 	ruleWatchName    = "operator name must not be empty"
 	ruleDataFormat   = "must be csv or db"
-	ruleExport       = "must be pprof or perfetto (the export formats built), comma-separated"
+	ruleExport       = "must be html, pprof, perfetto or memory_viz (the export formats built), comma-separated"
 	ruleLogLevel     = "must be info, warn or error"
 	ruleLogMode      = "must be full or rotate"
 	ruleLogFiles     = "must be an integer in [1,1000]"

@@ -1,6 +1,7 @@
 // Package export writes a capture's events in the formats other tools read:
-// pprof's profile.proto (go tool pprof, and every viewer that reads it) and
-// the Chrome JSON trace format (ui.perfetto.dev, chrome://tracing).
+// pprof's profile.proto (go tool pprof, and every viewer that reads it), the
+// Chrome JSON trace format (ui.perfetto.dev, chrome://tracing) and PyTorch's
+// memory snapshot pickle (pytorch.org/memory_viz, torch.cuda._memory_viz).
 // An exporter sees the conversion's one event stream, as the analyses do,
 // and writes its file into the capture's export/ folder at the end.
 package export
@@ -34,6 +35,10 @@ func New(format string) (Writer, error) {
 		return newPprof(), nil
 	case "perfetto":
 		return newPerfetto(), nil
+	case "html":
+		return newHTML(), nil
+	case "memory_viz":
+		return newMemviz(), nil
 	}
 	return nil, fmt.Errorf("unknown export format %q (known: %v)", format, config.ExportFormats)
 }
@@ -76,6 +81,30 @@ func (s *Set) SetProcess(pid int64) {
 	for _, w := range s.ws {
 		if p, ok := w.(interface{ SetProcess(int64) }); ok {
 			p.SetProcess(pid)
+		}
+	}
+}
+
+// SetCommand names the process's command line, for those that show it.
+func (s *Set) SetCommand(cmd []string) {
+	if s == nil {
+		return
+	}
+	for _, w := range s.ws {
+		if c, ok := w.(interface{ SetCommand([]string) }); ok {
+			c.SetCommand(cmd)
+		}
+	}
+}
+
+// SetAnalyses hands the exporters that show them the analyses' results.
+func (s *Set) SetAnalyses(a *Analyses) {
+	if s == nil {
+		return
+	}
+	for _, w := range s.ws {
+		if c, ok := w.(interface{ SetAnalyses(*Analyses) }); ok {
+			c.SetAnalyses(a)
 		}
 	}
 }

@@ -125,7 +125,7 @@ func TestExportPprofOffline(t *testing.T) {
 // --export names the formats it knows in its error.
 func TestExportUnknownFormat(t *testing.T) {
 	r := runCLI(t, 30*time.Second, "", "--export=flamegraph", "true")
-	oneLineError(t, r, `invalid value "flamegraph" for --export: must be pprof`)
+	oneLineError(t, r, `invalid value "flamegraph" for --export: must be html, pprof, perfetto or memory_viz`)
 }
 
 // --export=perfetto,pprof at collection: both files; the trace holds the

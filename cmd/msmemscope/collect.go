@@ -12,6 +12,7 @@ import (
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/collect"
 	"msmemscope/config"
+	"msmemscope/export"
 	"msmemscope/internal/logx"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
@@ -70,6 +71,7 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 	}
 	man := &spool.Manifest{RunID: runID, Command: command, MainPid: mainPid, ExitStatus: code}
 	firstMain := true
+	var reports []*export.ProcReport
 	for i, d := range dirs {
 		m := metas[i]
 		mp := spool.ManifestProcess{Pid: m.Pid, Ppid: m.Ppid, Cmdline: m.Cmdline, Folder: d}
@@ -94,6 +96,7 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 					m.Pid, res.Unwritten[spool.NotWrittenInLogs], d)
 			}
 			mp.Events, mp.Rows, mp.Lost = res.Events, res.Rows, res.Lost
+			reports = append(reports, res.Reports...)
 			mp.Complete, mp.Ended, mp.Exec, mp.ForkedUntraced, mp.Dump = res.Complete, res.Ended, res.Exec, res.Untraced, res.DumpPath
 			if i != lastMain && res.Leaks != nil && len(res.Leaks.StepLeaks) > 0 {
 				fmt.Fprintf(os.Stderr, "msmemscope: process %d: %s", m.Pid, res.Leaks.Summary(3))
@@ -123,6 +126,7 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 			manDir = filepath.Dir(p.Folder)
 		}
 	}
+	runReport(manDir, reports)
 	b, _ := json.MarshalIndent(man, "", "  ")
 	path, err := safefs.CreateUnique(safefs.Stamped(filepath.Join(manDir, spool.ManifestPrefix), ".json", time.Now()),
 		func(p string) error {
@@ -159,6 +163,8 @@ func offline(inv *cli.Invocation) int {
 	}
 	rc := 0
 	defer symbolize.KeepModules()() // the run's processes share libc and more
+	var reports []*export.ProcReport
+	defer func() { runReport(in, reports) }()
 	for _, d := range dirs {
 		opt := collect.Options{Console: os.Stderr}
 		if inv.Set["analysis"] || inv.Set["steps"] || inv.Set["data-format"] || inv.Set["export"] {
@@ -182,6 +188,9 @@ func offline(inv *cli.Invocation) int {
 			opt.Config = &c
 		}
 		res, err := collect.Convert(d, opt)
+		if err == nil {
+			reports = append(reports, res.Reports...)
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 			code := 1
@@ -201,4 +210,19 @@ func offline(inv *cli.Invocation) int {
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: %d rows (%s) -> %s\n", d, res.Rows, state, res.DumpPath)
 	}
 	return rc
+}
+
+// runReport writes the HTML report of a run of several processes (each
+// process's own is in its capture's export folder) into dir's export
+// folder: a summary across them, then each one.
+func runReport(dir string, reports []*export.ProcReport) {
+	if len(reports) < 2 {
+		return
+	}
+	p, err := export.RunReport(filepath.Join(dir, export.Dir), safefs.Stamp(time.Now()), reports, nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "msmemscope: the run's report: %v\n", err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "msmemscope: report of the run's %d processes written to %s\n", len(reports), p)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +81,13 @@ func compare(inv *cli.Invocation) int {
 	}
 	fmt.Print(r.Summary(10))
 	fmt.Printf("msmemscope: comparison written to %s\n", path)
+	if slices.Contains(inv.Config.Export, "html") { // the comparison as a page (other formats are a capture's)
+		p, err := export.RunReport(filepath.Join(inv.Config.Output, export.Dir), safefs.Stamp(time.Now()), nil, r)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Printf("msmemscope: comparison report written to %s\n", p)
+	}
 	return 0
 }
 

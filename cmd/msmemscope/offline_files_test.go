@@ -120,6 +120,19 @@ func TestCompareCLI(t *testing.T) {
 	if got := compareOutput(t, out); got != wantCompare {
 		t.Fatalf("compare folders:\n%s", got)
 	}
+	// --export=html: the comparison as a page, its rows inlined.
+	if rc := run([]string{"--compare", "--input=" + capA + "," + capB, "--output=" + out, "--export=html"}); rc != 0 {
+		t.Fatalf("compare --export=html: exit %d", rc)
+	}
+	pages, _ := filepath.Glob(filepath.Join(out, "export", "report_*.html"))
+	if len(pages) != 1 {
+		t.Fatalf("compare reports: %v", pages)
+	}
+	b, _ := os.ReadFile(pages[0])
+	if !strings.Contains(string(b), `"name":"aten::relu","device":"host","base":4096,"compare":12288,"diff":8192`) ||
+		!strings.Contains(string(b), `"base_index":4,"compare_index":5,"base_step":1,"compare_step":1`) {
+		t.Errorf("the compare report does not hold the planted difference:\n%.3000s", b)
+	}
 }
 
 func TestCompareCLIBadInput(t *testing.T) {

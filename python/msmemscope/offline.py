@@ -122,12 +122,17 @@ def check_inefficient(input_path: PathLike, mem_size: Optional[int] = None,
 def export(input_path: PathLike, formats: Optional[Union[str, Sequence[str]]] = None,
            output: Optional[PathLike] = None) -> List[str]:
     """Writes a capture or dump in other tools' formats and returns the paths
-    written: "pprof" (a heap profile for ``go tool pprof``:
+    written: "html" (report_{stamp}.html: one self-contained page with
+    memory over time, flame graphs at the peak and of the leaks, top sites,
+    leaks, inefficient blocks and owners), "pprof" (a heap profile for ``go tool pprof``:
     alloc_objects, alloc_space, inuse_objects, inuse_space, labelled by
-    device, owner, step and leak kind) and "perfetto" (a Chrome JSON trace
+    device, owner, step and leak kind), "perfetto" (a Chrome JSON trace
     that ui.perfetto.dev opens: live bytes per type and owner as counters,
     operators as slices, kernels and marks as instants, mstx ranges as
-    async slices). input_path: a capture or output
+    async slices) and "memory_viz" (memory_viz_{stamp}.pickle: PyTorch's
+    memory snapshot, of the PTA blocks and HAL segments, that
+    pytorch.org/memory_viz opens and torch.cuda._memory_viz reads; load it
+    with pickle.load). input_path: a capture or output
     folder, a dump CSV or DB. formats: a name, a list of names, or None for
     every format. The files go into output/export, or, without output, into
     the capture's export folder."""

@@ -129,7 +129,7 @@ var valued = []option{
 		func(c config.Config) string { return strconv.Itoa(c.LogFiles) }},
 	{"log-file-mb", "M", "size of a spool file in MiB with --log-mode=rotate, in [1,10240]",
 		func(c config.Config) string { return strconv.Itoa(c.LogFileMB) }},
-	{"export", "LIST", "pprof (a heap profile for go tool pprof), perfetto (a trace ui.perfetto.dev opens), comma-separated: also written into the capture's export/ folder; empty = none",
+	{"export", "LIST", "html (a self-contained report: memory over time, flame graphs, top sites, leaks), pprof (a heap profile for go tool pprof), perfetto (a trace ui.perfetto.dev opens), memory_viz (a PyTorch memory snapshot pytorch.org/memory_viz opens), comma-separated: also written into the capture's export/ folder; empty = none",
 		func(c config.Config) string { return "none" }},
 	{"input", "A[,B]", "a capture folder, or a memscope_dump CSV/DB file, to process offline; two with --compare; each path at most 4096 bytes",
 		func(c config.Config) string { return "" }},
