@@ -236,3 +236,50 @@ func TestReportHTMLThreadsCxx(t *testing.T) {
 		t.Errorf("the visible text does not name the definitely lost Sessions")
 	}
 }
+
+// A run of two traced processes (a program that execs the leak demo in a
+// child): each capture has its own page, and the output folder one over
+// both, with a summary across them.
+func TestReportHTMLRun(t *testing.T) {
+	demo := compile(t, filepath.Join(repoRoot, "examples", "leak_demo.c"), "", linkMemscope()...)
+	bin := compile(t, "execchild.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, 60*time.Second, "", "--output="+out, "--call-stack=c:8", "--export=html", bin, demo)
+	if r.Code != 0 {
+		t.Fatalf("exit %d\n%s", r.Code, r.Stderr)
+	}
+	man := readManifest(t, out)
+	if len(man.Processes) != 2 {
+		t.Fatalf("%d processes", len(man.Processes))
+	}
+	for _, p := range man.Processes {
+		onlyFile(t, filepath.Join(p.Folder, "export", "report_*.html"))
+	}
+	page := onlyFile(t, filepath.Join(out, "export", "report_*.html"))
+	if !strings.Contains(r.Stderr, "report of the run's 2 processes written to "+page) {
+		t.Errorf("the console does not name %s:\n%s", page, r.Stderr)
+	}
+	d := readReport(t, page)
+	if len(d.Processes) != 2 {
+		t.Fatalf("the run's page holds %d processes", len(d.Processes))
+	}
+	leaked := -1
+	for i, p := range d.Processes {
+		for _, l := range p.Leaks {
+			if strings.HasPrefix(d.inner(i, l.Site), "remember_batch ") {
+				leaked = i
+			}
+		}
+	}
+	if leaked < 0 || len(d.Processes[leaked].Steps) != 5 {
+		t.Fatalf("no process of the page holds the demo's leak and 5 steps")
+	}
+	dom := chromium(t, page, shotPath("run"))
+	text := visible(dom)
+	if !strings.Contains(text, "Summary across 2 processes") || strings.Count(dom, `class="proc"`) != 2 {
+		t.Errorf("the page has no summary across the 2 processes")
+	}
+	if n := strings.Count(dom, `class="step-marker"`); n != 5 {
+		t.Errorf("%d step markers, want the demo's 5", n)
+	}
+}
