@@ -72,10 +72,16 @@ analyse db_ineff "$WORK/ineff.db" "msmemscope.check_inefficient(p)"
 # included), and the typed view's GROUP BY owner on the DB (sqlite3).
 analyse csv_html "$WORK/cap.csv" "msmemscope.export(p, 'html', output='$WORK/html')"
 html_bytes=$(stat -c %s "$WORK"/html/export/report_*.html)
-q0=$(date +%s.%N)
-sqlite3 "$WORK/cap.db" "SELECT owner, sum(size) FROM memscope_dump_typed GROUP BY owner;" >"$WORK/query.out"
-q1=$(date +%s.%N)
-query_secs=$(awk -v a="$q0" -v b="$q1" 'BEGIN {printf "%.2f", b - a}')
+query() { # SQL: prints its seconds
+	local q0 q1
+	q0=$(date +%s.%N)
+	sqlite3 "$WORK/cap.db" "$1" >"$WORK/query.out"
+	q1=$(date +%s.%N)
+	awk -v a="$q0" -v b="$q1" 'BEGIN {printf "%.2f", b - a}'
+}
+query_secs=$(query "SELECT owner, sum(size) FROM memscope_attr GROUP BY owner;")
+view_secs=$(query "SELECT owner, sum(size) FROM memscope_dump_typed GROUP BY owner;")
+rows_secs=$(query "SELECT count(*), sum(size) FROM memscope_dump_typed WHERE Event = 'MALLOC' AND owner LIKE 'PTA%';")
 base=$(base_rss)
 
 row() { # label input analysis
@@ -113,7 +119,11 @@ added=$(grep -o '[0-9]* results* added' "$WORK/csv_ineff.out" | head -1 || true)
 	echo
 	echo "Reports (issue 20): the HTML report of the CSV, reading it included:"
 	row csv_html CSV "export html" | sed 's/^/  /'
-	echo "  (page: $((html_bytes / 1024)) KiB; target <= 20 MB). \\`SELECT owner, sum(size) FROM memscope_dump_typed"
-	echo "  GROUP BY owner\\` on the SQLite dump ($(wc -l <"$WORK/query.out") owners): **${query_secs} s** (target <= 2 s)."
+	echo "  (page: $((html_bytes / 1024)) KiB; target <= 20 MB)."
+	echo
+	echo "SQL on the SQLite dump (sqlite3, $N rows): \`SELECT owner, sum(size) FROM memscope_attr GROUP BY owner\`"
+	echo "(the side table's covering index) **${query_secs} s** (target <= 2 s); the same through the view"
+	echo "\`memscope_dump_typed\` ${view_secs} s (it joins every row); \`SELECT count(*), sum(size) FROM memscope_dump_typed"
+	echo "WHERE Event = 'MALLOC' AND owner LIKE 'PTA%'\` ${rows_secs} s."
 } >>"$OUT"
-tail -n 27 "$OUT"
+tail -n 30 "$OUT"

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"msmemscope/config"
@@ -41,6 +42,35 @@ func New(format string) (Writer, error) {
 		return newMemviz(), nil
 	}
 	return nil, fmt.Errorf("unknown export format %q (known: %v)", format, config.ExportFormats)
+}
+
+// kindsOf are the event kinds each format reads (a reader skips the other
+// rows unparsed: a dump's ACCESS rows cost most to read, and no exporter
+// shows them).
+var kindsOf = map[string][]trace.Kind{
+	"html":       {trace.KindMalloc, trace.KindFree, trace.KindSystem, trace.KindMstx, trace.KindOOM},
+	"pprof":      {trace.KindMalloc, trace.KindFree},
+	"perfetto":   {trace.KindMalloc, trace.KindFree, trace.KindSystem, trace.KindMstx, trace.KindOOM, trace.KindOpLaunch, trace.KindKernelLaunch},
+	"memory_viz": {trace.KindMalloc, trace.KindFree, trace.KindOOM, trace.KindSnapshot},
+}
+
+// ReadOptions are the options to open an input with for exporting it in
+// formats: only the rows they read, events recycled (exporters copy what
+// they keep).
+func ReadOptions(formats []string) trace.OpenOptions {
+	var kinds []trace.Kind
+	for _, f := range formats {
+		k, ok := kindsOf[f]
+		if !ok {
+			return trace.OpenOptions{Reuse: true} // unknown: New says so
+		}
+		for _, x := range k {
+			if !slices.Contains(kinds, x) {
+				kinds = append(kinds, x)
+			}
+		}
+	}
+	return trace.OpenOptions{Reuse: true, Kinds: kinds}
 }
 
 // Set fans one event stream out to several exporters.

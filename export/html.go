@@ -36,7 +36,7 @@ type htmlWriter struct {
 	views [2]htmlView          // viewMemory, viewFramework
 
 	firstNs, lastNs uint64
-	events, mallocs uint64
+	events, mallocs uint64 // MALLOC and FREE events; MALLOCs
 	timeline        pointTrack
 	moments         momentTrack
 
@@ -276,7 +276,9 @@ func (h *htmlWriter) siteID(typ uint16, stack string) int32 {
 }
 
 func (h *htmlWriter) Observe(e *trace.Event) {
-	h.events++
+	if e.Kind == trace.KindMalloc || e.Kind == trace.KindFree {
+		h.events++ // the same whether a reader skipped the kinds the report does not show or not
+	}
 	if h.pid == 0 {
 		h.pid = e.Pid // a dump read offline: its rows name it
 	}

@@ -30,7 +30,7 @@ var (
 type ProcReport struct {
 	Pid      int64    `json:"pid"`
 	Command  string   `json:"command"`
-	Events   uint64   `json:"events"`
+	Events   uint64   `json:"events"` // MALLOC and FREE events
 	Mallocs  uint64   `json:"mallocs"`
 	T0       uint64   `json:"t0"` // ns, the capture's clock
 	T1       uint64   `json:"t1"`

@@ -19,7 +19,6 @@ import (
 	"msmemscope/config"
 	"msmemscope/export"
 	"msmemscope/spool"
-	"msmemscope/trace"
 )
 
 // ListAnalyzers is ["leaks", ...].
@@ -77,7 +76,7 @@ func Export(input string, formats []string, output string) ([]string, error) {
 			}
 		}
 	}
-	in, err := spool.Open(input, trace.OpenOptions{})
+	in, err := spool.Open(input, export.ReadOptions(formats))
 	if err != nil {
 		return nil, err
 	}

@@ -197,7 +197,7 @@ func fileReports(path, outDir string, options []string, specs []*spec.Analysis, 
 
 // exportFile writes a dump file's events in the --export formats into dir.
 func exportFile(path, dir string, formats []string) error {
-	in, err := spool.Open(path, trace.OpenOptions{})
+	in, err := spool.Open(path, export.ReadOptions(formats))
 	if err != nil {
 		return collect.BadInput(err)
 	}

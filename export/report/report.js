@@ -47,7 +47,7 @@
     if (!rows.length) return el('p', { cls: 'empty', text: 'none' });
     var t = el('table', { cls: cls });
     var tr = el('tr');
-    head.forEach(function (h) { tr.appendChild(el('th', { cls: /^#|bytes|blocks|count|size|peak|end|allocated|temporary|step|events/i.test(h) ? 'num' : '', text: h })); });
+    head.forEach(function (h) { tr.appendChild(el('th', { cls: /^#|bytes|blocks|count|size|peak|end|allocated|temporary|step|events|frees/i.test(h) ? 'num' : '', text: h })); });
     t.appendChild(tr);
     rows.forEach(function (r) {
       var tr = el('tr');
@@ -301,7 +301,7 @@
         bytes(p.views[0].peak), bytes(p.views[1].peak), bytes(p.views[0].end), bytes(lost), p.steps.length];
     });
     if (procs.length > 1) rows.push(['all', '', tot.events, '', bytes(tot.peak) + ' (sum)', '', bytes(tot.end), bytes(tot.lost), '']);
-    app.appendChild(table('summary', ['Process', 'Command', 'Events', 'Duration', 'Memory peak', 'Framework peak', 'Alive at end', 'Definitely lost', 'Steps'], rows));
+    app.appendChild(table('summary', ['Process', 'Command', 'Allocations and frees', 'Duration', 'Memory peak', 'Framework peak', 'Alive at end', 'Definitely lost', 'Steps'], rows));
   }
   procs.forEach(function (p, i) {
     var d = el('details', { cls: 'proc', id: 'proc-' + p.pid });
