@@ -35,8 +35,8 @@ type Process struct {
 	// StackSP is the main thread's stack pointer as the program left it
 	// (0: unknown, the whole [stack] is read).
 	StackSP uint64
-	// ThreadSP are other threads' stack pointers: their stacks are read
-	// from there up.
+	// ThreadSP are other threads' stack pointers (a stopped thread's less
+	// its red zone): their stacks are read from there up.
 	ThreadSP []uint64
 	// Dead are the stacks of threads that ended (glibc may keep them for
 	// new threads): not roots, unless a live thread's stack pointer is in
@@ -153,6 +153,40 @@ func subtract(r Region, own []Region) []Region {
 		parts = next
 	}
 	return parts
+}
+
+// Tasks returns the ids of this process's threads (/proc/self/task).
+func Tasks() []int {
+	dirs, _ := filepath.Glob("/proc/self/task/*")
+	var out []int
+	for _, d := range dirs {
+		if tid, err := strconv.Atoi(filepath.Base(d)); err == nil {
+			out = append(out, tid)
+		}
+	}
+	return out
+}
+
+// SignalBlocked reports whether thread tid blocks signal sig (SigBlk in its
+// status), or cannot be told.
+func SignalBlocked(tid, sig int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc/self/task", strconv.Itoa(tid), "status"))
+	if err != nil {
+		return true
+	}
+	return maskHas(b, "SigBlk:", sig)
+}
+
+// maskHas reports whether the signal mask on status's line key holds sig
+// (true when the line is missing).
+func maskHas(status []byte, key string, sig int) bool {
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err != nil || sig < 1 || sig > 64 || m&(1<<(sig-1)) != 0
+		}
+	}
+	return true
 }
 
 // ThreadStackPointers returns the stack pointers of the process's threads

@@ -97,3 +97,18 @@ func TestRoots(t *testing.T) {
 		t.Errorf("roots\n got %x\nwant %x", got, want)
 	}
 }
+
+func TestMaskHas(t *testing.T) {
+	status := []byte("Name:\tprog\nSigPnd:\t0000000000000000\nSigBlk:\t0800000000000001\nSigIgn:\t0000000000001000\n")
+	for _, c := range []struct {
+		sig  int
+		want bool
+	}{{1, true}, {2, false}, {60, true}, {61, false}, {64, false}, {0, true}} {
+		if got := maskHas(status, "SigBlk:", c.sig); got != c.want {
+			t.Errorf("SigBlk has %d: %v, want %v", c.sig, got, c.want)
+		}
+	}
+	if !maskHas([]byte("Name:\tprog\n"), "SigBlk:", 2) {
+		t.Error("a status with no SigBlk line: want blocked (cannot be told)")
+	}
+}

@@ -72,6 +72,9 @@ func scanLeaks(sp uint64) error {
 			return err
 		}
 	}
+	// The program's other threads stand still while their memory is read.
+	st := stopThreads()
+	defer resumeThreads()
 	text, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		return err
@@ -83,12 +86,14 @@ func scanLeaks(sp uint64) error {
 	}
 	defer mem.Close()
 	leakscan.FillUsable(blocks, mem)
-	p := &leakscan.Process{Maps: maps, Own: ownRegions(maps), StackSP: sp, ThreadSP: leakscan.ThreadStackPointers(nil), Dead: deadStacks()}
+	threadSP := append(st.sps, leakscan.ThreadStackPointers(st.tids)...)
+	p := &leakscan.Process{Maps: maps, Own: ownRegions(maps), StackSP: sp, ThreadSP: threadSP, Dead: deadStacks()}
 	var regs [6]uint64
 	if C.ms_exit_regs((*C.uint64_t)(unsafe.Pointer(&regs[0]))) == 0 {
 		regs = [6]uint64{}
 	}
-	kinds := leakscan.Classify(blocks, p.Roots(blocks, mem), regs[:], mem)
+	kinds := leakscan.Classify(blocks, p.Roots(blocks, mem), append(regs[:], st.regs...), mem)
+	resumeThreads()
 	units := make([]byte, 0, kindsPerRecord*8)
 	if len(blocks) == 0 { // the scan ran: nothing was left
 		C.ms_emit(C.uint16_t(format.RKinds), 0, 0, 0, nil, 0)

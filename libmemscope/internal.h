@@ -209,6 +209,7 @@ static inline void set_thr(ms_thr *t) {
 HIDDEN void own_note(void *p, size_t n);
 HIDDEN void own_forget(void *p);
 HIDDEN void dead_stack_note(uintptr_t lo, uintptr_t hi); // a thread's stack at its end (glibc may cache it)
+HIDDEN void internal_tid_note(void); // the calling thread is msmemscope's own (threadstop.c)
 
 static inline void *raw_mmap(size_t n) {
 	void *p = (void *)syscall(SYS_mmap, 0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

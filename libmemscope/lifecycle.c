@@ -107,6 +107,7 @@ static void *internal_start(void *v) {
 	struct tramp tr = *(struct tramp *)v;
 	tls_guard = INTERNAL_GUARD; // never recorded, whatever it calls
 	ms_tls.fast = NULL;
+	internal_tid_note(); // never stopped by the leak scan (threadstop.c)
 
 	__libc_free(v);
 	return tr.fn(tr.arg);
