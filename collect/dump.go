@@ -50,11 +50,8 @@ func WriteDump(path string, opt DumpOptions, fill func(RowWriter) error) (uint64
 	}
 	var rows uint64
 	err := safefs.WriteDerived(path, func(f io.Writer) error {
-		// Buffers whole (no bufio, no second copy), and hands them to the
-		// kernel on a goroutine of its own.
-		cw := trace.NewCSVWriterAsync(f)
+		cw := trace.NewCSVWriter(f) // buffers whole: no bufio, no second copy
 		if err := fill(cw); err != nil {
-			cw.Stop()
 			return err
 		}
 		rows = cw.Rows()

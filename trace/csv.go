@@ -50,46 +50,6 @@ type CSVWriter struct {
 	pidText   []byte
 	tids      [16]tidText
 	plain     [numCols]string // per column, the last value seen that needs no quotes
-	async     *asyncOut       // NewCSVWriterAsync: full buffers are written on their own goroutine
-}
-
-// asyncOut writes full buffers to w on its own goroutine, so that the
-// kernel's copy of a dump into the page cache (a third of a conversion's
-// time) overlaps the formatting of the next rows. Buffers go round between
-// the writer and it: nothing is copied.
-type asyncOut struct {
-	todo   chan []byte
-	free   chan []byte
-	failed chan error // the first write error, at once
-	done   chan error // when todo is closed and everything written
-}
-
-// asyncBuffers is how many buffers go round: one being formatted, one
-// being written, one ready.
-const asyncBuffers = 3
-
-func newAsyncOut(w io.Writer) *asyncOut {
-	a := &asyncOut{todo: make(chan []byte, asyncBuffers), free: make(chan []byte, asyncBuffers),
-		failed: make(chan error, 1), done: make(chan error, 1)}
-	for i := 0; i < asyncBuffers-1; i++ {
-		a.free <- make([]byte, 0, csvBufSize)
-	}
-	go func() {
-		var err error
-		for b := range a.todo {
-			if err == nil {
-				if _, err = w.Write(b); err != nil {
-					a.failed <- err
-				}
-			}
-			if cap(b) > 4*csvBufSize { // a huge row grew it: shrink back
-				b = make([]byte, 0, csvBufSize)
-			}
-			a.free <- b[:0]
-		}
-		a.done <- err
-	}()
-	return a
 }
 
 // tidText is a Thread Id and its text (CSVWriter.tids: a small cache, as
@@ -103,16 +63,6 @@ type tidText struct {
 // or by Flush when there are no rows.
 func NewCSVWriter(w io.Writer) *CSVWriter {
 	return &CSVWriter{w: w, buf: make([]byte, 0, csvBufSize)}
-}
-
-// NewCSVWriterAsync is NewCSVWriter writing on a goroutine of its own: w
-// must not be used by anything else until Flush has returned, and Flush
-// must be called (it ends the goroutine). A write error shows at a later
-// Write or at Flush.
-func NewCSVWriterAsync(w io.Writer) *CSVWriter {
-	c := NewCSVWriter(w)
-	c.async = newAsyncOut(w)
-	return c
 }
 
 func (w *CSVWriter) writeHeader() {
@@ -210,19 +160,6 @@ func csvQuoteIndex(f []byte) int {
 }
 
 func (w *CSVWriter) flushBuf() error {
-	if a := w.async; a != nil {
-		if len(w.buf) > 0 {
-			a.todo <- w.buf
-			w.buf = <-a.free
-			select { // a failed write ends the dump at once
-			case err := <-a.failed:
-				w.err = err
-				w.Stop()
-			default:
-			}
-		}
-		return w.err
-	}
 	if len(w.buf) > 0 {
 		_, w.err = w.w.Write(w.buf)
 		w.buf = w.buf[:0]
@@ -237,32 +174,12 @@ func (w *CSVWriter) flushBuf() error {
 // to the underlying writer.
 func (w *CSVWriter) Flush() error {
 	if w.err != nil {
-		w.Stop()
 		return w.err
 	}
 	if !w.header {
 		w.writeHeader()
 	}
-	err := w.flushBuf()
-	if a := w.async; a != nil { // wait for every buffer to be written
-		w.async = nil
-		close(a.todo)
-		if err = <-a.done; err != nil {
-			w.err = err
-		}
-	}
-	return err
-}
-
-// Stop ends a NewCSVWriterAsync writer's goroutine, once the buffers
-// handed to it are written, without writing what is pending: for a dump
-// given up. Flush does it too.
-func (w *CSVWriter) Stop() {
-	if a := w.async; a != nil {
-		w.async = nil
-		close(a.todo)
-		<-a.done
-	}
+	return w.flushBuf()
 }
 
 // Rows returns the number of rows written (the header not counted).

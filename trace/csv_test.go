@@ -3,7 +3,6 @@ package trace
 import (
 	"bytes"
 	"encoding/csv"
-	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -460,55 +459,5 @@ func TestCSVWriterFastPathsMatchEncodingCSV(t *testing.T) {
 	cw.Flush()
 	if !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("output differs from encoding/csv:\ngot:\n%s\nwant:\n%s", got, want.Bytes())
-	}
-}
-
-// failAfter accepts n bytes, then fails.
-type failAfter struct{ n int }
-
-func (f *failAfter) Write(b []byte) (int, error) {
-	if f.n -= len(b); f.n < 0 {
-		return 0, errors.New("disk full")
-	}
-	return len(b), nil
-}
-
-// The asynchronous writer writes the same bytes, in order, across many
-// buffers, and a write error reaches Write (or Flush).
-func TestCSVWriterAsync(t *testing.T) {
-	defer func(n int) { csvBufSize = n }(csvBufSize)
-	csvBufSize = 256 // many buffers go round
-	evs := sampleEvents()
-	var big []Event
-	for i := 0; i < 200; i++ {
-		big = append(big, evs...)
-	}
-	var sync, async bytes.Buffer
-	for _, c := range []struct {
-		w   *CSVWriter
-		out *bytes.Buffer
-	}{{NewCSVWriter(&sync), &sync}, {NewCSVWriterAsync(&async), &async}} {
-		for i := range big {
-			if err := c.w.Write(&big[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := c.w.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !bytes.Equal(sync.Bytes(), async.Bytes()) || sync.Len() < 10*csvBufSize {
-		t.Fatalf("async output differs (%d bytes, sync %d)", async.Len(), sync.Len())
-	}
-	w := NewCSVWriterAsync(&failAfter{n: 3000})
-	var err error
-	for i := 0; i < len(big) && err == nil; i++ {
-		err = w.Write(&big[i])
-	}
-	if ferr := w.Flush(); err == nil {
-		err = ferr
-	}
-	if err == nil || err.Error() != "disk full" {
-		t.Fatalf("error %v, want disk full", err)
 	}
 }
