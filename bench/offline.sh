@@ -79,8 +79,8 @@ query() { # SQL: prints its seconds
 	q1=$(date +%s.%N)
 	awk -v a="$q0" -v b="$q1" 'BEGIN {printf "%.2f", b - a}'
 }
-query_secs=$(query "SELECT owner, sum(size) FROM memscope_attr GROUP BY owner;")
-view_secs=$(query "SELECT owner, sum(size) FROM memscope_dump_typed GROUP BY owner;")
+query_secs=$(query "SELECT owner, sum(size) FROM memscope_attr WHERE owner IS NOT NULL GROUP BY owner;")
+view_secs=$(query "SELECT owner, sum(size) FROM memscope_dump_typed WHERE owner IS NOT NULL GROUP BY owner;")
 rows_secs=$(query "SELECT count(*), sum(size) FROM memscope_dump_typed WHERE Event = 'MALLOC' AND owner LIKE 'PTA%';")
 base=$(base_rss)
 
@@ -121,7 +121,7 @@ added=$(grep -o '[0-9]* results* added' "$WORK/csv_ineff.out" | head -1 || true)
 	row csv_html CSV "export html" | sed 's/^/  /'
 	echo "  (page: $((html_bytes / 1024)) KiB; target <= 20 MB)."
 	echo
-	echo "SQL on the SQLite dump (sqlite3, $N rows): \`SELECT owner, sum(size) FROM memscope_attr GROUP BY owner\`"
+	echo "SQL on the SQLite dump (sqlite3, $N rows): \`SELECT owner, sum(size) FROM memscope_attr WHERE owner IS NOT NULL GROUP BY owner\`"
 	echo "(the side table's covering index) **${query_secs} s** (target <= 2 s); the same through the view"
 	echo "\`memscope_dump_typed\` ${view_secs} s (it joins every row); \`SELECT count(*), sum(size) FROM memscope_dump_typed"
 	echo "WHERE Event = 'MALLOC' AND owner LIKE 'PTA%'\` ${rows_secs} s."

@@ -50,10 +50,11 @@ type htmlWriter struct {
 	marks      []htmlSpan
 	ooms       []htmlOOM
 
-	kindOf  func(uint64) (string, bool)
-	reports *Analyses
-	report  *ProcReport          // made once, at the end
-	ineff   map[string]*IneffRow // from the rows' inefficient attribute
+	lastMalloc uint64 // heaptrack's temporary allocation: freed before any other allocation
+	kindOf     func(uint64) (string, bool)
+	reports    *Analyses
+	report     *ProcReport          // made once, at the end
+	ineff      map[string]*IneffRow // from the rows' inefficient attribute
 }
 
 const (
@@ -105,7 +106,6 @@ type htmlView struct {
 	sites       peakVec
 	types       peakVec
 	owners      peakVec
-	lastMalloc  uint64 // heaptrack's temporary allocation: freed before any other allocation
 }
 
 // peakVec is a vector of live bytes with its value at the view's peak. A
@@ -133,6 +133,15 @@ func (v *peakVec) mark() {
 		v.isDirty[i] = false
 	}
 	v.dirty = v.dirty[:0]
+}
+
+// curOf is entry i now (0 for one never changed: a type whose blocks so
+// far were all 0 bytes).
+func (v *peakVec) curOf(i int) int64 {
+	if i < len(v.cur) {
+		return v.cur[i]
+	}
+	return 0
 }
 
 func (v *peakVec) peakOf(i int) int64 {
@@ -338,7 +347,7 @@ func (h *htmlWriter) malloc(e *trace.Event) {
 	s.liveB += b.size
 	h.live[e.AllocID] = b
 	v := h.viewOf(typ)
-	v.lastMalloc = e.AllocID
+	h.lastMalloc = e.AllocID
 	h.change(v, b, b.size, e.Timestamp)
 	if v.total > v.peak {
 		v.peak, v.peakNs = v.total, e.Timestamp
@@ -355,10 +364,10 @@ func (h *htmlWriter) free(e *trace.Event) {
 	}
 	delete(h.live, e.AllocID)
 	v := h.viewOf(b.typ)
-	if v.lastMalloc == e.AllocID {
+	if h.lastMalloc == e.AllocID {
 		h.sites[b.site].tempN++
 	}
-	v.lastMalloc = 0
+	h.lastMalloc = 0
 	h.drop(b)
 	h.change(v, b, 0, e.Timestamp)
 }
@@ -396,7 +405,7 @@ func (h *htmlWriter) change(v *htmlView, b htmlBlock, d int64, ns uint64) {
 
 func (h *htmlWriter) pointVals(out []int64) []int64 {
 	for i := range h.typeName {
-		out = append(out, h.viewOf(uint16(i)).types.cur[i])
+		out = append(out, h.viewOf(uint16(i)).types.curOf(i))
 	}
 	for i, o := range h.owners {
 		v := h.viewOf(o.typ)

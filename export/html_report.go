@@ -49,7 +49,8 @@ type ProcReport struct {
 	Sites       []RSite                   `json:"sites"`
 	Tops        map[string][]int          `json:"tops"` // bytes, count, temporary, peak: indexes into Sites
 	Leaks       []RLeak                   `json:"leaks"`
-	LeakScan    bool                      `json:"leak_scan"` // the scan at exit judged the host heap's blocks
+	LeakScan    bool                      `json:"leak_scan"`       // the scan at exit judged the host heap's blocks
+	Lost        int64                     `json:"definitely_lost"` // bytes, over every block (Leaks keeps the largest groups)
 	StepLeaks   []RStepLeak               `json:"step_leaks"`
 	Inefficient []IneffRow                `json:"inefficient"`
 	Decompose   *analyzer.DecomposeReport `json:"decompose"`
@@ -128,15 +129,11 @@ func (h *htmlWriter) Report() *ProcReport {
 	}
 	for i, t := range h.typeName {
 		v := h.viewOf(uint16(i))
-		r.Types = append(r.Types, RType{t, h.viewIndex(uint16(i)), v.types.peakOf(i), v.types.cur[i]})
+		r.Types = append(r.Types, RType{t, h.viewIndex(uint16(i)), v.types.peakOf(i), v.types.curOf(i)})
 	}
 	for i, o := range h.owners {
 		v := h.viewOf(o.typ)
-		end := int64(0)
-		if i < len(v.owners.cur) {
-			end = v.owners.cur[i]
-		}
-		r.Owners = append(r.Owners, ROwner{o.name, h.typeName[o.typ], h.viewIndex(o.typ), v.owners.peakOf(i), end})
+		r.Owners = append(r.Owners, ROwner{o.name, h.typeName[o.typ], h.viewIndex(o.typ), v.owners.peakOf(i), v.owners.curOf(i)})
 	}
 	for i, name := range []string{"memory", "framework blocks"} {
 		v := &h.views[i]
@@ -188,7 +185,8 @@ func (h *htmlWriter) Report() *ProcReport {
 			add(i)
 		}
 	}
-	leaks := h.leaks()
+	leaks, lost := h.leaks()
+	r.Lost = lost
 	for _, l := range leaks {
 		add(int32(l.Site))
 	}
@@ -276,8 +274,9 @@ func (h *htmlWriter) steps() []htmlSpan {
 	return out
 }
 
-// leaks groups the blocks alive at the end by leak kind and site.
-func (h *htmlWriter) leaks() []RLeak {
+// leaks groups the blocks alive at the end by leak kind and site (the
+// largest maxFlameSites groups), and totals the definitely lost bytes.
+func (h *htmlWriter) leaks() ([]RLeak, int64) {
 	type key struct {
 		kind string
 		site int32
@@ -304,8 +303,12 @@ func (h *htmlWriter) leaks() []RLeak {
 		l.Step0, l.Step1 = min(l.Step0, step), max(l.Step1, step)
 	}
 	out := make([]RLeak, 0, len(by))
+	lost := int64(0)
 	for _, l := range by {
 		out = append(out, *l)
+		if l.Kind == analyzer.LeakKinds[0] {
+			lost += l.Bytes
+		}
 	}
 	rank := func(k string) int {
 		for i, v := range analyzer.LeakKinds {
@@ -324,7 +327,7 @@ func (h *htmlWriter) leaks() []RLeak {
 		}
 		return out[a].Site < out[b].Site
 	})
-	return out[:min(len(out), maxFlameSites)]
+	return out[:min(len(out), maxFlameSites)], lost
 }
 
 // reportData is the page's data: every process of a run, and a compare.

@@ -151,3 +151,22 @@ func BenchmarkHTML10M(b *testing.B) {
 		b.ReportMetric(float64(buf.Len()), "bytes/page")
 	}
 }
+
+// A type whose first blocks are 0 bytes (malloc(0)), on the host and as a
+// device's framework blocks, and heaptrack's temporary allocation across
+// kinds of memory: any other allocation in between makes a block not one.
+func TestHTMLZeroBytesAndTemporary(t *testing.T) {
+	var s evs
+	s.malloc("HOST", "host", "zero x.c:1 (p)", 0)
+	s.malloc("PTA", "0", "m.py:1(f)", 0)
+	a := s.malloc("HOST", "host", "a x.c:2 (p)", 100)
+	s.malloc("PTA", "0", "m.py:2(g)", 64) // another allocation: a is not temporary
+	s.free(a)
+	r := s.report(nil)
+	if x := siteOf(r, "a "); x == nil || x.TempN != 0 {
+		t.Errorf("site a: %+v, want no temporary allocation", x)
+	}
+	if r.Views[0].Peak != 100 || r.Views[1].Peak != 64 || len(r.Timeline.T) == 0 {
+		t.Errorf("views %+v, timeline %d points", r.Views, len(r.Timeline.T))
+	}
+}

@@ -208,6 +208,14 @@ func TestSQLiteTypedViewQuery(t *testing.T) {
 	if got := q(`SELECT count(*) FROM (SELECT allocation_id FROM memscope_dump_typed WHERE Event IN ('MALLOC', 'FREE') GROUP BY allocation_id HAVING count(*) = 2 AND min(size) = max(size))`); got != "500000" {
 		t.Errorf("FREEs paired by allocation_id: %s, want 500000", got)
 	}
+	// Bytes by owner from the side table's index alone (no row read).
+	const byOwner = `SELECT owner, sum(size) FROM memscope_attr WHERE owner IS NOT NULL GROUP BY owner`
+	if got := q(byOwner); got != "HOST|57814000" {
+		t.Errorf("bytes by owner: %q, want HOST|57814000", got)
+	}
+	if plan := q("EXPLAIN QUERY PLAN " + byOwner); !strings.Contains(plan, "COVERING INDEX memscope_attr_owner") {
+		t.Errorf("%s does not read the index alone:\n%s", byOwner, plan)
+	}
 	if got := q(`SELECT count(*) FROM memscope_attr WHERE ptr IS NOT NULL AND ptr != addr`); got != "0" {
 		t.Errorf("%s memory rows whose ptr and addr differ", got)
 	}

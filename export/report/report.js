@@ -232,12 +232,15 @@
     drawPeak(views.length ? views[0] : 0);
 
     sec.appendChild(el('h3', { text: 'Alive at the end, by leak kind' }));
+    // A kind's flame graph never adds a device's framework blocks to the
+    // driver memory that holds them: those are a choice of their own.
+    var kindOf = function (l) { return (l.kind || 'not judged') + (p.sites[l.site].view === 1 ? ' (framework blocks)' : ''); };
     var kinds = [];
-    p.leaks.forEach(function (l) { var k = l.kind || 'not judged'; if (kinds.indexOf(k) < 0) kinds.push(k); });
+    p.leaks.forEach(function (l) { var k = kindOf(l); if (kinds.indexOf(k) < 0) kinds.push(k); });
     var lf = el('div', { cls: 'flame', id: 'leakflame-' + p.pid });
     var drawLeak = function (k) {
       var by = {};
-      p.leaks.forEach(function (l) { if ((l.kind || 'not judged') === k) by[l.site] = (by[l.site] || 0) + l.bytes; });
+      p.leaks.forEach(function (l) { if (kindOf(l) === k) by[l.site] = (by[l.site] || 0) + l.bytes; });
       flame(p, lf, function (s, i) { return by[i] || 0; }, 'alive at the end');
     };
     if (kinds.length > 1) sec.appendChild(buttons(kinds, drawLeak));
@@ -246,7 +249,7 @@
     drawLeak(kinds[0] || 'definitely_lost');
     if (!p.leak_scan) sec.appendChild(el('p', { cls: 'note', text: 'No scan at exit judged these blocks (the leaks analysis was off, a dump was read offline, or the run did not end normally): they are every block alive at the end.' }));
     sec.appendChild(table('leaks', ['Kind', 'Type', 'Bytes', 'Blocks', 'Steps', 'Call stack'], p.leaks.slice(0, 200).map(function (l) {
-      var k = el('span', { cls: 'kind-' + l.kind, text: l.kind || 'not judged' });
+      var k = el('span', { cls: 'kind-' + l.kind, text: kindOf(l) });
       return [k, p.sites[l.site].type, l.bytes, l.blocks, l.step0 === l.step1 ? l.step0 : l.step0 + '-' + l.step1, stackCell(p, l.site)];
     })));
     if (p.step_leaks && p.step_leaks.length) {
@@ -294,8 +297,7 @@
     app.appendChild(el('h3', { text: procs.length === 1 ? 'Summary' : 'Summary across ' + procs.length + ' processes' }));
     var tot = { events: 0, peak: 0, end: 0, lost: 0 };
     var rows = procs.map(function (p) {
-      var lost = 0;
-      p.leaks.forEach(function (l) { if (l.kind === 'definitely_lost') lost += l.bytes; });
+      var lost = p.definitely_lost || 0;
       tot.events += p.events; tot.peak += p.views[0].peak; tot.end += p.views[0].end; tot.lost += lost;
       return [el('a', { href: '#proc-' + p.pid, text: String(p.pid) }), p.command || '', p.events, ((p.t1 - p.t0) / 1e9).toFixed(3) + ' s',
         bytes(p.views[0].peak), bytes(p.views[1].peak), bytes(p.views[0].end), bytes(lost), p.steps.length];
