@@ -37,7 +37,7 @@ $(LIB): $(GOSRC)
 
 $(CLI): $(GOSRC)
 	@mkdir -p $(dir $@)
-	$(GO) build -o $@ ./cmd/msmemscope
+	$(GO) build -ldflags "-X main.sourceStartup=$(abspath python/msmemscope/_startup)" -o $@ ./cmd/msmemscope
 
 $(VENV)/.ok:
 	@test -n "$(PYTHON_REAL)" || { echo "python3 not found"; exit 1; }

@@ -88,12 +88,21 @@ func libraryPath() (string, error) {
 	return "", fmt.Errorf("libmemscope.so not found beside %s (set MSMEMSCOPE_LIB)", exe)
 }
 
+// sourceStartup is the startup hook folder of the checkout the CLI was
+// built from (the Makefile sets it): a build folder outside the checkout
+// (make BUILD=/elsewhere) still finds it.
+var sourceStartup string
+
 // pythonStartupDir finds the Python package's startup hook folder: in the
-// installed package (msmemscope/lib/libmemscope.so beside msmemscope/_startup)
-// or in a source checkout (build/lib beside python/msmemscope); "" if none.
+// installed package (msmemscope/lib/libmemscope.so beside msmemscope/_startup),
+// in a source checkout (build/lib beside python/msmemscope), or in the
+// checkout the CLI was built from; "" if none.
 func pythonStartupDir(lib string) string {
 	libDir := filepath.Dir(lib)
-	for _, d := range []string{filepath.Join(libDir, "..", "_startup"), filepath.Join(libDir, "..", "..", "python", "msmemscope", "_startup")} {
+	for _, d := range []string{filepath.Join(libDir, "..", "_startup"), filepath.Join(libDir, "..", "..", "python", "msmemscope", "_startup"), sourceStartup} {
+		if d == "" {
+			continue
+		}
 		if _, err := os.Stat(filepath.Join(d, "sitecustomize.py")); err == nil {
 			if abs, err := filepath.Abs(d); err == nil {
 				return abs

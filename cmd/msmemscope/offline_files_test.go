@@ -233,3 +233,19 @@ func TestOfflineDecomposeCLI(t *testing.T) {
 		t.Fatalf("CSV and DB reports differ:\n%s\n%s", reports[0], reports[1])
 	}
 }
+
+// A CLI built into a folder outside its checkout finds the Python startup
+// hook of the checkout it was built from (make sets sourceStartup).
+func TestPythonStartupDirOutsideCheckout(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "lib", "libmemscope.so")
+	defer func(s string) { sourceStartup = s }(sourceStartup)
+	sourceStartup = ""
+	if d := pythonStartupDir(lib); d != "" {
+		t.Fatalf("found %s with nothing to find", d)
+	}
+	hook, _ := filepath.Abs(filepath.Join("..", "..", "python", "msmemscope", "_startup"))
+	sourceStartup = hook
+	if d := pythonStartupDir(lib); d != hook {
+		t.Fatalf("found %q, want the checkout's %s", d, hook)
+	}
+}
