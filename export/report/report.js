@@ -296,13 +296,15 @@
   if (procs.length) {
     app.appendChild(el('h3', { text: procs.length === 1 ? 'Summary' : 'Summary across ' + procs.length + ' processes' }));
     var tot = { events: 0, peak: 0, end: 0, lost: 0 };
-    var rows = procs.map(function (p) {
+    // The largest first: a run of hundreds of short commands shows the ones that matter on top.
+    var byPeak = procs.slice().sort(function (a, b) { return b.views[0].peak + b.views[1].peak - a.views[0].peak - a.views[1].peak; });
+    var rows = byPeak.map(function (p) {
       var lost = p.definitely_lost || 0;
       tot.events += p.events; tot.peak += p.views[0].peak; tot.end += p.views[0].end; tot.lost += lost;
       return [el('a', { href: '#proc-' + p.pid, text: String(p.pid) }), p.command || '', p.events, ((p.t1 - p.t0) / 1e9).toFixed(3) + ' s',
         bytes(p.views[0].peak), bytes(p.views[1].peak), bytes(p.views[0].end), bytes(lost), p.steps.length];
     });
-    if (procs.length > 1) rows.push(['all', '', tot.events, '', bytes(tot.peak) + ' (sum)', '', bytes(tot.end), bytes(tot.lost), '']);
+    if (procs.length > 1) rows.unshift(['all', '', tot.events, '', bytes(tot.peak) + ' (sum of peaks)', '', bytes(tot.end), bytes(tot.lost), '']);
     app.appendChild(table('summary', ['Process', 'Command', 'Allocations and frees', 'Duration', 'Memory peak', 'Framework peak', 'Alive at end', 'Definitely lost', 'Steps'], rows));
   }
   procs.forEach(function (p, i) {
