@@ -138,25 +138,11 @@ func (m *memvizWriter) heads(nDev int, idx func(int16) int) [][]vizEntry {
 		}
 	}
 	oldest := m.pushed - uint64(len(m.ring))
-	var lb []*vizBlock
-	for _, b := range m.blocks {
-		if b.seq < oldest {
-			lb = append(lb, b)
-		}
-	}
-	sort.Slice(lb, func(i, j int) bool { return lb[i].seq < lb[j].seq })
-	for _, b := range lb {
+	for _, b := range aliveBefore(m.blocks, func(b *vizBlock) uint64 { return b.seq }, oldest) {
 		blockH[idx(b.dev)] = append(blockH[idx(b.dev)], vizEntry{act: vizAlloc, ns: first, addr: b.addr,
 			size: b.size, stream: b.stream, stack: b.stack, dev: b.dev, own: b.seg == nil})
 	}
-	var ls []*vizSeg
-	for _, s := range m.segs {
-		if s.seq < oldest {
-			ls = append(ls, s)
-		}
-	}
-	sort.Slice(ls, func(i, j int) bool { return ls[i].seq < ls[j].seq })
-	for _, s := range ls {
+	for _, s := range aliveBefore(m.segs, func(s *vizSeg) uint64 { return s.seq }, oldest) {
 		segH[idx(s.dev)] = append(segH[idx(s.dev)], vizEntry{act: vizSegAlloc, ns: first, addr: s.addr,
 			size: s.size, stream: s.stream, stack: s.stack, dev: s.dev})
 	}
@@ -347,4 +333,17 @@ func (e *vizEnc) segment(s *vizOut) {
 		}
 		l.end()
 	})
+}
+
+// aliveBefore lists the live values whose alloc came before the oldest
+// entry kept (seq < oldest), in the order of their allocs.
+func aliveBefore[T any](live map[uint64]*T, seq func(*T) uint64, oldest uint64) []*T {
+	var out []*T
+	for _, v := range live {
+		if seq(v) < oldest {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return seq(out[i]) < seq(out[j]) })
+	return out
 }

@@ -19,6 +19,12 @@ func encodeViz(t *testing.T, ev []trace.Event) ([]byte, map[string]any) {
 	for i := range ev {
 		m.Observe(&ev[i])
 	}
+	return encodeWriter(t, m)
+}
+
+// encodeWriter encodes m's snapshot and reads it back.
+func encodeWriter(t *testing.T, m *memvizWriter) ([]byte, map[string]any) {
+	t.Helper()
 	var b bytes.Buffer
 	if err := m.Encode(&b); err != nil {
 		t.Fatal(err)
@@ -303,15 +309,8 @@ func TestMemvizKeepsTheNewest(t *testing.T) {
 	if len(m.ring) != 6 || len(m.stacks.ids) != 1 {
 		t.Fatalf("%d entries kept, %d stacks", len(m.ring), len(m.stacks.ids))
 	}
-	var b bytes.Buffer
-	if err := m.Encode(&b); err != nil {
-		t.Fatal(err)
-	}
-	v, err := unpickle(b.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := checkViz(t, plain(v).(map[string]any))
+	_, snap := encodeWriter(t, m)
+	tr := checkViz(t, snap)
 	// Kept: alloc 17, alloc 18, free 17, alloc 19, alloc 20, free 19; at
 	// their start, the allocs of the blocks alive at the end whose allocs
 	// fell out (2, 4, ... 16).

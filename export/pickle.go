@@ -179,23 +179,20 @@ func (p *pickler) mstr(s string) {
 func (p *pickler) put() uint32 {
 	i := p.memo
 	p.memo++
-	if i < 256 {
-		p.op(opBinPut)
-		p.byte(byte(i))
-	} else {
-		p.op(opLongBinPut)
-		p.u32(i)
-	}
+	p.memoOp(opBinPut, opLongBinPut, i)
 	return i
 }
 
 // get pushes the value memoized at index i.
-func (p *pickler) get(i uint32) {
+func (p *pickler) get(i uint32) { p.memoOp(opBinGet, opLongBinGet, i) }
+
+// memoOp writes a memo opcode with index i: its one-byte form when i fits.
+func (p *pickler) memoOp(short, long byte, i uint32) {
 	if i < 256 {
-		p.op(opBinGet)
+		p.op(short)
 		p.byte(byte(i))
 	} else {
-		p.op(opLongBinGet)
+		p.op(long)
 		p.u32(i)
 	}
 }

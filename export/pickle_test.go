@@ -39,6 +39,21 @@ func unpickle(b []byte) (any, error) {
 		return m, nil
 	}
 	u32 := func() uint32 { v := binary.LittleEndian.Uint32(b[i:]); i += 4; return v }
+	// arg reads an opcode's length or memo index: one byte in its short
+	// form, else four.
+	arg := func(short bool) (uint32, error) {
+		if short {
+			if err := need(1); err != nil {
+				return 0, err
+			}
+			i++
+			return uint32(b[i-1]), nil
+		}
+		if err := need(4); err != nil {
+			return 0, err
+		}
+		return u32(), nil
+	}
 	for {
 		if err := need(1); err != nil {
 			return nil, err
@@ -103,19 +118,11 @@ func unpickle(b []byte) (any, error) {
 				i += 8
 			}
 		case opShortBinStr, opBinUnicode:
-			n := 0
-			if op == opShortBinStr {
-				if err = need(1); err == nil {
-					n = int(b[i])
-					i++
-				}
-			} else if err = need(4); err == nil {
-				n = int(u32())
-			}
-			if err == nil {
-				if err = need(n); err == nil {
-					stack = append(stack, string(b[i:i+n]))
-					i += n
+			var n uint32
+			if n, err = arg(op == opShortBinStr); err == nil {
+				if err = need(int(n)); err == nil {
+					stack = append(stack, string(b[i:i+int(n)]))
+					i += int(n)
 				}
 			}
 		case opEmptyDict:
@@ -171,15 +178,7 @@ func unpickle(b []byte) (any, error) {
 			stack = stack[:m]
 		case opBinPut, opLongBinPut:
 			var k uint32
-			if op == opBinPut {
-				if err = need(1); err == nil {
-					k = uint32(b[i])
-					i++
-				}
-			} else if err = need(4); err == nil {
-				k = u32()
-			}
-			if err == nil {
+			if k, err = arg(op == opBinPut); err == nil {
 				if len(stack) == 0 {
 					return nil, fmt.Errorf("PUT on an empty stack")
 				}
@@ -187,15 +186,7 @@ func unpickle(b []byte) (any, error) {
 			}
 		case opBinGet, opLongBinGet:
 			var k uint32
-			if op == opBinGet {
-				if err = need(1); err == nil {
-					k = uint32(b[i])
-					i++
-				}
-			} else if err = need(4); err == nil {
-				k = u32()
-			}
-			if err == nil {
+			if k, err = arg(op == opBinGet); err == nil {
 				v, ok := memo[k]
 				if !ok {
 					return nil, fmt.Errorf("GET %d: not memoized", k)

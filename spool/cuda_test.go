@@ -36,18 +36,9 @@ func TestDecodeVMMMappings(t *testing.T) {
 	for _, fast := range []bool{false, true} {
 		d := NewDecoder(sb.open(t), "", &ProcessMeta{Pid: 7}, config.Config{})
 		d.fast = fast
-		var dst trace.Event
-		var rows []string
-		for {
-			e, err := d.NextInto(&dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e == nil {
-				break
-			}
-			rows = append(rows, fmt.Sprintf("%v %s %s 0x%x %d %s", e.Kind, e.Type, e.Device, e.Ptr, e.Size, e.Attr()))
-		}
+		rows := decodeRows(t, d, func(e *trace.Event) string {
+			return fmt.Sprintf("%v %s %s 0x%x %d %s", e.Kind, e.Type, e.Device, e.Ptr, e.Size, e.Attr())
+		})
 		want := []string{
 			"MAP HAL 1 0x7c0000000000 0 {size:2097152,offset:0,handle:0x1000}",
 			"UNMAP HAL 1 0x7c0000000000 0 {size:2097152,handle:0x1000}",

@@ -76,6 +76,23 @@ type got struct {
 	ns   uint64
 }
 
+// decodeRows decodes every event of d, each written by row.
+func decodeRows(t *testing.T, d *Decoder, row func(*trace.Event) string) []string {
+	t.Helper()
+	var dst trace.Event
+	var rows []string
+	for {
+		e, err := d.NextInto(&dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil {
+			return rows
+		}
+		rows = append(rows, row(e))
+	}
+}
+
 func readSpool(t *testing.T, r *Reader) []got {
 	t.Helper()
 	var out []got
@@ -595,18 +612,7 @@ func TestHiddenStacksGoWithTheirBlocks(t *testing.T) {
 	recs = append(recs, rec{ts: ts + 4, a: 0x8000, kind: format.RFree, flags: format.FHost | format.FOff})
 	sb.chunk(5, recs...)
 	d := NewDecoder(sb.open(t), "", &ProcessMeta{Pid: 7}, config.Config{})
-	var dst trace.Event
-	var rows []string
-	for {
-		e, err := d.NextInto(&dst)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e == nil {
-			break
-		}
-		rows = append(rows, fmt.Sprintf("%v shadow=%v", e.Kind, e.Shadow))
-	}
+	rows := decodeRows(t, d, func(e *trace.Event) string { return fmt.Sprintf("%v shadow=%v", e.Kind, e.Shadow) })
 	if want := []string{"MALLOC shadow=true", "FREE shadow=false"}; !slices.Equal(rows, want) {
 		t.Errorf("rows %q, want %q", rows, want)
 	}

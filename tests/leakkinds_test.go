@@ -52,6 +52,20 @@ func valgrindLeaks(t *testing.T, bin string) kindTotals {
 
 // msmemscopeLeaks runs bin under msmemscope and totals its leaks report's
 // EXIT rows by Kind.
+// sameLeakKinds requires msmemscope's four leak totals of bin to be
+// valgrind's, and returns both.
+func sameLeakKinds(t *testing.T, bin string) (want, got kindTotals) {
+	t.Helper()
+	want = valgrindLeaks(t, bin)
+	got, _ = msmemscopeLeaks(t, bin)
+	if got != want {
+		t.Errorf("leak kinds (definitely, indirectly, possibly lost, still reachable):\n msmemscope: %v\n valgrind:   %v", got, want)
+	} else {
+		t.Logf("leak kinds: %v (both)", got)
+	}
+	return want, got
+}
+
 func msmemscopeLeaks(t *testing.T, bin string, opts ...string) (kindTotals, []leakRow) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out")
@@ -88,13 +102,7 @@ func TestLeakKindsVsValgrind(t *testing.T) {
 			t.Run(prog+"/"+opt, func(t *testing.T) {
 				// -fno-builtin-malloc: -O2 would drop allocations it sees unused
 				bin := compile(t, prog, opt, "-"+opt, "-fno-builtin-malloc", "-pthread")
-				want := valgrindLeaks(t, bin)
-				got, _ := msmemscopeLeaks(t, bin)
-				if got != want {
-					t.Errorf("leak kinds (definitely, indirectly, possibly lost, still reachable):\n msmemscope: %v\n valgrind:   %v", got, want)
-				} else {
-					t.Logf("leak kinds: %v (both)", got)
-				}
+				want, _ := sameLeakKinds(t, bin)
 				if opt == "O0" && (prog == "lk_tree.c" || prog == "lk_cxx.cpp") {
 					// Rotating logs: the live blocks come from the rotator.
 					if rot, _ := msmemscopeLeaks(t, bin, "--log-mode=rotate", "--log-files=2"); rot != want {
@@ -143,13 +151,7 @@ func TestLeakKindsThreadRegisters(t *testing.T) {
 	for _, opt := range []string{"O0", "O2"} {
 		t.Run(opt, func(t *testing.T) {
 			bin := compile(t, "lk_regs.c", opt, "-"+opt, "-fno-builtin-malloc", "-pthread")
-			want := valgrindLeaks(t, bin)
-			got, _ := msmemscopeLeaks(t, bin)
-			if got != want {
-				t.Errorf("leak kinds (definitely, indirectly, possibly lost, still reachable):\n msmemscope: %v\n valgrind:   %v", got, want)
-			} else {
-				t.Logf("leak kinds: %v (both)", got)
-			}
+			_, got := sameLeakKinds(t, bin)
 			// The program's own blocks, whatever valgrind says: the two held in
 			// registers (4242 and 2424 bytes) reachable, the malloc(20) lost.
 			if got[3].Bytes < 6666 || got[3].Blocks < 2 || got[0].Bytes != 20 || got[0].Blocks != 1 {
