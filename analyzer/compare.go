@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"msmemscope/internal/intern"
 	"msmemscope/trace"
 
 	"msmemscope/internal/safefs"
@@ -43,30 +44,14 @@ type LaunchSeq struct {
 	kernel []launch
 }
 
-// launchNames interns launch names and devices for both sequences.
-type launchNames struct {
-	ids   map[string]int32
-	names []string
-}
-
-func (n *launchNames) id(s string) int32 {
-	if i, ok := n.ids[s]; ok {
-		return i
-	}
-	i := int32(len(n.names))
-	n.ids[s] = i
-	n.names = append(n.names, s)
-	return i
-}
-
 // Comparer compares two captures read as streams.
 type Comparer struct {
-	names launchNames
+	names intern.Table // launch names and devices, for both sequences
 }
 
 // NewComparer returns a Comparer.
 func NewComparer() *Comparer {
-	return &Comparer{names: launchNames{ids: map[string]int32{}}}
+	return &Comparer{}
 }
 
 // Launches reads a capture's launch sequences. Memory grows with the number
@@ -89,11 +74,11 @@ func (c *Comparer) Launches(s trace.Stream, name string) (*LaunchSeq, error) {
 		switch e.Kind {
 		case trace.KindOpLaunch:
 			if e.Type == "ATEN_START" {
-				seq.op = append(seq.op, launch{name: c.names.id(e.Name), device: c.names.id(e.Device), step: rangeStep, callStep: callStep})
+				seq.op = append(seq.op, launch{name: c.names.ID(e.Name), device: c.names.ID(e.Device), step: rangeStep, callStep: callStep})
 				curOp = len(seq.op) - 1
 			}
 		case trace.KindKernelLaunch:
-			seq.kernel = append(seq.kernel, launch{name: c.names.id(e.Name), device: c.names.id(e.Device), step: rangeStep, callStep: callStep})
+			seq.kernel = append(seq.kernel, launch{name: c.names.ID(e.Name), device: c.names.ID(e.Device), step: rangeStep, callStep: callStep})
 			curKernel = len(seq.kernel) - 1
 		case trace.KindMalloc, trace.KindFree:
 			d := int64(e.Size)
@@ -189,7 +174,7 @@ func (c *Comparer) Compare(base, cmpSeq *LaunchSeq) (*CompareReport, error) {
 			v := l.net
 			row.Base = &v
 			row.BaseIndex, row.BaseStep = p.A+1, int(l.step)
-			row.Name, row.Device = c.names.names[l.name], c.names.names[l.device]
+			row.Name, row.Device = c.names.Name(l.name), c.names.Name(l.device)
 			r.BaseTotal += v
 			row.Diff -= v
 		}
@@ -199,7 +184,7 @@ func (c *Comparer) Compare(base, cmpSeq *LaunchSeq) (*CompareReport, error) {
 			row.Compare = &v
 			row.CompareIndex, row.CompareStep = p.B+1, int(l.step)
 			if p.A < 0 {
-				row.Name, row.Device = c.names.names[l.name], c.names.names[l.device]
+				row.Name, row.Device = c.names.Name(l.name), c.names.Name(l.device)
 			}
 			r.CompareTotal += v
 			row.Diff += v

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"msmemscope/analyzer"
+	"msmemscope/internal/intern"
 	"msmemscope/trace"
 )
 
@@ -27,10 +28,9 @@ type htmlWriter struct {
 	siteIDs []map[string]int32 // per type: call stack -> index in sites
 	sites   []htmlSite
 
-	typeIDs  map[string]uint16
-	typeName []string
-	ownerIDs map[string]uint16
-	owners   []htmlOwner
+	types     intern.Table // Event Type series
+	owners    intern.Table
+	ownerType []uint16 // by owner: the Event Type of its first block
 
 	live  map[uint64]htmlBlock // by allocation id
 	views [2]htmlView          // viewMemory, viewFramework
@@ -85,11 +85,6 @@ type htmlSite struct {
 	allocB       int64
 	tempN        int64
 	liveN, liveB int64
-}
-
-type htmlOwner struct {
-	name string
-	typ  uint16 // the Event Type of its first block
 }
 
 type htmlBlock struct {
@@ -223,8 +218,7 @@ type htmlMoment struct {
 }
 
 func newHTML() *htmlWriter {
-	return &htmlWriter{typeIDs: map[string]uint16{}, ownerIDs: map[string]uint16{},
-		live: map[uint64]htmlBlock{}, openSteps: map[uint64]int{}, openRanges: map[uint64]htmlSpan{},
+	return &htmlWriter{live: map[uint64]htmlBlock{}, openSteps: map[uint64]int{}, openRanges: map[uint64]htmlSpan{},
 		timeline: pointTrack{width: 1000}, moments: momentTrack{width: 1_000_000}, ineff: map[string]*IneffRow{}}
 }
 
@@ -236,39 +230,29 @@ func (h *htmlWriter) SetAnalyses(a *Analyses)                         { h.report
 func isFramework(series string) bool                                  { return strings.Contains(series, deviceSuffix) }
 func (h *htmlWriter) viewOf(typ uint16) *htmlView                     { return &h.views[h.viewIndex(typ)] }
 func (h *htmlWriter) viewIndex(typ uint16) int {
-	if isFramework(h.typeName[typ]) {
+	if isFramework(h.types.Name(int32(typ))) {
 		return viewFramework
 	}
 	return viewMemory
 }
 
-func (h *htmlWriter) typeID(t string) uint16 {
-	if i, ok := h.typeIDs[t]; ok {
-		return i
-	}
-	i := uint16(len(h.typeName))
-	h.typeIDs[t] = i
-	h.typeName = append(h.typeName, t)
-	return i
-}
+func (h *htmlWriter) typeID(t string) uint16 { return uint16(h.types.ID(t)) }
 
 func (h *htmlWriter) ownerID(o string, typ uint16) uint16 {
 	if o == "" {
-		o = h.typeName[typ]
+		o = h.types.Name(int32(typ))
 	}
-	if i, ok := h.ownerIDs[o]; ok {
-		return i
+	if i, ok := h.owners.Lookup(o); ok {
+		return uint16(i)
 	}
-	if len(h.owners) >= maxOwners { // the rest share one series
+	if h.owners.Len() >= maxOwners { // the rest share one series
 		o = "(other owners)"
-		if i, ok := h.ownerIDs[o]; ok {
-			return i
+		if i, ok := h.owners.Lookup(o); ok {
+			return uint16(i)
 		}
 	}
-	i := uint16(len(h.owners))
-	h.ownerIDs[o] = i
-	h.owners = append(h.owners, htmlOwner{o, typ})
-	return i
+	h.ownerType = append(h.ownerType, typ)
+	return uint16(h.owners.ID(o))
 }
 
 func (h *htmlWriter) siteID(typ uint16, stack string) int32 {
@@ -404,16 +388,11 @@ func (h *htmlWriter) change(v *htmlView, b htmlBlock, d int64, ns uint64) {
 }
 
 func (h *htmlWriter) pointVals(out []int64) []int64 {
-	for i := range h.typeName {
+	for i := range h.types.Len() {
 		out = append(out, h.viewOf(uint16(i)).types.curOf(i))
 	}
-	for i, o := range h.owners {
-		v := h.viewOf(o.typ)
-		x := int64(0)
-		if i < len(v.owners.cur) {
-			x = v.owners.cur[i]
-		}
-		out = append(out, x)
+	for i, typ := range h.ownerType {
+		out = append(out, h.viewOf(typ).owners.curOf(i))
 	}
 	return out
 }

@@ -127,13 +127,13 @@ func (h *htmlWriter) Report() *ProcReport {
 			r.Ranges = append(r.Ranges, o)
 		}
 	}
-	for i, t := range h.typeName {
+	for i, t := range h.types.Names() {
 		v := h.viewOf(uint16(i))
 		r.Types = append(r.Types, RType{t, h.viewIndex(uint16(i)), v.types.peakOf(i), v.types.curOf(i)})
 	}
-	for i, o := range h.owners {
-		v := h.viewOf(o.typ)
-		r.Owners = append(r.Owners, ROwner{o.name, h.typeName[o.typ], h.viewIndex(o.typ), v.owners.peakOf(i), v.owners.curOf(i)})
+	for i, typ := range h.ownerType {
+		v := h.viewOf(typ)
+		r.Owners = append(r.Owners, ROwner{h.owners.Name(int32(i)), h.types.Name(int32(typ)), h.viewIndex(typ), v.owners.peakOf(i), v.owners.curOf(i)})
 	}
 	for i, name := range []string{"memory", "framework blocks"} {
 		v := &h.views[i]
@@ -210,7 +210,7 @@ func (h *htmlWriter) Report() *ProcReport {
 			}
 			st[len(frames)-1-j] = id
 		}
-		r.Sites = append(r.Sites, RSite{Stack: st, Type: h.typeName[s.typ], View: h.viewIndex(s.typ), AllocN: s.allocN,
+		r.Sites = append(r.Sites, RSite{Stack: st, Type: h.types.Name(int32(s.typ)), View: h.viewIndex(s.typ), AllocN: s.allocN,
 			AllocB: s.allocB, TempN: s.tempN, PeakB: peakOf(int(i)), LiveN: s.liveN, LiveB: s.liveB})
 	}
 	for name, idx := range tableIdx {
