@@ -100,6 +100,11 @@ static int wanted(uint64_t dev) {
 	return ready();
 }
 
+// dev_b is a device record's b: the size, and the ordinal + 1 (0: none).
+static uint64_t dev_b(uint64_t size, uint64_t dev) {
+	return (size & DEV_B_SIZE) | (dev == NO_DEVICE ? 0 : (dev + 1) & 0xff) << DEV_B_DEV_SHIFT;
+}
+
 static uint16_t off_flag(void) { return atomic_load_explicit(&ms_collecting, memory_order_relaxed) ? 0 : F_OFF; }
 
 // A device MALLOC with the program's stacks; its b holds the size, the
@@ -115,7 +120,7 @@ static void dev_alloc(uint16_t sub, uint16_t kind, uint64_t dev, uint64_t stream
 	if (site == SITE_SELF) site = 0;
 	if (stream) emit(R_DEVATTR, kind, stamp_after(), dev, stream, NULL, 0);
 	uint64_t ts = stamp_after();
-	size = (size & DEV_B_SIZE) | (dev == NO_DEVICE ? 0 : (dev + 1) & 0xff) << DEV_B_DEV_SHIFT | (uint64_t)kind << DEV_B_KIND_SHIFT;
+	size = dev_b(size, dev) | (uint64_t)kind << DEV_B_KIND_SHIFT;
 	if (ms_py_depth > 0)
 		emit_with_stacks(fl, ts, p, size, site);
 	else if (cfg_cstack > 0)
@@ -142,8 +147,13 @@ static void dev_oom(uint16_t kind, uint64_t dev, uint64_t size) {
 
 // ts: taken before the driver freed the block (another thread may be
 // handed its address next).
+// free_stamp is a FREE's stamp, taken before the driver frees (another
+// thread may get the memory next), and only when the FREE may be recorded.
+static uint64_t free_stamp(void) { return wanted(NO_DEVICE) ? stamp_before() : 0; }
+
 static void dev_free(uint16_t sub, uint64_t p, uint64_t ts) {
 	if (!p || !wanted(NO_DEVICE)) return; // the block's device is the decoder's to know
+	if (!ts) ts = stamp_after(); // recording began during the call
 	guard_up();
 	emit(R_FREE, sub | off_flag(), ts, p, 0, NULL, 0);
 	guard_down();
@@ -210,7 +220,7 @@ static CUresult do_pitch(fn_pitch f, uintptr_t ra, CUdeviceptr *dp, size_t *pitc
 static CUresult do_free(fn_free f, uintptr_t ra, CUdeviceptr p) {
 	(void)ra;
 	NOT_LOADED(f);
-	uint64_t ts = stamp_before();
+	uint64_t ts = free_stamp();
 	CUresult r = f(p);
 	if (r == 0) dev_free(F_HAL, p, ts);
 	return r;
@@ -232,7 +242,7 @@ static CUresult do_alloc_pool(fn_alloc_pool f, uintptr_t ra, CUdeviceptr *dp, si
 static CUresult do_free_async(fn_free_async f, uintptr_t ra, CUdeviceptr p, CUstream s) {
 	(void)ra;
 	NOT_LOADED(f);
-	uint64_t ts = stamp_before();
+	uint64_t ts = free_stamp();
 	CUresult r = f(p, s);
 	if (r == 0) dev_free(F_HAL, p, ts);
 	return r;
@@ -259,11 +269,16 @@ static CUresult do_host_alloc(fn_host_alloc f, uintptr_t ra, void **pp, size_t n
 static CUresult do_free_host(fn_free_host f, uintptr_t ra, void *p) {
 	(void)ra;
 	NOT_LOADED(f);
-	uint64_t ts = stamp_before();
+	uint64_t ts = free_stamp();
 	CUresult r = f(p);
 	if (r == 0) dev_free(F_PINNED, (uint64_t)(uintptr_t)p, ts);
 	return r;
 }
+// The handle and mapping tables (cuda_vmm.c) serve the MAP/UNMAP rows only:
+// left alone where no CUDA is recorded. Handles of a device --device leaves
+// out are kept (their maps are named by them).
+static int vmm_tracked(void) { return cfg_cuda && !ms_child; }
+
 static CUresult do_create(fn_create f, uintptr_t ra, CUmemHandle *h, size_t n, const CUmemAllocationPropHead *prop,
                           unsigned long long fl) {
 	NOT_LOADED(f);
@@ -271,7 +286,7 @@ static CUresult do_create(fn_create f, uintptr_t ra, CUmemHandle *h, size_t n, c
 	// location.type 1: a device, location.id its ordinal
 	uint64_t dev = prop && prop->location.type == 1 && prop->location.id >= 0 ? (uint64_t)prop->location.id : NO_DEVICE;
 	if (r == 0 && h) {
-		vmm_handle_put(*h, dev); // its maps' device, recorded or not (--device)
+		if (vmm_tracked()) vmm_handle_put(*h, dev); // its maps' device, recorded or not (--device)
 		dev_alloc(F_VMM, DEV_VMM, dev, 0, *h, n, ra);
 	}
 	OOM(r, DEV_VMM, dev, n);
@@ -280,10 +295,10 @@ static CUresult do_create(fn_create f, uintptr_t ra, CUmemHandle *h, size_t n, c
 static CUresult do_release(fn_release f, uintptr_t ra, CUmemHandle h) {
 	(void)ra;
 	NOT_LOADED(f);
-	uint64_t ts = stamp_before();
+	uint64_t ts = free_stamp();
 	CUresult r = f(h);
 	if (r == 0) {
-		vmm_handle_drop(h);
+		if (vmm_tracked()) vmm_handle_drop(h);
 		dev_free(F_VMM, h, ts);
 	}
 	return r;
@@ -296,7 +311,7 @@ static void vmm_record(uint16_t kind, uint64_t dev, uint64_t ts, uint64_t va, ui
                        uint32_t n) {
 	if (!wanted(dev)) return;
 	guard_up();
-	uint64_t b = (size & DEV_B_SIZE) | (dev == NO_DEVICE ? 0 : (dev + 1) & 0xff) << DEV_B_DEV_SHIFT;
+	uint64_t b = dev_b(size, dev);
 	emit(kind, off_flag(), ts, va, b, pl, n * 8);
 	guard_down();
 }
@@ -305,7 +320,7 @@ static CUresult do_map(fn_map f, uintptr_t ra, CUdeviceptr p, size_t size, size_
 	(void)ra;
 	NOT_LOADED(f);
 	CUresult r = f(p, size, off, h, fl);
-	if (r == 0) {
+	if (r == 0 && vmm_tracked()) {
 		uint64_t dev;
 		if (!vmm_handle_dev(h, &dev)) dev = cur_device(); // made before msmemscope was there, or imported
 		vmm_map_put(p, size, h, dev);
@@ -317,9 +332,9 @@ static CUresult do_map(fn_map f, uintptr_t ra, CUdeviceptr p, size_t size, size_
 static CUresult do_unmap(fn_unmap f, uintptr_t ra, CUdeviceptr p, size_t size) {
 	(void)ra;
 	NOT_LOADED(f);
-	uint64_t ts = stamp_before(); // the range may be mapped again by another thread next
+	uint64_t ts = vmm_tracked() ? stamp_before() : 0; // the range may be mapped again by another thread next
 	CUresult r = f(p, size);
-	if (r == 0) {
+	if (r == 0 && ts) {
 		uint64_t h, dev;
 		if (!vmm_map_take(p, size, &h, &dev)) dev = cur_device();
 		vmm_record(R_VUNMAP, dev, ts, p, size, &h, h ? 1 : 0);

@@ -26,7 +26,8 @@ static unsigned nhandles, nmaps;
 static atomic_flag vmm_lock = ATOMIC_FLAG_INIT;
 
 static void lock(void) {
-	while (atomic_flag_test_and_set_explicit(&vmm_lock, memory_order_acquire)) __builtin_ia32_pause();
+	while (atomic_flag_test_and_set_explicit(&vmm_lock, memory_order_acquire)) {
+	}
 }
 static void unlock(void) { atomic_flag_clear_explicit(&vmm_lock, memory_order_release); }
 

@@ -34,13 +34,16 @@ func (d *Decoder) noteDevAttr(r *Rec) {
 // it (async allocations only; a rotated log's repeat of the block has none).
 func (d *Decoder) devOf(r *Rec) (uint8, int16, uint64) {
 	kind := uint8(r.B >> format.DevBKindShift)
-	dev := int16(r.B>>format.DevBDevShift&0xff) - 1
+	dev := devOfB(r.B)
 	stream, ok := d.streams[r.Tid]
 	if ok {
 		delete(d.streams, r.Tid)
 	}
 	return kind, dev, stream
 }
+
+// devOfB is the CUDA ordinal in a device record's b (-1: none).
+func devOfB(b uint64) int16 { return int16(b>>format.DevBDevShift&0xff) - 1 }
 
 // deviceOf is a block's Device Id: its CUDA ordinal, or host.
 func deviceOf(b block) string {
@@ -128,7 +131,7 @@ func (d *Decoder) vmmMapping(r *Rec, e *trace.Event) *trace.Event {
 	if r.Kind == format.RVmmUnmap {
 		e.Kind = trace.KindUnmap
 	}
-	e.Device = deviceOf(block{dev: int16(r.B>>format.DevBDevShift&0xff) - 1})
+	e.Device = deviceOf(block{dev: devOfB(r.B)})
 	e.Ptr, e.HasPtr = r.A, true
 	if d.fast {
 		return e
