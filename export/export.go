@@ -105,51 +105,39 @@ func (s *Set) Observe(e *trace.Event) {
 // SetProcess names the process whose events the exporters see, for those
 // that show it (a conversion's rows carry no pid).
 func (s *Set) SetProcess(pid int64) {
-	if s == nil {
-		return
-	}
-	for _, w := range s.ws {
-		if p, ok := w.(interface{ SetProcess(int64) }); ok {
-			p.SetProcess(pid)
-		}
-	}
+	each(s, func(w interface{ SetProcess(int64) }) { w.SetProcess(pid) })
 }
 
 // SetCommand names the process's command line, for those that show it.
 func (s *Set) SetCommand(cmd []string) {
-	if s == nil {
-		return
-	}
-	for _, w := range s.ws {
-		if c, ok := w.(interface{ SetCommand([]string) }); ok {
-			c.SetCommand(cmd)
-		}
-	}
+	each(s, func(w interface{ SetCommand([]string) }) { w.SetCommand(cmd) })
 }
 
 // SetAnalyses hands the exporters that show them the analyses' results.
 func (s *Set) SetAnalyses(a *Analyses) {
-	if s == nil {
-		return
-	}
-	for _, w := range s.ws {
-		if c, ok := w.(interface{ SetAnalyses(*Analyses) }); ok {
-			c.SetAnalyses(a)
-		}
-	}
+	each(s, func(w interface{ SetAnalyses(*Analyses) }) { w.SetAnalyses(a) })
 }
 
 // SetLeakKinds hands the exporters the leak kind of each block alive at the
 // end (the scan at exit), for those that show it; nil: no scan ran.
 func (s *Set) SetLeakKinds(kindOf func(allocID uint64) (string, bool)) {
-	if s == nil || kindOf == nil {
+	if kindOf != nil {
+		each(s, func(w interface {
+			SetLeakKinds(func(uint64) (string, bool))
+		}) {
+			w.SetLeakKinds(kindOf)
+		})
+	}
+}
+
+// each calls f with every exporter of s that is an I (a nil Set has none).
+func each[I any](s *Set, f func(I)) {
+	if s == nil {
 		return
 	}
 	for _, w := range s.ws {
-		if k, ok := w.(interface {
-			SetLeakKinds(func(uint64) (string, bool))
-		}); ok {
-			k.SetLeakKinds(kindOf)
+		if x, ok := w.(I); ok {
+			f(x)
 		}
 	}
 }
@@ -160,19 +148,26 @@ func (s *Set) Write(dir, stamp string) ([]string, error) {
 	if s == nil {
 		return nil, nil
 	}
-	if err := safefs.EnsureDir(dir); err != nil {
-		return nil, err
-	}
 	var paths []string
 	for _, w := range s.ws {
 		prefix, ext := w.Name()
-		p := safefs.FreeName(safefs.Numbered(filepath.Join(dir, prefix+stamp), ext))
-		if err := safefs.WriteDerived(p, w.Encode); err != nil {
+		p, err := writeFile(dir, prefix+stamp, ext, w.Encode)
+		if err != nil {
 			return paths, err
 		}
 		paths = append(paths, p)
 	}
 	return paths, nil
+}
+
+// writeFile writes dir/{name}{ext} (dir made when missing), numbered
+// rather than overwriting anything, and returns its path.
+func writeFile(dir, name, ext string, encode func(io.Writer) error) (string, error) {
+	if err := safefs.EnsureDir(dir); err != nil {
+		return "", err
+	}
+	p := safefs.FreeName(safefs.Numbered(filepath.Join(dir, name), ext))
+	return p, safefs.WriteDerived(p, encode)
 }
 
 // File exports an input's events (any input spool.Open reads: a dump file,

@@ -29,6 +29,7 @@ type htmlWriter struct {
 	sites   []htmlSite
 
 	types     intern.Table // Event Type series
+	typeView  []uint8      // by type: viewMemory or viewFramework
 	owners    intern.Table
 	ownerType []uint16 // by owner: the Event Type of its first block
 
@@ -147,11 +148,10 @@ func (v *peakVec) peakOf(i int) int64 {
 }
 
 type htmlSpan struct {
-	Name   string `json:"name"`
-	T0     uint64 `json:"t0"`
-	T1     uint64 `json:"t1"` // 0: not ended in the capture
-	Tid    int64  `json:"tid,omitempty"`
-	Unique uint64 `json:"-"`
+	Name string `json:"name"`
+	T0   uint64 `json:"t0"`
+	T1   uint64 `json:"t1"` // 0: not ended in the capture
+	Tid  int64  `json:"tid,omitempty"`
 }
 
 type htmlOOM struct {
@@ -229,14 +229,19 @@ func (h *htmlWriter) SetLeakKinds(kindOf func(uint64) (string, bool)) { h.kindOf
 func (h *htmlWriter) SetAnalyses(a *Analyses)                         { h.reports = a }
 func isFramework(series string) bool                                  { return strings.Contains(series, deviceSuffix) }
 func (h *htmlWriter) viewOf(typ uint16) *htmlView                     { return &h.views[h.viewIndex(typ)] }
-func (h *htmlWriter) viewIndex(typ uint16) int {
-	if isFramework(h.types.Name(int32(typ))) {
-		return viewFramework
-	}
-	return viewMemory
-}
+func (h *htmlWriter) viewIndex(typ uint16) int                        { return int(h.typeView[typ]) }
 
-func (h *htmlWriter) typeID(t string) uint16 { return uint16(h.types.ID(t)) }
+func (h *htmlWriter) typeID(t string) uint16 {
+	i := h.types.ID(t)
+	if int(i) == len(h.typeView) { // new: its view, once
+		v := uint8(viewMemory)
+		if isFramework(t) {
+			v = viewFramework
+		}
+		h.typeView = append(h.typeView, v)
+	}
+	return uint16(i)
+}
 
 func (h *htmlWriter) ownerID(o string, typ uint16) uint16 {
 	if o == "" {

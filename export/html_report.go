@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"msmemscope/analyzer"
-	"msmemscope/internal/safefs"
 	"msmemscope/internal/version"
 )
 
@@ -121,12 +119,16 @@ func (h *htmlWriter) Report() *ProcReport {
 	}
 	r := &ProcReport{Pid: h.pid, Command: strings.Join(h.command, " "), Events: h.events, Mallocs: h.mallocs,
 		T0: h.firstNs, T1: h.lastNs, Steps: h.steps(), Ranges: h.ranges, Marks: h.marks, OOMs: h.ooms, Tops: map[string][]int{}}
-	for id, o := range h.openRanges { // ranges left open end with the capture
-		if len(r.Ranges) < maxSpans {
-			o.Unique = id
-			r.Ranges = append(r.Ranges, o)
-		}
+	// Ranges left open end with the capture (in the order they began: the
+	// same capture gives the same page).
+	open := make([]htmlSpan, 0, len(h.openRanges))
+	for _, o := range h.openRanges {
+		open = append(open, o)
 	}
+	sort.Slice(open, func(i, j int) bool {
+		return open[i].T0 < open[j].T0 || open[i].T0 == open[j].T0 && open[i].Name < open[j].Name
+	})
+	r.Ranges = append(r.Ranges, open[:min(len(open), max(0, maxSpans-len(r.Ranges)))]...)
 	for i, t := range h.types.Names() {
 		v := h.viewOf(uint16(i))
 		r.Types = append(r.Types, RType{t, h.viewIndex(uint16(i)), v.types.peakOf(i), v.types.curOf(i)})
@@ -172,16 +174,20 @@ func (h *htmlWriter) Report() *ProcReport {
 	for _, i := range top(maxFlameSites, peakOf) {
 		add(i)
 	}
-	tables := map[string]func(i int) int64{
-		"bytes":     func(i int) int64 { return h.sites[i].allocB },
-		"count":     func(i int) int64 { return h.sites[i].allocN },
-		"temporary": func(i int) int64 { return h.sites[i].tempN },
-		"peak":      peakOf,
+	// The tables in a fixed order: the same capture gives the same page.
+	tables := []struct {
+		name string
+		val  func(i int) int64
+	}{
+		{"bytes", func(i int) int64 { return h.sites[i].allocB }},
+		{"count", func(i int) int64 { return h.sites[i].allocN }},
+		{"temporary", func(i int) int64 { return h.sites[i].tempN }},
+		{"peak", peakOf},
 	}
 	tableIdx := map[string][]int32{}
-	for name, f := range tables {
-		tableIdx[name] = top(maxTableSites, f)
-		for _, i := range tableIdx[name] {
+	for _, tb := range tables {
+		tableIdx[tb.name] = top(maxTableSites, tb.val)
+		for _, i := range tableIdx[tb.name] {
 			add(i)
 		}
 	}
@@ -253,7 +259,13 @@ func (h *htmlWriter) Report() *ProcReport {
 			}
 		}
 	}
-	sort.Slice(r.Inefficient, func(a, b int) bool { return r.Inefficient[a].Bytes > r.Inefficient[b].Bytes })
+	sort.Slice(r.Inefficient, func(a, b int) bool {
+		x, y := &r.Inefficient[a], &r.Inefficient[b]
+		if x.Bytes != y.Bytes {
+			return x.Bytes > y.Bytes
+		}
+		return x.Kinds+x.Stack < y.Kinds+y.Stack
+	})
 	r.Inefficient = r.Inefficient[:min(len(r.Inefficient), maxTableSites)]
 	h.report = r
 	return r
@@ -370,11 +382,7 @@ func htmlEscape(s string) string {
 // traced processes) and, when cmp is not nil, a compare, into dir as
 // report_{stamp}.html; it returns the path.
 func RunReport(dir, stamp string, procs []*ProcReport, cmp *analyzer.CompareReport) (string, error) {
-	if err := safefs.EnsureDir(dir); err != nil {
-		return "", err
-	}
-	p := safefs.FreeName(safefs.Numbered(filepath.Join(dir, "report_"+stamp), ".html"))
-	return p, safefs.WriteDerived(p, func(w io.Writer) error { return writeHTML(w, procs, cmp) })
+	return writeFile(dir, "report_"+stamp, ".html", func(w io.Writer) error { return writeHTML(w, procs, cmp) })
 }
 
 // Reports returns the HTML reports of the set's exporters (the run's report

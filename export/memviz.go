@@ -146,18 +146,6 @@ func (t *stackTab) drop(id int32) {
 	}
 }
 
-// vizStack is an event's stack: the Python one, else the C one, else its
-// allocation site as a single frame; "" when it has none.
-func vizStack(e *trace.Event) string {
-	switch {
-	case e.PyStack != "":
-		return e.PyStack
-	case e.CStack != "":
-		return e.CStack
-	}
-	return e.Site
-}
-
 func (m *memvizWriter) push(x vizEntry) uint64 {
 	m.stacks.hold(x.stack)
 	if len(m.ring) < m.max {
@@ -243,7 +231,7 @@ func (m *memvizWriter) Observe(e *trace.Event) {
 			if s, ok := e.Get("size"); ok && size == 0 {
 				size, _ = strconv.ParseUint(s, 10, 64)
 			}
-			st := m.stacks.intern(vizStack(e))
+			st := m.stacks.intern(eventStack(e))
 			m.push(vizEntry{act: vizOOM, ns: e.Timestamp, size: size, addr: m.devFree[dev], stack: st, dev: dev})
 			m.stacks.drop(st)
 		}
@@ -279,7 +267,7 @@ func (m *memvizWriter) allocBlock(e *trace.Event, dev int16) {
 		m.freeBlock(old, e.Timestamp, -1)
 	}
 	b := &vizBlock{addr: e.Ptr, size: e.Size, id: e.AllocID, dev: dev, stream: streamOf(e),
-		stack: m.stacks.intern(vizStack(e))}
+		stack: m.stacks.intern(eventStack(e))}
 	if dev != vizHost {
 		if b.seg = m.segAt(dev, b.addr, b.size); b.seg != nil {
 			b.seg.blocks++
@@ -311,7 +299,7 @@ func (m *memvizWriter) freeBlock(b *vizBlock, ns uint64, stack int32) {
 }
 
 func (m *memvizWriter) freeBlockEvent(e *trace.Event, dev int16) {
-	st := m.stacks.intern(vizStack(e))
+	st := m.stacks.intern(eventStack(e))
 	defer m.stacks.drop(st)
 	b := m.blocks[e.AllocID]
 	if b == nil && e.Ptr != 0 {
@@ -350,7 +338,7 @@ func (m *memvizWriter) allocSeg(e *trace.Event, dev int16) {
 		l = m.segList[dev]
 	}
 	s := &vizSeg{addr: e.Ptr, size: e.Size, id: e.AllocID, dev: dev, stream: streamOf(e),
-		stack: m.stacks.intern(vizStack(e))}
+		stack: m.stacks.intern(eventStack(e))}
 	l = append(l, nil)
 	copy(l[i+1:], l[i:])
 	l[i] = s
@@ -393,7 +381,7 @@ func (m *memvizWriter) freeSeg(s *vizSeg, ns uint64, stack int32) {
 }
 
 func (m *memvizWriter) freeSegEvent(e *trace.Event, dev int16) {
-	st := m.stacks.intern(vizStack(e))
+	st := m.stacks.intern(eventStack(e))
 	defer m.stacks.drop(st)
 	s := m.segs[e.AllocID]
 	if s == nil && e.Ptr != 0 {

@@ -113,15 +113,14 @@ func (p *perfettoWriter) Name() (string, string) { return "trace_", ".perfetto.j
 func us(ns uint64) float64 { return float64(ns) / 1000 }
 
 func (p *perfettoWriter) Observe(e *trace.Event) {
-	if e.Pid == 0 && p.pid != 0 {
-		c := *e
-		c.Pid = p.pid
-		e = &c
+	pid := e.Pid
+	if pid == 0 {
+		pid = p.pid // a conversion's rows carry none
 	}
-	p.pids[e.Pid] = true
+	p.pids[pid] = true
 	p.lastNs = max(p.lastNs, e.Timestamp)
 	base := func(ph, name string) traceEvent {
-		return traceEvent{Ph: ph, Name: name, Ts: us(e.Timestamp), Pid: e.Pid, Tid: e.Tid}
+		return traceEvent{Ph: ph, Name: name, Ts: us(e.Timestamp), Pid: pid, Tid: e.Tid}
 	}
 	switch e.Kind {
 	case trace.KindMalloc, trace.KindFree:
@@ -179,8 +178,8 @@ func (p *perfettoWriter) Observe(e *trace.Event) {
 		}
 	case trace.KindSystem:
 		if e.Type == trace.TypeStep {
-			p.stepOf[e.Pid]++
-			ev := base("i", "step "+strconv.Itoa(p.stepOf[e.Pid])+" ends")
+			p.stepOf[pid]++
+			ev := base("i", "step "+strconv.Itoa(p.stepOf[pid])+" ends")
 			ev.S, ev.Cat = "p", "step"
 			p.events = append(p.events, ev)
 		}

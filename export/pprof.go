@@ -61,15 +61,22 @@ func newPprof() *pprofWriter {
 func (p *pprofWriter) Name() (string, string) { return "profile_", ".pb.gz" }
 
 func stackOf(e *trace.Event) string {
+	if s := eventStack(e); s != "" {
+		return s
+	}
+	return "(no stack)"
+}
+
+// eventStack is an event's stack: the Python one, else the C one, else its
+// allocation site as a single frame; "" when it has none.
+func eventStack(e *trace.Event) string {
 	switch {
 	case e.PyStack != "":
 		return e.PyStack
 	case e.CStack != "":
 		return e.CStack
-	case e.Site != "":
-		return e.Site
 	}
-	return "(no stack)"
+	return e.Site
 }
 
 func (p *pprofWriter) Observe(e *trace.Event) {

@@ -193,14 +193,12 @@ func maskHas(status []byte, key string, sig int) bool {
 // other than skip (from /proc/self/task/*/syscall: known for a thread
 // blocked in a system call).
 func ThreadStackPointers(skip map[int]bool) []uint64 {
-	dirs, _ := filepath.Glob("/proc/self/task/*")
 	var out []uint64
-	for _, d := range dirs {
-		tid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil || skip[tid] {
+	for _, tid := range Tasks() {
+		if skip[tid] {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(d, "syscall"))
+		b, err := os.ReadFile(filepath.Join("/proc/self/task", strconv.Itoa(tid), "syscall"))
 		if err != nil {
 			continue
 		}

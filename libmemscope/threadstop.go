@@ -82,10 +82,8 @@ func stopThreads() stoppedThreads {
 			late++
 		}
 	}
-	if len(tids) > 0 {
-		logx.Infof("leak kinds: %d threads stopped with signal %d; not: %d blocking it, %d inside msmemscope, %d not answering in %d ms (their stacks read as without stopping, their registers not)",
-			len(st.sps), sig, blocked, busy, late, stopTimeoutMS)
-	}
+	logx.Infof("leak kinds: %d threads stopped with signal %d; not: %d blocking it, %d inside msmemscope, %d not answering in %d ms (their stacks read as without stopping, their registers not)",
+		len(st.sps), sig, blocked, busy, late, stopTimeoutMS)
 	return st
 }
 
