@@ -248,7 +248,10 @@ func (r *Reader) releaseStale() {
 		}
 	}
 	// A held record is released only when no other held record that may
-	// still become valid could precede it.
+	// still become valid could precede it. One at a time: the released
+	// record's thread goes back into the merge, and its next records may
+	// be what another held record waits for (its bound lo is then below
+	// that record's hi), so nothing else is judged stale until it has run.
 	sort.Slice(stale, func(i, j int) bool { return stale[i].lo < stale[j].lo })
 	for _, c := range stale {
 		free := true
@@ -259,10 +262,10 @@ func (r *Reader) releaseStale() {
 				}
 			}
 		}
-		if !free {
-			continue
+		if free {
+			r.release(c)
+			return
 		}
-		r.release(c)
 	}
 	if len(r.h) == 0 && r.nPark > 0 {
 		var first *threadCursor

@@ -620,3 +620,40 @@ func TestHiddenStacksGoWithTheirBlocks(t *testing.T) {
 		t.Errorf("%d hidden blocks' stacks and %d live blocks left", len(d.hidden), d.live.Len())
 	}
 }
+
+// Two held records that are both past every running thread's bounds: the
+// first is released (its FREE was lost), and its thread's next record is
+// the MALLOC the second waits for. The second must wait for it, not be
+// released in the same pass as unpaired (a block the program freed would
+// stay in use at exit).
+func TestSpoolReleasesOneStaleRecordAtATime(t *testing.T) {
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1), calib(1_000_000, 2))
+	mal := func(ts, a uint64) rec { return rec{ts: ts, a: a, b: 16, kind: format.RMalloc, flags: format.FHost} }
+	// thread 3 holds 0xB0 and never frees it; its next record comes much later
+	sb.chunk(3, mal(50_000, 0xB0), mal(200_000, 0xE0))
+	// thread 1: a MALLOC of 0xB0 (its holder's FREE was lost), then 0xA0
+	sb.chunk(1, mal(100_000, 0xB0), mal(100_500, 0xA0))
+	// thread 2 frees thread 1's 0xA0: its stamp is before the MALLOC's (jitter)
+	sb.chunk(2, rec{ts: 100_200, a: 0xA0, kind: format.RFree, flags: format.FHost})
+	r := sb.open(t).Reader()
+	live := map[BlockKey]bool{}
+	r.SetLive(func(k BlockKey) bool { return live[k] })
+	var got []string
+	eachRec(t, r, func(rc *Rec, ns uint64) {
+		switch rc.Kind {
+		case format.RMalloc:
+			live[KeyOf(rc)] = true
+			got = append(got, fmt.Sprintf("%d:m%#x", rc.Tid, rc.A))
+		case format.RFree:
+			delete(live, KeyOf(rc))
+			got = append(got, fmt.Sprintf("%d:f%#x", rc.Tid, rc.A))
+		}
+	})
+	if want := "[3:m0xb0 1:m0xb0 1:m0xa0 2:f0xa0 3:m0xe0]"; fmt.Sprint(got) != want {
+		t.Errorf("got %v, want %s", got, want)
+	}
+	if r.Stats.LostFree != 1 || r.Stats.UnpairedFree != 0 {
+		t.Errorf("stats %+v, want one lost FREE (0xb0's) and no unpaired one", r.Stats)
+	}
+}
