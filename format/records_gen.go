@@ -91,7 +91,7 @@ const (
 	RStop       = 7  // R_STOP: collection switched off
 	RStep       = 8  // R_STEP: msmemscope_step()
 	RExit       = 9  // R_EXIT: the process exits
-	RCalib      = 10 // R_CALIB: ts = tick, a = CLOCK_MONOTONIC ns, b = epoch (F_EPOCH: the epoch starts here)
+	RCalib      = 10 // R_CALIB: ts = tick, a = CLOCK_MONOTONIC ns, b = epoch (F_EPOCH: the epoch starts here; a payload unit, if any: the tick by which epoch b-1 had ended)
 	RExec       = 11 // R_EXEC: payload: program path
 	RFork       = 12 // R_FORK: a = child pid
 	RLost       = 13 // R_LOST: a = events lost

@@ -26,7 +26,7 @@ static struct {
 } done_segs[MAX_IOV / 2];
 static int ndone;
 static long drained_bytes;
-static uint64_t cal_rec[REC_UNITS];
+static uint64_t cal_rec[REC_UNITS + 1]; // and the old epoch's end
 
 // Direct I/O (see ms_seg): a second descriptor on the spool opened with
 // O_DIRECT, or -1 where the file system refuses it (tmpfs) or it failed once.
@@ -210,8 +210,13 @@ static int drain_mark(int32_t tid) { return sink_room(sizeof(ms_chunk)) && !add_
 static int epoch_start(int fd) {
 	uint64_t e = epoch_now() + 1;
 	precise_idle(e);
-	uint32_t n = enc_full(cal_rec, R_CALIB, F_EPOCH, stamp_after(), mono_ns(), e, 0, NULL, 0);
+	uint64_t tick = stamp_after(), ns = mono_ns();
 	gate_set(~G_EPOCH, e & G_EPOCH);
+	// The old epoch ends here, not at tick: a thread that read the gate just
+	// before it moved on labels its records with the old epoch, however
+	// long the drain was preempted in between (spool/order.go's bounds).
+	uint64_t end = stamp_after();
+	uint32_t n = enc_full(cal_rec, R_CALIB, F_EPOCH, tick, ns, e, 0, &end, sizeof end);
 	return add_chunk(fd, 0, cal_rec, n);
 }
 

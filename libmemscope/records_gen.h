@@ -92,7 +92,7 @@ enum {
 	R_STOP = 7, // collection switched off
 	R_STEP = 8, // msmemscope_step()
 	R_EXIT = 9, // the process exits
-	R_CALIB = 10, // ts = tick, a = CLOCK_MONOTONIC ns, b = epoch (F_EPOCH: the epoch starts here)
+	R_CALIB = 10, // ts = tick, a = CLOCK_MONOTONIC ns, b = epoch (F_EPOCH: the epoch starts here; a payload unit, if any: the tick by which epoch b-1 had ended)
 	R_EXEC = 11, // payload: program path
 	R_FORK = 12, // a = child pid
 	R_LOST = 13, // a = events lost

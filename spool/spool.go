@@ -303,6 +303,8 @@ type Spool struct {
 	threads           map[int32][]chunkRef
 	calib             []calibPoint
 	epochNs           map[uint64]uint64 // epoch -> CLOCK_MONOTONIC ns at its start
+	epochEndNs        map[uint64]uint64 // epoch -> ns by which it had ended (the next one's gate set), where recorded
+	epochEndTick      map[uint64]uint64 // (the same in ticks, while indexing)
 	preciseOn         []uint64          // when precise stamps began (R_PRECISE), in ns
 	Sites             map[uint32]uint64 // site id -> return address of the allocator's caller
 	stacks            map[uint32][]byte // stack id -> an RStack's payload (its frames)
@@ -361,7 +363,7 @@ func (s *Spool) repeated(off int64) bool {
 }
 
 func newSpool(ra io.ReaderAt, size int64, repeats [][2]int64) (*Spool, error) {
-	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats}
+	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, epochEndNs: map[uint64]uint64{}, epochEndTick: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats}
 	if err := s.index(); err != nil {
 		return nil, err
 	}
@@ -466,6 +468,9 @@ func (s *Spool) index() error {
 				s.calib = append(s.calib, calibPoint{r.TS, r.A})
 				if r.Flags&format.FEpoch != 0 {
 					s.epochNs[r.B] = r.A
+					if len(r.Payload) >= 8 && r.B > 0 {
+						s.epochEndTick[r.B-1] = binary.LittleEndian.Uint64(r.Payload)
+					}
 				}
 			case format.RPrecise:
 				s.preciseOn = append(s.preciseOn, r.TS)
@@ -502,6 +507,9 @@ func (s *Spool) index() error {
 	}
 	if s.minTick != 0 {
 		s.firstNs = s.Ns(s.minTick)
+	}
+	for e, t := range s.epochEndTick {
+		s.epochEndNs[e] = s.Ns(t)
 	}
 	for i, t := range s.preciseOn {
 		s.preciseOn[i] = s.Ns(t)
@@ -540,8 +548,13 @@ func (s *Spool) Ns(tick uint64) uint64 {
 // Threads returns the thread ids that recorded events.
 func (s *Spool) Threads() int { return len(s.threads) }
 
-// epochEnd is when an epoch ended (the next one began), or false if unknown.
+// epochEnd is when an epoch ended: when the drain had set the next one
+// (recorded since the drain stamps it), else when the next one began; false
+// if unknown.
 func (s *Spool) epochEnd(e uint64) (uint64, bool) {
+	if ns, ok := s.epochEndNs[e]; ok {
+		return ns, true
+	}
 	ns, ok := s.epochNs[e+1]
 	return ns, ok
 }
@@ -739,9 +752,10 @@ func (c *threadCursor) times(s *Spool) {
 	}
 }
 
-// epochSlack covers the drain's calibration of an epoch's end, taken just
-// before the epoch moves on (drain.c, epoch_start): a record of the old
-// epoch may come a moment after it.
+// epochSlack covers an epoch's end where the spool has only the next
+// epoch's calibration, taken just before the gate moves on (drain.c,
+// epoch_start: older spools, where a record of the old epoch may come a
+// moment after it), and the conversion of ticks to ns.
 const epochSlack = 100_000
 
 // stampJitter is how far a precise stamp may lie from its event: the hot

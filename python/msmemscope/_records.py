@@ -89,7 +89,7 @@ R_START: Final[int] = 6  # collection switched on
 R_STOP: Final[int] = 7  # collection switched off
 R_STEP: Final[int] = 8  # msmemscope_step()
 R_EXIT: Final[int] = 9  # the process exits
-R_CALIB: Final[int] = 10  # ts = tick, a = CLOCK_MONOTONIC ns, b = epoch (F_EPOCH: the epoch starts here)
+R_CALIB: Final[int] = 10  # ts = tick, a = CLOCK_MONOTONIC ns, b = epoch (F_EPOCH: the epoch starts here; a payload unit, if any: the tick by which epoch b-1 had ended)
 R_EXEC: Final[int] = 11  # payload: program path
 R_FORK: Final[int] = 12  # a = child pid
 R_LOST: Final[int] = 13  # a = events lost
