@@ -438,7 +438,7 @@ static void *drainer_main(void *arg) {
 		long n = drain_pass(1);
 		if (n < 0) atomic_fetch_add(&drain_errs, 1);
 		// A pass that found no events wrote only its calibration point.
-		if (n > (long)(sizeof(ms_chunk) + sizeof(ms_rec)) || pass_waiting) idle = 0;
+		if (n > (long)(sizeof(ms_chunk) + sizeof cal_rec) || pass_waiting) idle = 0;
 		else if (idle < DRAIN_IDLE_SHIFT) idle++;
 		if (pass_direct) {
 			// The disk took whole segments, and that took a while: more are

@@ -167,8 +167,9 @@ func drainLoop() {
 	}
 }
 
-// idleBytes is what a pass that found no events writes: its calibration.
-const idleBytes = 16 + 32
+// idleBytes is what a pass that found no events writes: its calibration
+// (a record and the old epoch's end, drain.c's epoch_start).
+const idleBytes = spool.ChunkHdrSize + spool.RecSize + spool.UnitSize
 
 // drainRotate moves ring contents into the rotating logs; it reports whether
 // the buffer filled up (drain again at once).

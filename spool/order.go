@@ -252,7 +252,15 @@ func (r *Reader) releaseStale() {
 	// record's thread goes back into the merge, and its next records may
 	// be what another held record waits for (its bound lo is then below
 	// that record's hi), so nothing else is judged stale until it has run.
-	sort.Slice(stale, func(i, j int) bool { return stale[i].lo < stale[j].lo })
+	// (By lower bound, then in the merge's order: records of one epoch
+	// share their lower bound, and the choice must not hang on a map's
+	// order.)
+	sort.Slice(stale, func(i, j int) bool {
+		if stale[i].lo != stale[j].lo {
+			return stale[i].lo < stale[j].lo
+		}
+		return r.h.Less2(stale[i], stale[j])
+	})
 	for _, c := range stale {
 		free := true
 		for _, cs := range r.parked {
