@@ -104,6 +104,7 @@ func begin(cfg config.Config) error {
 	C.ms_set_spool(C.int(p.SpoolFD()))
 	C.ms_calibrate()
 	startDrain()
+	startLiveFollower(filepath.Join(p.Dir, spool.SpoolDir, spool.FileName))
 	return nil
 }
 

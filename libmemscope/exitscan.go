@@ -68,7 +68,7 @@ func scanLeaks(sp uint64) error {
 		sort.Slice(blocks, func(i, j int) bool { return blocks[i].Addr < blocks[j].Addr })
 	} else {
 		var err error
-		if blocks, err = leakscan.LiveFromSpool(filepath.Join(eng.proc.Dir, spool.SpoolDir, spool.FileName)); err != nil {
+		if blocks, err = liveBlocks(filepath.Join(eng.proc.Dir, spool.SpoolDir, spool.FileName)); err != nil {
 			return err
 		}
 	}
