@@ -116,11 +116,10 @@ func TestLeakKindsVsValgrind(t *testing.T) {
 
 // TestLeakKindsFollowedAsTheRunGoes: the live set the exit scan classifies
 // is read as the run goes (blocks freed by another thread included), and
-// the kinds still equal valgrind's. (The lists' nodes are carved from the
-// heap's top: with 48-byte nodes, recycled from the bins the other
-// thread's frees filled, the last list reads as still reachable natively,
-// from a word of glibc's own state not yet explained, where valgrind's
-// allocator leaves it lost.)
+// the kinds still equal valgrind's. (The program clears its pointers to the
+// blocks it frees: the lists' nodes reuse those addresses, and a stale
+// pointer would make a list reachable natively, where valgrind, which keeps
+// freed blocks out of reuse, calls it lost; README, leak kinds.)
 func TestLeakKindsFollowedAsTheRunGoes(t *testing.T) {
 	needBuild(t)
 	bin := compile(t, "lk_follow.c", "", "-O0", "-pthread")
