@@ -1,7 +1,7 @@
 /* Leak kinds of a program that runs a while: blocks are made, handed to a
- * second thread that frees some, and lost or kept over four phases 150 ms
- * apart, so that msmemscope's live set is read as the run goes (the exit
- * scan reads only the rest). Kinds at exit: per phase, one lost list of 3
+ * second thread that frees some, and lost or kept over four phases 0.8 s
+ * apart, so that msmemscope's live set is read as the run goes (from 2 s
+ * on; the exit scan reads only the rest). Kinds at exit: per phase, one lost list of 3
  * (definitely 1, indirectly 2), one kept block, and the freed ones gone. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -43,7 +43,7 @@ int main(void) {
 		pthread_join(t, NULL);
 		kept[phase] = malloc(100 + phase);
 		lose_list();
-		struct timespec ts = {0, 150 * 1000 * 1000};
+		struct timespec ts = {0, 800 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
 	return 0;
