@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"sync/atomic"
 
 	"msmemscope/format"
 	"msmemscope/internal/u64map"
@@ -63,9 +64,17 @@ func (l *Live) Offset() int64 { return l.off }
 // Close closes the file; Blocks still answers.
 func (l *Live) Close() error { return l.f.Close() }
 
+// maxChunk bounds a chunk's size: a drained segment is 2 MiB; a header
+// saying more is corrupt, not a reason to allocate gigabytes.
+const maxChunk = 64 << 20
+
 // Update reads the whole chunks the file holds beyond those read before (a
 // chunk still being written is read by a later Update).
-func (l *Live) Update() error {
+func (l *Live) Update() error { return l.UpdateUntil(nil) }
+
+// UpdateUntil is Update that returns early, between two chunks, once stop
+// is set (the next Update goes on from there).
+func (l *Live) UpdateUntil(stop *atomic.Bool) error {
 	fi, err := l.f.Stat()
 	if err != nil {
 		return err
@@ -79,12 +88,22 @@ func (l *Live) Update() error {
 	}
 	r := l.rd
 	var ch [spool.ChunkHdrSize]byte
-	for {
+	for stop == nil || !stop.Load() {
 		if _, err := io.ReadFull(r, ch[:]); err != nil {
 			return nil // the end (or a chunk header not yet whole)
 		}
 		magic := binary.LittleEndian.Uint32(ch[format.ChunkMagicOff:])
 		n := int(binary.LittleEndian.Uint32(ch[format.ChunkNUnitOff:])) * spool.UnitSize
+		if n > maxChunk {
+			return fmt.Errorf("%s: corrupt chunk header at offset %d (%d bytes)", l.f.Name(), l.off, n)
+		}
+		if magic != format.ChunkMagic { // padding
+			if d, _ := r.Discard(n); d < n {
+				return nil
+			}
+			l.off += int64(len(ch) + n)
+			continue
+		}
 		if cap(l.body) < n {
 			l.body = make([]byte, n)
 		}
@@ -93,10 +112,9 @@ func (l *Live) Update() error {
 			return nil
 		}
 		l.off += int64(len(ch) + n)
-		if magic == format.ChunkMagic {
-			l.chunk(int32(binary.LittleEndian.Uint32(ch[format.ChunkTidOff:])), body)
-		} // (else padding)
+		l.chunk(int32(binary.LittleEndian.Uint32(ch[format.ChunkTidOff:])), body)
 	}
+	return nil
 }
 
 // chunk counts the MALLOCs and FREEs of one thread's chunk.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"msmemscope/format"
@@ -80,5 +81,43 @@ func TestLiveFollowsAGrowingSpool(t *testing.T) {
 	whole, err := LiveFromSpool(path)
 	if err != nil || len(whole) != 2 || whole[0] != want[0] || whole[1] != want[1] {
 		t.Errorf("whole file: %v (%v), want %v", whole, err, want)
+	}
+}
+
+// UpdateUntil stops between two chunks once told to (the next Update goes
+// on from there); a chunk header claiming gigabytes is an error, not an
+// allocation.
+func TestLiveStopsAndRefusesCorruptChunks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "spool.bin")
+	var b bytes.Buffer
+	if err := spool.WriteHeader(&b, 7); err != nil {
+		t.Fatal(err)
+	}
+	b.Write(chunkBytes(1, host(format.RMalloc, 100, 0xA0, 16)))
+	b.Write(chunkBytes(1, host(format.RMalloc, 200, 0xB0, 16)))
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLive(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var stop atomic.Bool
+	stop.Store(true)
+	if err := l.UpdateUntil(&stop); err != nil || len(l.Blocks()) != 0 || l.Offset() != spool.HdrSize {
+		t.Fatalf("stopped: %v, %d blocks, offset %d", err, len(l.Blocks()), l.Offset())
+	}
+	if err := l.Update(); err != nil || len(l.Blocks()) != 2 {
+		t.Fatalf("then: %v, %d blocks, want 2", err, len(l.Blocks()))
+	}
+	bad := make([]byte, spool.ChunkHdrSize)
+	binary.LittleEndian.PutUint32(bad[format.ChunkMagicOff:], format.ChunkMagic)
+	binary.LittleEndian.PutUint32(bad[format.ChunkNUnitOff:], 1<<30)
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.Write(bad)
+	f.Close()
+	if err := l.Update(); err == nil {
+		t.Error("a chunk of 8 GiB was not refused")
 	}
 }

@@ -129,8 +129,9 @@ static void internal_sigmask(sigset_t *set) {
 // a program thread that was joined, and with it that thread's DTV (a calloc
 // the program's heap totals count, then never freed). Go's runtime starts
 // its threads while the program runs, as its own start-up is asynchronous.
-// The stack of such a thread is not unmapped if it exits (Go's never do;
-// the drain thread brings and unmaps its own).
+// The stack of such a thread is not unmapped if it exits (Go's seldom do:
+// the live-set follower's, once, at exit; the drain thread brings and
+// unmaps its own).
 // Maps a stack of size bytes (rounded up to pages) with a guard page below
 // it and initializes at to run a thread on it; returns the mapping (size +
 // one page), or NULL.

@@ -1,5 +1,5 @@
 /* Leak kinds of a program that runs a while: blocks are made, handed to a
- * second thread that frees some, and lost or kept over four phases 0.8 s
+ * second thread that frees some, and lost or kept over five phases 0.8 s
  * apart, so that msmemscope's live set is read as the run goes (from 2 s
  * on; the exit scan reads only the rest). Kinds at exit: per phase, one lost list of 3
  * (definitely 1, indirectly 2), one kept block, and the freed ones gone. */
@@ -9,7 +9,7 @@
 #include <time.h>
 
 struct node { struct node *next; char pad[40]; };
-static void *kept[4];
+static void *kept[5];
 static void *volatile handoff[64];
 
 static void *freer(void *arg) {
@@ -36,7 +36,7 @@ static __attribute__((noinline)) void lose_list(void) {
 }
 
 int main(void) {
-	for (int phase = 0; phase < 4; phase++) {
+	for (int phase = 0; phase < 5; phase++) {
 		for (int i = 0; i < 64; i++) handoff[i] = malloc(24 + i);
 		pthread_t t;
 		if (pthread_create(&t, NULL, freer, NULL)) return 1;
