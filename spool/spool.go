@@ -303,8 +303,7 @@ type Spool struct {
 	threads           map[int32][]chunkRef
 	calib             []calibPoint
 	epochNs           map[uint64]uint64 // epoch -> CLOCK_MONOTONIC ns at its start
-	epochEndNs        map[uint64]uint64 // epoch -> ns by which it had ended (the next one's gate set), where recorded
-	epochEndTick      map[uint64]uint64 // (the same in ticks, while indexing)
+	epochEndNs        map[uint64]uint64 // epoch -> ns by which it had ended (the next one's gate set), where recorded (ticks while indexing)
 	preciseOn         []uint64          // when precise stamps began (R_PRECISE), in ns
 	Sites             map[uint32]uint64 // site id -> return address of the allocator's caller
 	stacks            map[uint32][]byte // stack id -> an RStack's payload (its frames)
@@ -363,7 +362,7 @@ func (s *Spool) repeated(off int64) bool {
 }
 
 func newSpool(ra io.ReaderAt, size int64, repeats [][2]int64) (*Spool, error) {
-	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, epochEndNs: map[uint64]uint64{}, epochEndTick: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats}
+	s := &Spool{f: ra, size: size, threads: map[int32][]chunkRef{}, epochNs: map[uint64]uint64{}, epochEndNs: map[uint64]uint64{}, Sites: map[uint32]uint64{}, stacks: map[uint32][]byte{}, repeats: repeats}
 	if err := s.index(); err != nil {
 		return nil, err
 	}
@@ -469,7 +468,7 @@ func (s *Spool) index() error {
 				if r.Flags&format.FEpoch != 0 {
 					s.epochNs[r.B] = r.A
 					if len(r.Payload) >= 8 && r.B > 0 {
-						s.epochEndTick[r.B-1] = binary.LittleEndian.Uint64(r.Payload)
+						s.epochEndNs[r.B-1] = binary.LittleEndian.Uint64(r.Payload)
 					}
 				}
 			case format.RPrecise:
@@ -508,7 +507,7 @@ func (s *Spool) index() error {
 	if s.minTick != 0 {
 		s.firstNs = s.Ns(s.minTick)
 	}
-	for e, t := range s.epochEndTick {
+	for e, t := range s.epochEndNs {
 		s.epochEndNs[e] = s.Ns(t)
 	}
 	for i, t := range s.preciseOn {
