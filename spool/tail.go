@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"msmemscope/format"
 )
@@ -18,13 +19,21 @@ import (
 // is read once however often Read is called. It reads single spools only
 // (not rotated logs: their chunks are compressed).
 type Tail struct {
-	f     *os.File
-	off   int64
-	buf   []byte
-	dec   map[int32]*RecDecoder
-	Sites map[uint32]uint64 // site id -> return address of the allocator's caller
-	Py    PyMeta
+	f         *os.File
+	off       int64
+	buf       []byte
+	dec       map[int32]*RecDecoder
+	Sites     map[uint32]uint64 // site id -> return address of the allocator's caller
+	EpochTick map[uint64]uint64 // drain epoch -> the tick it began at
+	Py        PyMeta
+	// Stop, when set, ends a Read between two chunks (the next Read goes
+	// on from there).
+	Stop *atomic.Bool
 }
+
+// maxChunk bounds a chunk's size: a drained segment is 2 MiB; a header
+// saying more is corrupt, not a chunk to wait for.
+const maxChunk = 64 << 20
 
 // OpenTail opens the spool file at path for Tail reads, from its start.
 func OpenTail(path string) (*Tail, error) {
@@ -41,7 +50,7 @@ func OpenTail(path string) (*Tail, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: spool format version %d, this msmemscope reads version %d", path, v, Version)
 	}
-	return &Tail{f: f, off: HdrSize, dec: map[int32]*RecDecoder{}, Sites: map[uint32]uint64{}}, nil
+	return &Tail{f: f, off: HdrSize, dec: map[int32]*RecDecoder{}, Sites: map[uint32]uint64{}, EpochTick: map[uint64]uint64{}}, nil
 }
 
 // Skipped reports whether Python frames of file are msmemscope's own (its
@@ -51,10 +60,13 @@ func (t *Tail) Skipped(file string) bool { return t.Py.skip(file) }
 // Close closes the file.
 func (t *Tail) Close() error { return t.f.Close() }
 
+// Offset is how many bytes of the file the Reads have read.
+func (t *Tail) Offset() int64 { return t.off }
+
 // Read hands fn every MALLOC and FREE record (with its thread id) in the
 // whole chunks appended since the last Read; a chunk still being written
-// waits for the next. Sites, Python code objects and skipped folders are
-// noted on the way. The record's payload is valid only during the call.
+// waits for the next. Sites, epochs' start ticks, Python code objects and
+// skipped folders are noted on the way. The record's payload is valid only during the call.
 func (t *Tail) Read(fn func(r *Rec)) error {
 	fi, err := t.f.Stat()
 	if err != nil {
@@ -62,13 +74,17 @@ func (t *Tail) Read(fn func(r *Rec)) error {
 	}
 	size := fi.Size()
 	var ch [ChunkHdrSize]byte
-	for t.off+ChunkHdrSize <= size {
+	var r Rec // one for the Read: fn keeps its address, so it lives on the heap
+	for t.off+ChunkHdrSize <= size && (t.Stop == nil || !t.Stop.Load()) {
 		if _, err := t.f.ReadAt(ch[:], t.off); err != nil {
 			return err
 		}
 		nunit := int64(binary.LittleEndian.Uint32(ch[format.ChunkNUnitOff:]))
 		magic := binary.LittleEndian.Uint32(ch[format.ChunkMagicOff:])
 		end := t.off + ChunkHdrSize + nunit*UnitSize
+		if nunit*UnitSize > maxChunk {
+			return fmt.Errorf("corrupt chunk header at byte %d (%d bytes)", t.off, nunit*UnitSize)
+		}
 		if end > size {
 			return nil // still being written
 		}
@@ -96,7 +112,9 @@ func (t *Tail) Read(fn func(r *Rec)) error {
 			t.dec[tid] = d
 		}
 		for pos := 0; pos < n; {
-			r, used, ok := d.Next(b[pos:])
+			var used int
+			var ok bool
+			r, used, ok = d.Next(b[pos:])
 			if !ok {
 				break // cannot happen for a whole chunk
 			}
@@ -107,6 +125,10 @@ func (t *Tail) Read(fn func(r *Rec)) error {
 				fn(&r)
 			case format.RSite:
 				t.Sites[uint32(r.B)] = r.A
+			case format.RCalib:
+				if r.Flags&format.FEpoch != 0 {
+					t.EpochTick[r.B] = r.TS
+				}
 			case format.RPyCode, format.RPySkip, format.RConfig:
 				t.Py.note(r.Kind, r.TS, r.A, r.B, r.Payload)
 			}
