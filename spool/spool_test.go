@@ -117,6 +117,33 @@ func eachRec(t *testing.T, r *Reader, f func(rc *Rec, ns uint64)) {
 	}
 }
 
+// deliveredOrder runs r with an allocator state (SetLive) kept from the
+// MALLOCs and FREEs it delivers, checks that times never go back, and
+// returns name of each of those records, in order.
+func deliveredOrder(t *testing.T, r *Reader, name func(*Rec) string) []string {
+	t.Helper()
+	live := map[BlockKey]bool{}
+	r.SetLive(func(k BlockKey) bool { return live[k] })
+	var got []string
+	var prev uint64
+	eachRec(t, r, func(rc *Rec, ns uint64) {
+		switch rc.Kind {
+		case format.RMalloc:
+			live[KeyOf(rc)] = true
+		case format.RFree:
+			delete(live, KeyOf(rc))
+		default:
+			return
+		}
+		if ns < prev {
+			t.Errorf("record %d %#x of thread %d at %d, after a record at %d", rc.Kind, rc.A, rc.Tid, ns, prev)
+		}
+		prev = ns
+		got = append(got, name(rc))
+	})
+	return got
+}
+
 func TestSpoolInterpolatesEpochStamps(t *testing.T) {
 	sb := newSpoolBuilder(7)
 	sb.chunk(0, calib(1000, 1), calib(2000, 2), calib(3000, 3))
@@ -258,19 +285,7 @@ func TestSpoolParkedWithoutFreeKeepsOrder(t *testing.T) {
 	sb.chunk(1, rec{ts: 1100, a: 0xA0, b: 16, kind: format.RMalloc, flags: format.FHost}, rec{ts: 1900, a: 0xD0, b: 16, kind: format.RMalloc, flags: format.FHost})
 	sb.chunk(2, rec{ts: 1200, a: 0xA0, b: 32, kind: format.RMalloc, flags: format.FHost})
 	r := sb.open(t).Reader()
-	live := map[BlockKey]int32{}
-	r.SetLive(func(k BlockKey) bool { _, ok := live[k]; return ok })
-	var got []string
-	var prev uint64
-	eachRec(t, r, func(rc *Rec, ns uint64) {
-		k := KeyOf(rc)
-		live[k] = rc.Tid
-		if ns < prev {
-			t.Errorf("MALLOC %#x of thread %d at %d, after a record at %d", rc.A, rc.Tid, ns, prev)
-		}
-		prev = ns
-		got = append(got, fmt.Sprintf("%d:%#x", rc.Tid, rc.A))
-	})
+	got := deliveredOrder(t, r, func(rc *Rec) string { return fmt.Sprintf("%d:%#x", rc.Tid, rc.A) })
 	if want := "[1:0xa0 1:0xd0 2:0xa0]"; fmt.Sprint(got) != want {
 		t.Errorf("got %v, want %s", got, want)
 	}
@@ -653,18 +668,8 @@ func releaseOneStale(t *testing.T, epochOnly bool) {
 	// thread 2 frees thread 1's 0xA0: its stamp is before the MALLOC's (jitter)
 	sb.chunk(2, rec{ts: stamp(100_200), a: 0xA0, kind: format.RFree, flags: format.FHost})
 	r := sb.open(t).Reader()
-	live := map[BlockKey]bool{}
-	r.SetLive(func(k BlockKey) bool { return live[k] })
-	var got []string
-	eachRec(t, r, func(rc *Rec, ns uint64) {
-		switch rc.Kind {
-		case format.RMalloc:
-			live[KeyOf(rc)] = true
-			got = append(got, fmt.Sprintf("%d:m%#x", rc.Tid, rc.A))
-		case format.RFree:
-			delete(live, KeyOf(rc))
-			got = append(got, fmt.Sprintf("%d:f%#x", rc.Tid, rc.A))
-		}
+	got := deliveredOrder(t, r, func(rc *Rec) string {
+		return fmt.Sprintf("%d:%s%#x", rc.Tid, map[uint16]string{format.RMalloc: "m", format.RFree: "f"}[rc.Kind], rc.A)
 	})
 	if want := "[3:m0xb0 1:m0xb0 1:m0xa0 2:f0xa0 3:m0xe0]"; fmt.Sprint(got) != want {
 		t.Errorf("got %v, want %s", got, want)
@@ -694,17 +699,7 @@ func TestSpoolEpochEndsWhenTheGateMoved(t *testing.T) {
 		sb.chunk(2, rec{ts: 300_000, a: 0xA0, kind: format.RFree, flags: format.FHost})
 		sb.chunk(1, rec{ts: ep(1), a: 0xA0, b: 32, kind: format.RMalloc, flags: format.FHost})
 		r := sb.open(t).Reader()
-		live := map[BlockKey]bool{}
-		r.SetLive(func(k BlockKey) bool { return live[k] })
-		var got []string
-		eachRec(t, r, func(rc *Rec, ns uint64) {
-			if rc.Kind == format.RMalloc {
-				live[KeyOf(rc)] = true
-			} else {
-				delete(live, KeyOf(rc))
-			}
-			got = append(got, fmt.Sprintf("%d:%d", rc.Tid, rc.Kind))
-		})
+		got := deliveredOrder(t, r, func(rc *Rec) string { return fmt.Sprintf("%d:%d", rc.Tid, rc.Kind) })
 		if !recorded {
 			// (a spool of an older msmemscope: the epoch ends at the next one's calibration)
 			if r.Stats.LostFree != 1 {
