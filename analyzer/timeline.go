@@ -128,8 +128,37 @@ func (l *LiveSet) Report() MemReport {
 	for _, s := range l.sites {
 		r.Report = append(r.Report, *s)
 	}
-	sort.Slice(r.Report, func(i, j int) bool {
-		a, b := r.Report[i], r.Report[j]
+	sortSites(r.Report)
+	return r
+}
+
+// ReportOf is the report of sites named apart that may share a name (two
+// instructions of one line): one line per site and function, largest
+// first.
+func ReportOf(sites []SiteSize) MemReport {
+	var r MemReport
+	at := map[siteKey]int{}
+	for _, s := range sites {
+		r.TotalSize += s.Size
+		k := siteKey{s.Site, s.Function}
+		if i, ok := at[k]; ok {
+			r.Report[i].Size += s.Size
+			r.Report[i].Count += s.Count
+			continue
+		}
+		at[k] = len(r.Report)
+		r.Report = append(r.Report, s)
+	}
+	if r.Report == nil {
+		r.Report = []SiteSize{}
+	}
+	sortSites(r.Report)
+	return r
+}
+
+func sortSites(r []SiteSize) {
+	sort.Slice(r, func(i, j int) bool {
+		a, b := r[i], r[j]
 		if a.Size != b.Size {
 			return a.Size > b.Size
 		}
@@ -138,7 +167,6 @@ func (l *LiveSet) Report() MemReport {
 		}
 		return a.Function < b.Function
 	})
-	return r
 }
 
 // TimePoint is one interval of the timeline: its start (ms from the start of

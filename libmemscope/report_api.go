@@ -3,8 +3,11 @@ package libmemscope
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"sync"
 
 	"msmemscope/analyzer"
+	"msmemscope/internal/logx"
 	"msmemscope/spool"
 	"msmemscope/trace"
 )
@@ -16,11 +19,13 @@ import (
 
 // MemReport is the live report: {"total_size": N, "mem_report": [{"site",
 // "function", "size", "count"}…]}, largest first. It drains the rings and
-// replays the capture so far: the sum of the sites' sizes is the live bytes
-// of the event stream at this moment.
+// reads what the spool gained since the last call (liveSites): the sum of
+// the sites' sizes is the live bytes of the event stream at this moment.
+// Rotating logs cannot be followed as they grow: there the kept logs are
+// replayed.
 func MemReport() (analyzer.MemReport, error) {
 	eng.mu.Lock()
-	dir, started := "", eng.started && !eng.finished
+	dir, started, rotating := "", eng.started && !eng.finished, eng.rot != nil
 	if started {
 		dir = eng.proc.Dir
 		drainNow()
@@ -29,6 +34,56 @@ func MemReport() (analyzer.MemReport, error) {
 	if !started {
 		return analyzer.MemReport{Report: []analyzer.SiteSize{}}, nil
 	}
+	if rotating {
+		return replayReport(dir)
+	}
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	if rep.s == nil {
+		t, err := spool.OpenTail(filepath.Join(dir, spool.SpoolDir, spool.FileName))
+		if err != nil {
+			return analyzer.MemReport{}, err
+		}
+		rep.s = newLiveSites(t, func(uint16) bool { return true })
+	}
+	before := rep.s.tail.Offset()
+	if err := rep.s.catchUp(); err != nil {
+		return analyzer.MemReport{}, err
+	}
+	logx.Infof("get_mem_report: read %d new bytes of the spool's %d", rep.s.tail.Offset()-before, rep.s.tail.Offset())
+	// A site is named once (its code object or module does not change).
+	var namer *siteNamer
+	lines := make([]analyzer.SiteSize, 0, len(rep.s.sites))
+	for len(rep.names) < len(rep.s.sites) {
+		rep.names = append(rep.names, analyzer.SiteSize{})
+	}
+	for i := range rep.s.sites {
+		s := &rep.s.sites[i]
+		if s.count == 0 {
+			continue
+		}
+		l := &rep.names[i]
+		if l.Site == "" {
+			if namer == nil {
+				namer = newSiteNamer(rep.s.tail)
+			}
+			l.Site, l.Function, _ = namer.name(s)
+		}
+		lines = append(lines, analyzer.SiteSize{Site: l.Site, Function: l.Function, Size: s.live, Count: s.count})
+	}
+	return analyzer.ReportOf(lines), nil
+}
+
+// rep is get_mem_report's state: every block of the capture, by site, and
+// the sites' names.
+var rep struct {
+	mu    sync.Mutex
+	s     *liveSites
+	names []analyzer.SiteSize
+}
+
+// replayReport reads the capture from its start.
+func replayReport(dir string) (analyzer.MemReport, error) {
 	maps, _ := os.ReadFile("/proc/self/maps")
 	s, closeFn, err := spool.OpenStreamMaps(dir, string(maps))
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -178,6 +180,123 @@ func TestLiveReportAndTimeline(t *testing.T) {
 	txt, _ := run(t, cli, "--timeline", "--input="+dirs[0], "--interval-ms=100")
 	if !strings.Contains(txt, "total 6291456") || !strings.Contains(txt, "prog.c:7") || !strings.Contains(txt, "prog.c:8") {
 		t.Errorf("msmemscope --timeline printed:\n%s", txt)
+	}
+}
+
+// handoffProg: four threads allocate blocks at one site and free the blocks
+// the thread beside them allocated, keeping a third; between rounds, with
+// every thread waiting, main asks for the report and prints what it should
+// say. Blocks freed by another thread are the normal case.
+const handoffProg = `#include <msmemscope.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#define T 4
+#define K 400
+#define ROUNDS 6
+static void *blk[T][K];
+static size_t sz[T][K];
+static pthread_barrier_t bar;
+static size_t live_bytes, live_count;
+static __attribute__((noinline)) void *make_block(size_t n) { void *p = malloc(n); memset(p, 1, 8); return p; }
+static void *worker(void *arg) {
+	int t = (int)(long)arg;
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < K; i++) {
+			sz[t][i] = 16 + ((t * 131 + i * 7 + r * 13) % 600);
+			blk[t][i] = make_block(sz[t][i]);
+		}
+		pthread_barrier_wait(&bar);
+		int o = (t + 1) % T; /* the neighbour's blocks */
+		for (int i = 0; i < K; i++)
+			if (i % 3 != 0) free(blk[o][i]);
+		pthread_barrier_wait(&bar);
+		pthread_barrier_wait(&bar); /* main reports */
+	}
+	return NULL;
+}
+int main(void) {
+	pthread_t th[T];
+	pthread_barrier_init(&bar, NULL, T + 1);
+	for (long t = 0; t < T; t++) pthread_create(&th[t], NULL, worker, (void *)t);
+	for (int r = 0; r < ROUNDS; r++) {
+		pthread_barrier_wait(&bar);
+		for (int t = 0; t < T; t++)
+			for (int i = 0; i < K; i += 3) { live_bytes += sz[t][i]; live_count++; }
+		pthread_barrier_wait(&bar);
+		char *rep = msmemscope_get_mem_report();
+		printf("EXPECT %zu %zu\nREPORT %s\n", live_bytes, live_count, rep ? rep : "null");
+		fflush(stdout);
+		msmemscope_free_string(rep);
+		pthread_barrier_wait(&bar);
+	}
+	for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+	return 0;
+}
+`
+
+// TestLiveReportFollowsThreadsIncrementally: each report names exactly the
+// blocks the program keeps at make_block, though most were freed by a
+// thread other than their allocator's, and each call reads only what the
+// spool gained since the one before.
+func TestLiveReportFollowsThreadsIncrementally(t *testing.T) {
+	cli, libDir := build(t)
+	prog := compile(t, libDir, handoffProg)
+	stdout, stderr := run(t, cli, "--output="+t.TempDir(), "--log-level=info", prog)
+	var expects [][2]uint64
+	var reports []analyzer.MemReport
+	for _, l := range strings.Split(stdout, "\n") {
+		if strings.HasPrefix(l, "EXPECT ") {
+			var e [2]uint64
+			f := strings.Fields(l)
+			e[0], _ = strconv.ParseUint(f[1], 10, 64)
+			e[1], _ = strconv.ParseUint(f[2], 10, 64)
+			expects = append(expects, e)
+		}
+		if r, ok := strings.CutPrefix(l, "REPORT "); ok {
+			var reply struct {
+				OK     bool
+				Result analyzer.MemReport
+			}
+			if err := json.Unmarshal([]byte(r), &reply); err != nil || !reply.OK {
+				t.Fatalf("reply %q: %v", r, err)
+			}
+			reports = append(reports, reply.Result)
+		}
+	}
+	if len(reports) != 6 || len(expects) != 6 {
+		t.Fatalf("want 6 reports, got:\n%s", stdout)
+	}
+	for i, rep := range reports {
+		var got *analyzer.SiteSize
+		var sum uint64
+		for j := range rep.Report {
+			sum += rep.Report[j].Size
+			if rep.Report[j].Function == "make_block" {
+				got = &rep.Report[j]
+			}
+		}
+		if got == nil || got.Size != expects[i][0] || uint64(got.Count) != expects[i][1] || sum != rep.TotalSize {
+			t.Errorf("report %d: make_block %+v, want %d B in %d blocks (total %d, sites sum %d)", i, got, expects[i][0], expects[i][1], rep.TotalSize, sum)
+		}
+	}
+	// Each call read only the spool's growth: what the one before had not
+	// (the first, all but the file's header).
+	re := regexp.MustCompile(`get_mem_report: read (\d+) new bytes of the spool's (\d+)`)
+	m := re.FindAllStringSubmatch(stderr, -1)
+	if len(m) != 6 {
+		t.Fatalf("want 6 get_mem_report log lines, got %d:\n%s", len(m), stderr)
+	}
+	prev := uint64(spool.HdrSize)
+	for i, x := range m {
+		n, _ := strconv.ParseUint(x[1], 10, 64)
+		whole, _ := strconv.ParseUint(x[2], 10, 64)
+		if n == 0 || whole-n != prev {
+			t.Errorf("call %d read %d new bytes of %d, after %d read before: not incremental", i, n, whole, prev)
+		}
+		prev = whole
 	}
 }
 
