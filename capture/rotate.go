@@ -58,6 +58,7 @@ type Rotator struct {
 	cur      *logFile // the newest log
 	old      *logFile // while a cut settles: the log before it, for late records
 	enc      *zstd.Encoder
+	zbuf     []byte // the last frame's output, reused
 	files    []string
 	last     int
 
@@ -163,7 +164,8 @@ func (r *Rotator) frame(lf *logFile, raw []byte) error {
 	if len(raw) == 0 {
 		return nil
 	}
-	z := r.enc.EncodeAll(raw, nil)
+	z := r.enc.EncodeAll(raw, r.zbuf[:0])
+	r.zbuf = z // reused: a frame's output is garbage once written
 	if _, err := lf.f.Write(z); err != nil {
 		return err
 	}
