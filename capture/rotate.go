@@ -41,12 +41,16 @@ const epochTicks = 4096
 
 // logFile is an open log.
 type logFile struct {
-	f     *os.File
-	seq   int
-	start uint64         // its cut: records stamped before it belong to earlier logs
-	bytes int64          // written so far
-	seen  map[int32]bool // threads whose epoch this log has stated
+	f       *os.File
+	seq     int
+	start   uint64         // its cut: records stamped before it belong to earlier logs
+	bytes   int64          // written so far
+	pending int64          // a batch in flight: its estimated compressed size
+	seen    map[int32]bool // threads whose epoch this log has stated
 }
+
+// size is the log's bytes, a batch in flight included (estimated).
+func (lf *logFile) size() int64 { return lf.bytes + lf.pending }
 
 // Rotator writes drained chunks to rotating, compressed, self-contained logs.
 type Rotator struct {
@@ -59,8 +63,19 @@ type Rotator struct {
 	old      *logFile // while a cut settles: the log before it, for late records
 	enc      *zstd.Encoder
 	zbuf     []byte // the last frame's output, reused
-	files    []string
-	last     int
+	// A batch's frames are compressed and written by a goroutine while the
+	// drain takes and observes the next (on 2 cores the program waits for
+	// the drain either way): one batch in flight at most.
+	fly       *inflight
+	encAsync  *zstd.Encoder // the goroutine's
+	zAsync    []byte
+	spare     [2][]byte // the out buffers of the batch in flight, free again once it is written
+	rawFramed uint64    // raw bytes compressed so far (with Written: the ratio that estimates a batch in flight)
+	// OnWritten is called once for each Write, when the frames of its batch
+	// are in their logs (a crash handler waits for that: libmemscope).
+	OnWritten func()
+	files     []string
+	last      int
 
 	live    map[spool.BlockKey]*addrState // each address's latest events (liveset.go)
 	cut     uint64                        // the tick the newest log began at
@@ -96,7 +111,11 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
+	encAsync, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc, encAsync: encAsync,
 		live: map[spool.BlockKey]*addrState{}, dec: map[int32]*spool.RecDecoder{},
 		ahead: map[int][]byte{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
 	lf, err := r.open(0)
@@ -171,15 +190,101 @@ func (r *Rotator) frame(lf *logFile, raw []byte) error {
 	}
 	lf.bytes += int64(len(z))
 	r.Written += uint64(len(z))
+	r.rawFramed += uint64(len(raw))
 	return nil
 }
+
+// inflight is a batch whose frames a goroutine compresses and writes.
+type inflight struct {
+	done chan struct{}
+	logs [2]*logFile
+	raw  [2]int   // the raw bytes of each log's frame
+	est  [2]int64 // their compressed size as estimated (counted in the log's pending)
+	n    [2]int64 // as written
+	err  error
+}
+
+// launch hands a batch's frames (bufs[i] for logs[i], either may be nil) to
+// a goroutine, which calls OnWritten when they are written.
+func (r *Rotator) launch(bufs [2][]byte, logs [2]*logFile) {
+	f := &inflight{done: make(chan struct{}), logs: logs}
+	for i, b := range bufs {
+		if logs[i] == nil || len(b) == 0 {
+			f.logs[i] = nil
+			continue
+		}
+		f.raw[i] = len(b)
+		f.est[i] = r.estimate(len(b))
+		logs[i].pending += f.est[i]
+	}
+	r.fly = f
+	go func() {
+		defer close(f.done)
+		for i, b := range bufs {
+			if f.logs[i] == nil {
+				continue
+			}
+			z := r.encAsync.EncodeAll(b, r.zAsync[:0])
+			r.zAsync = z
+			if _, err := f.logs[i].f.Write(z); err != nil {
+				f.err = err
+				break
+			}
+			f.n[i] = int64(len(z))
+		}
+		r.written()
+	}()
+}
+
+// estimate is the compressed size of raw bytes, at the ratio so far.
+func (r *Rotator) estimate(raw int) int64 {
+	if r.rawFramed < 1<<20 {
+		return int64(raw) / 2
+	}
+	return int64(float64(raw) * float64(r.Written) / float64(r.rawFramed))
+}
+
+func (r *Rotator) written() {
+	if r.OnWritten != nil {
+		r.OnWritten()
+	}
+}
+
+// join waits for the batch in flight and counts what it wrote.
+func (r *Rotator) join() error {
+	f := r.fly
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	r.fly = nil
+	for i, lf := range f.logs {
+		if lf == nil {
+			continue
+		}
+		lf.pending -= f.est[i]
+		lf.bytes += f.n[i]
+		r.Written += uint64(f.n[i])
+		r.rawFramed += uint64(f.raw[i])
+	}
+	return f.err
+}
+
+// Flush waits until every batch written is in its log.
+func (r *Rotator) Flush() error { return r.join() }
 
 // Write takes drained chunks (the spool's chunk format), notes what later
 // logs must repeat, and appends them to the logs they belong to.
 func (r *Rotator) Write(chunks []byte) error {
+	launched := false
+	defer func() {
+		if !launched {
+			r.written()
+		}
+	}()
 	// A cut before, not after: the new log begins after every record the
 	// old one holds, and the last log never ends empty.
-	if r.old == nil && r.cur.bytes >= r.maxBytes && r.maxT >= r.cut {
+	if r.old == nil && r.cur.size() >= r.maxBytes && r.maxT >= r.cut {
 		lf, err := r.open(r.maxT + 1)
 		if err != nil {
 			return err
@@ -193,14 +298,15 @@ func (r *Rotator) Write(chunks []byte) error {
 	}
 	r.RawBytes += uint64(len(chunks))
 	r.last = len(chunks)
-	if r.old != nil {
-		if err := r.frame(r.old, r.outOld.buf); err != nil {
-			return err
-		}
-	}
-	if err := r.frame(r.cur, r.outCur.buf); err != nil {
+	if err := r.join(); err != nil {
 		return err
 	}
+	bufs := [2][]byte{r.outOld.buf, r.outCur.buf}
+	r.launch(bufs, [2]*logFile{r.old, r.cur})
+	launched = true
+	// The next batch is observed into the buffers the last one was in.
+	r.outOld.buf, r.outCur.buf = r.spare[0], r.spare[1]
+	r.spare = bufs
 	if err := r.settleWhenDue(); err != nil {
 		return err
 	}
@@ -216,7 +322,7 @@ func (r *Rotator) settleWhenDue() error {
 	if r.old == nil {
 		return nil
 	}
-	if r.old.bytes+r.cur.bytes >= settleMaxLogs*r.maxBytes {
+	if r.old.size()+r.cur.size() >= settleMaxLogs*r.maxBytes {
 		// A backlog the drain does not catch up with: the disk bound
 		// comes first. What comes later is counted (Late).
 		return r.settleCut()
@@ -235,6 +341,9 @@ func (r *Rotator) settleWhenDue() error {
 // settleCut ends the cut: the new log gets its inherited blocks and the old
 // one is closed.
 func (r *Rotator) settleCut() error {
+	if err := r.join(); err != nil { // the old log's frames first
+		return err
+	}
 	inherited := r.settle()
 	tids := make([]int32, 0, len(inherited))
 	for tid := range inherited {
@@ -282,6 +391,12 @@ func (r *Rotator) addAhead(seq int, tid int32, rec *spool.Rec) {
 
 // flushAhead appends the queued AHED chunks to their logs, a frame each.
 func (r *Rotator) flushAhead() error {
+	if len(r.ahead) == 0 {
+		return nil
+	}
+	if err := r.join(); err != nil {
+		return err
+	}
 	for seq, b := range r.ahead {
 		delete(r.ahead, seq)
 		lf := r.cur
@@ -321,9 +436,11 @@ func (r *Rotator) Close() error {
 	if r.cur == nil {
 		return nil
 	}
-	var err error
+	err := r.join()
 	if r.old != nil {
-		err = r.settleCut()
+		if serr := r.settleCut(); err == nil {
+			err = serr
+		}
 	}
 	if ferr := r.flushAhead(); err == nil {
 		err = ferr

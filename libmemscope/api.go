@@ -294,6 +294,11 @@ func drainNow() {
 	stopDrain()
 	for drainRotate() {
 	}
+	eng.rotMu.Lock()
+	if err := eng.rot.Flush(); err != nil {
+		eng.proc.NoteDrainErrors(1)
+	}
+	eng.rotMu.Unlock()
 	startDrain()
 }
 

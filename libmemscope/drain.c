@@ -493,10 +493,12 @@ uint64_t ms_drainer_stop(void) {
 	return atomic_load(&drain_errs);
 }
 
-// Set while a batch drained into memory is not yet in its log (the Go
-// engine clears it after writing): a crash handler waits for that.
+// How many batches drained into memory are not yet in their logs (each
+// ms_drain_into counts one, the Go engine uncounts it once written, which a
+// goroutine does while the next batch is drained): a crash handler waits
+// for none.
 HIDDEN _Atomic int ms_sink_busy;
-void ms_sink_done(void) { atomic_store(&ms_sink_busy, 0); }
+void ms_sink_done(void) { atomic_fetch_sub(&ms_sink_busy, 1); }
 
 // Drains into buf (cap bytes, at least 64 KiB) instead of the spool file, in
 // the spool's chunk format, whole events only. Returns the bytes written;
@@ -505,7 +507,7 @@ long ms_drain_into(void *buf, long cap) {
 	if (ms_child || cap < 4096) return -1;
 	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
-	atomic_store(&ms_sink_busy, 1);
+	atomic_fetch_add(&ms_sink_busy, 1);
 	sink = buf;
 	sink_cap = (size_t)cap;
 	sink_used = iov_pending = 0;

@@ -96,6 +96,7 @@ func begin(cfg config.Config) error {
 		if err != nil {
 			return err
 		}
+		rot.OnWritten = sinkDone
 		eng.rot, eng.buf = rot, make([]byte, 8<<20)
 		C.ms_set_rotating(1) // each log is read on its own (format/records.def)
 	}
@@ -178,21 +179,25 @@ func drainRotate() bool {
 	eng.rotMu.Lock() // the drain loop and get_mem_report both drain
 	defer eng.rotMu.Unlock()
 	// Until the batch is in the log, a crash handler waits (crash.c): its
-	// events have left the rings.
-	defer C.ms_sink_done()
+	// events have left the rings. Each drain counts one batch there, which
+	// the rotator's goroutine uncounts once its frames are written.
 	n := C.ms_drain_into(unsafe.Pointer(&eng.buf[0]), C.long(len(eng.buf)))
-	if n < 0 {
-		eng.proc.NoteDrainErrors(1)
+	if n <= 0 {
+		C.ms_sink_done()
+		if n < 0 {
+			eng.proc.NoteDrainErrors(1)
+		}
 		return false
 	}
 	full := C.ms_drain_into_more() != 0 // more is waiting in the rings
-	if n > 0 {
-		if err := eng.rot.Write(eng.buf[:n]); err != nil {
-			eng.proc.NoteDrainErrors(1)
-		}
+	if err := eng.rot.Write(eng.buf[:n]); err != nil {
+		eng.proc.NoteDrainErrors(1)
 	}
 	return full
 }
+
+// sinkDone is the rotator's OnWritten: a batch is in its log.
+func sinkDone() { C.ms_sink_done() }
 
 //export msGoAtExit
 func msGoAtExit() {

@@ -14,7 +14,7 @@ void ms_set_spool(int fd);
 long ms_drain(void);          // writes pending events; returns bytes written, -1 on error
 long ms_drain_into(void *buf, long cap); // the same into memory (rotating logs)
 int ms_drain_into_more(void);            // it left records in the rings: drain again at once
-void ms_sink_done(void);                  // that batch is written (crash handlers wait for it)
+void ms_sink_done(void);                  // one batch of those is written (crash handlers wait for all)
 int ms_drainer_start(void);    // the drain thread: ms_drain every 1-8 ms (spool mode)
 uint64_t ms_drainer_stop(void); // stops it; returns the failed passes
 void ms_finish(void);         // PROCESS_EXIT, final drain, then direct writes

@@ -447,7 +447,7 @@ HIDDEN void crash_altstack_free(void); // its end
 // drain.c: the drain of a crash handler: waits for the drain lock at most
 // wait_ns; -2 when it never came free.
 HIDDEN long ms_drain_crash(uint64_t wait_ns);
-extern HIDDEN _Atomic int ms_sink_busy; // a batch of the rotating logs' drain is not yet written
+extern HIDDEN _Atomic int ms_sink_busy; // batches of the rotating logs' drain not yet written
 
 // ---- threads (lifecycle.c) ----
 HIDDEN void *map_stack(pthread_attr_t *at, size_t size);
