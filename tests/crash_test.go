@@ -231,3 +231,39 @@ func killAfter(t *testing.T, bin string, delay time.Duration) {
 		t.Error(err)
 	}
 }
+
+// TestCrashRotatingLogs: with rotating logs, whose batches a goroutine
+// compresses and writes while the drain takes the next, the crash handler
+// waits until every batch drained is in its log: the logs, converted after
+// the crash, hold every MALLOC of a program that crashes right after
+// allocating flat out.
+func TestCrashRotatingLogs(t *testing.T) {
+	bin := compile(t, "crash.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, 60*time.Second, "", "--output="+out, "--log-mode=rotate", "--log-files=4", "--log-file-mb=1", bin, "segv", "2000000")
+	if r.Code != 128+int(syscall.SIGSEGV) {
+		t.Fatalf("msmemscope: exit %d, want %d\n%s", r.Code, 128+int(syscall.SIGSEGV), r.Stderr)
+	}
+	mp := readManifest(t, out).main(t)
+	if mp.Complete || mp.Ended != spool.EndedCrash {
+		t.Errorf("manifest: complete %v, ended %q; want false, %q", mp.Complete, mp.Ended, spool.EndedCrash)
+	}
+	c := runCLI(t, 60*time.Second, "", "--input="+mp.Folder)
+	if c.Code != 0 {
+		t.Fatalf("--input=%s: exit %d\n%s", mp.Folder, c.Code, c.Stderr)
+	}
+	dumps, _ := filepath.Glob(filepath.Join(mp.Folder, spool.DumpDir, "memscope_dump_*.csv"))
+	if len(dumps) != 1 {
+		t.Fatalf("dumps %v", dumps)
+	}
+	crashBlocks(t, dumps[0])
+	n := 0
+	scanDump(t, dumps[0], true, func(e *trace.Event) {
+		if e.Kind == trace.KindMalloc && e.Size == 4093 {
+			n++
+		}
+	})
+	if n != 2000000 {
+		t.Errorf("%d MALLOCs of 4093 bytes in the logs, want 2000000", n)
+	}
+}

@@ -8,6 +8,7 @@
  *   own    its own SIGSEGV handler (sigaction, SA_SIGINFO) prints
  *          "handled 11" and exits 3; then raise(SIGSEGV)
  *   signal the same handler installed with signal()
+ * argv[2], if given: that many malloc(4093)/free pairs first (a busy drain).
  * No stdio before the crash. */
 #include <signal.h>
 #include <stdlib.h>
@@ -51,6 +52,10 @@ int main(int argc, char **argv) {
 		if (sigaction(SIGSEGV, &sa, NULL)) return 5;
 	}
 	if (!strcmp(mode, "signal") && signal(SIGSEGV, on_segv_plain) == SIG_ERR) return 5;
+	for (long i = 0, n = argc > 2 ? atol(argv[2]) : 0; i < n; i++) {
+		void *volatile p = malloc(4093);
+		free(p);
+	}
 	for (int k = 0; k < NBLK; k++) sink[k] = malloc(BASE + 1000 * (size_t)k);
 	if (!strcmp(mode, "fault")) *(volatile int *)(sink[0] ? NULL : sink[1]) = 1;
 	if (!strcmp(mode, "abort")) abort();
