@@ -44,8 +44,11 @@ func SiteOf(e *trace.Event) (site, function string) {
 	if e.Site != "" {
 		return cFrameSite(e.Site)
 	}
-	return "(unknown)", ""
+	return UnknownSite, ""
 }
+
+// UnknownSite is the site of a MALLOC with no stack and no caller known.
+const UnknownSite = "(unknown)"
 
 // cFrameSite splits a C frame, "function file:line (module)" or
 // "function (module+0xoff)", into site and function.

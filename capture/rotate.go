@@ -107,11 +107,13 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 	if maxFiles < 1 || maxMB < 1 {
 		return nil, fmt.Errorf("rotate needs at least 1 file of at least 1 MiB")
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	// A 1 MiB window: a frame is one drained batch, and the default (8 MiB)
+	// would hold more memory per encoder than the program may gain.
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<20))
 	if err != nil {
 		return nil, err
 	}
-	encAsync, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	encAsync, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<20))
 	if err != nil {
 		return nil, err
 	}
@@ -298,15 +300,16 @@ func (r *Rotator) Write(chunks []byte) error {
 	}
 	r.RawBytes += uint64(len(chunks))
 	r.last = len(chunks)
-	if err := r.join(); err != nil {
-		return err
-	}
+	jerr := r.join() // (the batch at hand goes out even if the last one failed)
 	bufs := [2][]byte{r.outOld.buf, r.outCur.buf}
 	r.launch(bufs, [2]*logFile{r.old, r.cur})
 	launched = true
 	// The next batch is observed into the buffers the last one was in.
 	r.outOld.buf, r.outCur.buf = r.spare[0], r.spare[1]
 	r.spare = bufs
+	if jerr != nil {
+		return jerr
+	}
 	if err := r.settleWhenDue(); err != nil {
 		return err
 	}

@@ -175,7 +175,7 @@ static void crash_drain(int sig, const siginfo_t *si, int final) {
 	// Rotating logs: a batch the engine drained before is written to its log
 	// by a goroutine that runs on meanwhile; the process must not die first.
 	until = mono_ns() + LOCK_WAIT_NS;
-	while (ms_rotating && atomic_load(&ms_sink_busy) && mono_ns() < until) sleep_ns(100000);
+	while (ms_rotating && atomic_load(&ms_sink_busy) > 0 && mono_ns() < until) sleep_ns(100000);
 	if (final) crash_mark(sig, si, n >= 0);
 }
 

@@ -504,10 +504,10 @@ void ms_sink_done(void) { atomic_fetch_sub(&ms_sink_busy, 1); }
 // the spool's chunk format, whole events only. Returns the bytes written;
 // when close to cap, call again: the rest is still in the rings.
 long ms_drain_into(void *buf, long cap) {
+	atomic_fetch_add(&ms_sink_busy, 1); // uncounted by ms_sink_done, whatever this returns
 	if (ms_child || cap < 4096) return -1;
 	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
-	atomic_fetch_add(&ms_sink_busy, 1);
 	sink = buf;
 	sink_cap = (size_t)cap;
 	sink_used = iov_pending = 0;

@@ -13,8 +13,10 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 	"unsafe"
@@ -97,6 +99,9 @@ func begin(cfg config.Config) error {
 			return err
 		}
 		rot.OnWritten = sinkDone
+		// The program's RSS may grow by 64 MB at most: the drain's
+		// buffers and encoders hold ~20 MB, which the GC would let double.
+		debug.SetMemoryLimit(rotateHeapLimit)
 		eng.rot, eng.buf = rot, make([]byte, 8<<20)
 		C.ms_set_rotating(1) // each log is read on its own (format/records.def)
 	}
@@ -196,6 +201,9 @@ func drainRotate() bool {
 	return full
 }
 
+// rotateHeapLimit is the Go heap's soft limit while rotating logs.
+const rotateHeapLimit = 32 << 20
+
 // sinkDone is the rotator's OnWritten: a batch is in its log.
 func sinkDone() { C.ms_sink_done() }
 
@@ -218,6 +226,7 @@ func msGoAtExit() {
 		for drainRotate() {
 		}
 		eng.rot.Close()
+		debug.SetMemoryLimit(math.MaxInt64) // the analyses at exit may need more
 		eng.proc.NoteRotateLate(eng.rot.Late)
 		C.ms_drain() // what raced with the above: late events, in full
 	} else {

@@ -39,6 +39,7 @@ static void atfork_parent(void) { atomic_fetch_add(&ms_fork_count, 1); }
 static void atfork_child(void) {
 	ms_child = 1;
 	atomic_store(&ms_active, 0);
+	atomic_store(&ms_sink_busy, 0); // the parent's batches are its own to write
 	gate_set(G_EPOCH, 0);
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"msmemscope/analyzer"
 	"msmemscope/internal/logx"
+	"msmemscope/livesites"
 	"msmemscope/spool"
 	"msmemscope/trace"
 )
@@ -19,7 +20,7 @@ import (
 
 // MemReport is the live report: {"total_size": N, "mem_report": [{"site",
 // "function", "size", "count"}…]}, largest first. It drains the rings and
-// reads what the spool gained since the last call (liveSites): the sum of
+// reads what the spool gained since the last call (livesites): the sum of
 // the sites' sizes is the live bytes of the event stream at this moment.
 // Rotating logs cannot be followed as they grow: there the kept logs are
 // replayed.
@@ -44,42 +45,20 @@ func MemReport() (analyzer.MemReport, error) {
 		if err != nil {
 			return analyzer.MemReport{}, err
 		}
-		rep.s = newLiveSites(t, func(uint16) bool { return true })
+		rep.s = livesites.New(t, func(uint16) bool { return true }, false)
 	}
-	before := rep.s.tail.Offset()
-	if err := rep.s.catchUp(); err != nil {
+	before := rep.s.Offset()
+	if err := rep.s.CatchUp(); err != nil {
 		return analyzer.MemReport{}, err
 	}
-	logx.Infof("get_mem_report: read %d new bytes of the spool's %d", rep.s.tail.Offset()-before, rep.s.tail.Offset())
-	// A site is named once (its code object or module does not change).
-	var namer *siteNamer
-	lines := make([]analyzer.SiteSize, 0, len(rep.s.sites))
-	for len(rep.names) < len(rep.s.sites) {
-		rep.names = append(rep.names, analyzer.SiteSize{})
-	}
-	for i := range rep.s.sites {
-		s := &rep.s.sites[i]
-		if s.count == 0 {
-			continue
-		}
-		l := &rep.names[i]
-		if l.Site == "" {
-			if namer == nil {
-				namer = newSiteNamer(rep.s.tail)
-			}
-			l.Site, l.Function, _ = namer.name(s)
-		}
-		lines = append(lines, analyzer.SiteSize{Site: l.Site, Function: l.Function, Size: s.live, Count: s.count})
-	}
-	return analyzer.ReportOf(lines), nil
+	logx.Infof("get_mem_report: read %d new bytes of the spool's %d", rep.s.Offset()-before, rep.s.Offset())
+	return rep.s.Report(), nil
 }
 
-// rep is get_mem_report's state: every block of the capture, by site, and
-// the sites' names.
+// rep is get_mem_report's state: every block of the capture, by site.
 var rep struct {
-	mu    sync.Mutex
-	s     *liveSites
-	names []analyzer.SiteSize
+	mu sync.Mutex
+	s  *livesites.Set
 }
 
 // replayReport reads the capture from its start.

@@ -11,13 +11,14 @@ import (
 	"sync"
 
 	"msmemscope/format"
+	"msmemscope/livesites"
 	"msmemscope/spool"
 )
 
 // Measurement windows (msmemscope_window_begin / _end): what the process
 // allocated between two calls — the peak of those blocks' live bytes, and
 // those still live at the end — by allocation site. The pytest plugin
-// measures each test with one. The spool is read as it grows (liveSites),
+// measures each test with one. The spool is read as it grows (livesites),
 // so each window costs a drain and the events recorded since the last
 // call, never a replay of the capture; the hot path does no extra work.
 // Only blocks allocated inside the window count: a FREE of an older block
@@ -27,8 +28,11 @@ var win struct {
 	mu   sync.Mutex
 	tail *spool.Tail
 	on   bool
-	s    *liveSites // while a window is open
+	s    *livesites.Set // while a window is open
 }
+
+// WindowSite is one line of a window's report.
+type WindowSite = livesites.Site
 
 // WindowReport is msmemscope_window_end's result.
 type WindowReport struct {
@@ -69,7 +73,7 @@ func windowCatchUp() error {
 	if !win.on {
 		return win.tail.Read(func(*spool.Rec) {})
 	}
-	return win.s.catchUp()
+	return win.s.CatchUp()
 }
 
 // hostMemory: a window keeps the host heap and anonymous mappings (a GPU's
@@ -89,7 +93,7 @@ func WindowBegin() error {
 		return err
 	}
 	win.on = true
-	win.s = newLiveSites(win.tail, hostMemory)
+	win.s = livesites.New(win.tail, hostMemory, true)
 	return nil
 }
 
@@ -108,13 +112,9 @@ func WindowEnd(top int) (WindowReport, error) {
 	}
 	w := win.s
 	win.s = nil
-	if w.dirty {
-		w.snapshot()
-	}
-	names := newSiteNamer(win.tail)
-	rep := WindowReport{PeakBytes: w.peak, LeakedBytes: w.live, LeakedBlocks: w.liveBlocks(),
-		AllocatedBytes: w.allocated, Allocations: w.nalloc}
-	rep.PeakSites = names.report(w.peakAt, top)
-	rep.LeakSites = names.report(w.sites, top)
+	tot := w.Totals()
+	rep := WindowReport{PeakBytes: tot.Peak, LeakedBytes: tot.Live, LeakedBlocks: w.Blocks(),
+		AllocatedBytes: tot.Allocated, Allocations: tot.Allocations}
+	rep.PeakSites, rep.LeakSites = w.Named(top)
 	return rep, nil
 }

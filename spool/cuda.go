@@ -20,6 +20,15 @@ func isDevice(flags uint16) bool {
 	return false
 }
 
+// BlockSize is a MALLOC's size: a device block's record carries its device
+// and kind above the size.
+func BlockSize(r *Rec) uint64 {
+	if isDevice(r.Flags) {
+		return r.B & format.DevBSize
+	}
+	return r.B
+}
+
 // noteDevAttr keeps the stream an R_DEVATTR gives its thread's next device
 // MALLOC (the device and kind ride in the MALLOC itself).
 func (d *Decoder) noteDevAttr(r *Rec) {

@@ -453,10 +453,7 @@ func owner(typ string) string {
 
 func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	key := KeyOf(r)
-	size := r.B
-	if isDevice(r.Flags) {
-		size &= format.DevBSize // the device and kind ride above the size
-	}
+	size := BlockSize(r)
 	if r.Flags&format.FUndo != 0 {
 		// A failed realloc: the block freed just before lives on.
 		d.reason = NotWrittenUndo

@@ -1,0 +1,430 @@
+// Package livesites keeps the live bytes per allocation site of a running
+// capture as its spool grows (spool.Tail): each catch-up reads only what
+// the drain wrote since the last one, never a replay. Two readers in
+// libmemscope keep one: a measurement window (the blocks allocated between
+// two calls, and their peak) and get_mem_report (every block of the
+// capture).
+package livesites
+
+import (
+	"os"
+	"sort"
+	"strings"
+
+	"msmemscope/analyzer"
+	"msmemscope/format"
+	"msmemscope/spool"
+	"msmemscope/symbolize"
+	"msmemscope/trace"
+)
+
+// Set is the live blocks of a spool by allocation site.
+//
+// Threads' records come in the order the drain wrote them, so another
+// thread's FREE of a block may come before its MALLOC (in the same drain
+// pass, or the next when the MALLOC came after its thread's ring was
+// drained, or later still when a pass ends before a busy ring is empty): a
+// FREE of an unknown address is kept, and a later MALLOC of that address
+// by another thread is taken as freed unless the stamps show it came after
+// that FREE (then the FREE was an older block's) — never a leak invented.
+type Set struct {
+	tail      *spool.Tail
+	subs      func(sub uint16) bool // the kinds of memory kept (format.FSubMask)
+	peaks     bool                  // whether the sites at the peak are kept (a window's)
+	blocks    map[spool.BlockKey]wBlock
+	sites     []wSite
+	index     map[wSiteKey]int32
+	live      uint64
+	peak      uint64
+	dirty     bool // the state now is the peak's, not yet copied to peakAt
+	peakAt    []wSite
+	allocated uint64
+	nalloc    int
+	orphans   map[spool.BlockKey][]orphanFree // FREEs of blocks not seen (yet), per address in spool order
+	freed     map[int32]freedBlock            // by thread: the block its latest FREE ended (a failed realloc's)
+	pass      int
+	names     []analyzer.SiteSize // Report's names of the sites, by index ("": not named yet)
+}
+
+// maxStack is how many Python frames a site keeps for its report.
+const maxStack = 8
+
+type wSiteKey struct {
+	code  uint32 // innermost Python frame's code id (0: no Python stack)
+	lasti int32
+	csite uint32 // the allocator's caller (its site id) when no Python frame
+	cpc   uint64 // with C stacks: their innermost frame instead (as a dump's rows name it)
+}
+
+type wSite struct {
+	key    wSiteKey
+	frames []spool.PyFrame // a sample stack, innermost first
+	live   uint64
+	count  int
+}
+
+// wBlock is a live block: its size and site; site -1 is a block that
+// counts nothing but is tracked so that its FREE pairs (msmemscope's own,
+// or allocated while collection was off). stale counts the FREEs of the
+// blocks it replaced at its address that are still to be read (another
+// thread's).
+type wBlock struct {
+	size  uint64
+	site  int32
+	tid   int32 // the allocating thread
+	stale int32
+}
+
+// freedBlock is the block a thread's latest FREE ended.
+type freedBlock struct {
+	key spool.BlockKey
+	b   wBlock
+}
+
+// orphanFree is a FREE whose block has not been seen (yet).
+type orphanFree struct {
+	ts   uint64
+	tid  int32
+	pass int
+}
+
+// New follows the spool t reads; keep says which kinds of memory count
+// (format.FSubMask), peaks whether the sites at the peak are kept.
+func New(t *spool.Tail, keep func(sub uint16) bool, peaks bool) *Set {
+	return &Set{tail: t, subs: keep, peaks: peaks, blocks: map[spool.BlockKey]wBlock{}, index: map[wSiteKey]int32{},
+		orphans: map[spool.BlockKey][]orphanFree{}, freed: map[int32]freedBlock{}}
+}
+
+// CatchUp reads what the spool holds beyond the last catch-up (call it
+// after draining every ring: see dropOrphans).
+func (s *Set) CatchUp() error {
+	s.pass++
+	err := s.tail.Read(s.observe)
+	s.dropOrphans()
+	return err
+}
+
+// freedFirst reports whether a MALLOC stamped m came before the FREE o of
+// its address (o then ended this block). Two ticks, or two drain epochs,
+// compare as they are; a tick and an epoch compare with the epoch's span
+// (its start tick to the next epoch's); where that span holds the tick, a
+// FREE of the last two catch-ups is taken to be this block's.
+func (s *Set) freedFirst(o orphanFree, m uint64) bool {
+	if (o.ts^m)&format.TSEpoch == 0 {
+		return m <= o.ts
+	}
+	mlo, mhi := s.span(m)
+	olo, ohi := s.span(o.ts)
+	switch {
+	case mhi <= olo:
+		return true
+	case mlo > ohi:
+		return false
+	}
+	return o.pass >= s.pass-1
+}
+
+// span is when a record stamped ts happened, in ticks: its tick, or its
+// epoch's start to the next epoch's (unknown: any time).
+func (s *Set) span(ts uint64) (lo, hi uint64) {
+	if ts&format.TSEpoch == 0 {
+		return ts, ts
+	}
+	e := ts &^ format.TSEpoch
+	lo, hi = 0, ^uint64(0)
+	if t, ok := s.tail.EpochTick[e]; ok {
+		lo = t
+	}
+	if t, ok := s.tail.EpochTick[e+1]; ok {
+		hi = t
+	}
+	return lo, hi
+}
+
+func (s *Set) observe(r *spool.Rec) {
+	if !s.subs(r.Flags & format.FSubMask) {
+		return
+	}
+	k := spool.KeyOf(r) // as the decoder pairs: address and sub-type
+	if r.Kind == format.RFree {
+		b, ok := s.blocks[k]
+		if !ok {
+			// Allocated before the capture (or the window), or by
+			// another thread later in this pass.
+			delete(s.freed, r.Tid)
+			s.orphans[k] = append(s.orphans[k], orphanFree{r.TS, r.Tid, s.pass})
+			return
+		}
+		if b.stale > 0 && r.Tid != b.tid {
+			// The FREE of the block this one replaced (its thread's
+			// records were read after the new MALLOC's): that block is
+			// gone already.
+			b.stale--
+			s.blocks[k] = b
+			return
+		}
+		s.freed[r.Tid] = freedBlock{k, b}
+		s.free(k)
+		return
+	}
+	if r.Flags&format.FUndo != 0 {
+		// A failed realloc: the block its thread just freed lives on.
+		if f, ok := s.freed[r.Tid]; ok && f.key == k {
+			s.add(k, f.b, false)
+		} else if q := s.orphans[k]; len(q) > 0 && q[len(q)-1].tid == r.Tid {
+			s.orphans[k] = q[:len(q)-1] // that FREE did not happen
+		}
+		return
+	}
+	b := wBlock{size: spool.BlockSize(r), site: -1, tid: r.Tid}
+	if r.Flags&(format.FOwn|format.FOff) == 0 {
+		// (msmemscope's own blocks, and those allocated while collection
+		// was off, make no row: counted nowhere.)
+		b.site = s.site(r)
+	}
+	s.add(k, b, true)
+	// The address may have been reused many times: another thread's
+	// FREEs of it are queued in its program order; the first that this
+	// MALLOC may precede is its own (earlier ones were older blocks').
+	q := s.orphans[k]
+	for len(q) > 0 && (q[0].tid == r.Tid || !s.freedFirst(q[0], r.TS)) {
+		q = q[1:]
+	}
+	if len(q) > 0 {
+		s.free(k) // its FREE came first in the spool
+		q = q[1:]
+	}
+	if len(q) == 0 {
+		delete(s.orphans, k)
+	} else {
+		s.orphans[k] = q
+	}
+}
+
+// dropOrphans forgets the FREEs that two catch-ups found no block for: by
+// then every MALLOC stamped before them has been read (a catch-up follows a
+// drain of every ring), so they freed blocks allocated before the capture
+// (or the window), or mappings never recorded.
+func (s *Set) dropOrphans() {
+	for k, q := range s.orphans {
+		i := 0
+		for i < len(q) && q[i].pass < s.pass-1 {
+			i++
+		}
+		if i == len(q) {
+			delete(s.orphans, k)
+		} else if i > 0 {
+			s.orphans[k] = q[i:]
+		}
+	}
+}
+
+// free ends a block.
+func (s *Set) free(k spool.BlockKey) {
+	b := s.blocks[k]
+	delete(s.blocks, k)
+	if b.site < 0 {
+		return
+	}
+	if s.dirty {
+		s.snapshot()
+	}
+	s.live -= b.size
+	st := &s.sites[b.site]
+	st.live -= b.size
+	st.count--
+}
+
+// add adds a block (fresh: a new allocation, not a failed realloc's
+// block living on).
+func (s *Set) add(k spool.BlockKey, b wBlock, fresh bool) {
+	if old, ok := s.blocks[k]; ok {
+		// The address's block was freed, but that FREE has not been
+		// read: another thread's, whose records come later (or lost).
+		s.free(k)
+		b.stale = old.stale + 1
+	}
+	s.blocks[k] = b
+	if b.site < 0 {
+		return
+	}
+	s.live += b.size
+	s.sites[b.site].live += b.size
+	s.sites[b.site].count++
+	if fresh {
+		s.allocated += b.size
+		s.nalloc++
+	}
+	if s.live > s.peak {
+		s.peak, s.dirty = s.live, s.peaks
+	}
+}
+
+// site finds or adds the site of a MALLOC: its innermost Python frame
+// outside msmemscope's own package, else the allocator's caller.
+func (s *Set) site(r *spool.Rec) int32 {
+	k := wSiteKey{csite: r.Site}
+	var frames []spool.PyFrame
+	if r.Flags&format.FCStack != 0 {
+		if c, _ := r.Stacks(); len(c) > 0 {
+			k = wSiteKey{cpc: c[0]}
+		}
+	}
+	if r.Flags&format.FPyStack != 0 {
+		_, py := r.Stacks()
+		for j, f := range py {
+			if c := s.tail.Py.Codes[f.Code]; c != nil && s.tail.Skipped(c.File) {
+				continue
+			}
+			k = wSiteKey{code: f.Code, lasti: f.Lasti}
+			frames = py[j:]
+			break
+		}
+	}
+	if i, ok := s.index[k]; ok {
+		return i
+	}
+	if len(frames) > maxStack {
+		frames = frames[:maxStack]
+	}
+	s.sites = append(s.sites, wSite{key: k, frames: append([]spool.PyFrame(nil), frames...)})
+	i := int32(len(s.sites) - 1)
+	s.index[k] = i
+	return i
+}
+
+// snapshot copies the per-site state at the peak.
+func (s *Set) snapshot() {
+	s.peakAt = append(s.peakAt[:0], s.sites...)
+	s.dirty = false
+}
+
+// Site is one line of a report: a site's bytes and blocks, and a sample
+// Python stack (innermost first) when there is one.
+type Site struct {
+	analyzer.SiteSize
+	Stack []string `json:"stack"`
+}
+
+// namer names sites: Python frames from the code objects, C sites
+// from the mappings now.
+type namer struct {
+	tail  *spool.Tail
+	lines map[spool.PyFrame]int
+	sym   *symbolize.Symbolizer
+}
+
+func newNamer(t *spool.Tail) *namer {
+	return &namer{tail: t, lines: map[spool.PyFrame]int{}}
+}
+
+// report names the sites holding live bytes, largest first, the top of
+// them (top <= 0: every one).
+func (n *namer) report(sites []wSite, top int) []Site {
+	idx := make([]int, 0, len(sites))
+	for i := range sites {
+		if sites[i].live > 0 {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return sites[idx[a]].live > sites[idx[b]].live })
+	if top > 0 && len(idx) > top {
+		idx = idx[:top]
+	}
+	out := make([]Site, 0, len(idx))
+	for _, i := range idx {
+		w := Site{SiteSize: analyzer.SiteSize{Size: sites[i].live, Count: sites[i].count}}
+		w.Site, w.Function, w.Stack = n.name(&sites[i])
+		out = append(out, w)
+	}
+	return out
+}
+
+// name names a site: its innermost Python frame, else the allocator's
+// caller, as analyzer.SiteOf names an event's; and its sample stack.
+func (n *namer) name(s *wSite) (site, function string, stack []string) {
+	stack = []string{}
+	if len(s.frames) > 0 {
+		if txt := n.tail.Py.FormatPyStack(s.frames, n.lines); txt != "" {
+			stack = strings.Split(txt, ";")
+		}
+	}
+	var e trace.Event
+	addr, ok := s.key.cpc, s.key.cpc != 0
+	if !ok {
+		addr, ok = n.tail.Sites[s.key.csite]
+	}
+	if len(stack) > 0 {
+		e.PyStack = stack[0]
+	} else if ok {
+		if n.sym == nil {
+			maps, _ := os.ReadFile("/proc/self/maps")
+			n.sym = symbolize.New(string(maps))
+		}
+		e.Site = n.sym.Frame(addr)
+	}
+	site, function = analyzer.SiteOf(&e)
+	return site, function, stack
+}
+
+// Blocks is how many blocks the sites hold.
+func (s *Set) Blocks() int {
+	n := 0
+	for i := range s.sites {
+		n += s.sites[i].count
+	}
+	return n
+}
+
+// Totals are a set's byte counts.
+type Totals struct {
+	Live, Peak, Allocated uint64 // Peak: the highest Live; Allocated: every block added
+	Allocations           int
+}
+
+// Totals gives the set's byte counts.
+func (s *Set) Totals() Totals {
+	return Totals{Live: s.live, Peak: s.peak, Allocated: s.allocated, Allocations: s.nalloc}
+}
+
+// Offset is how much of the spool the catch-ups have read.
+func (s *Set) Offset() int64 { return s.tail.Offset() }
+
+// Named is the sites holding bytes at the peak and now, named, largest
+// first, the top of each (top <= 0: every one).
+func (s *Set) Named(top int) (atPeak, now []Site) {
+	if s.dirty {
+		s.snapshot()
+	}
+	n := newNamer(s.tail)
+	return n.report(s.peakAt, top), n.report(s.sites, top)
+}
+
+// Report is get_mem_report's answer: every site holding bytes, one line per
+// site and function, largest first. A site is named once (its code object
+// or module does not change), unless it could not be named yet.
+func (s *Set) Report() analyzer.MemReport {
+	var namer *namer
+	lines := make([]analyzer.SiteSize, 0, len(s.sites))
+	for len(s.names) < len(s.sites) {
+		s.names = append(s.names, analyzer.SiteSize{})
+	}
+	for i := range s.sites {
+		st := &s.sites[i]
+		if st.count == 0 {
+			continue
+		}
+		l := &s.names[i]
+		if l.Site == "" {
+			if namer == nil {
+				namer = newNamer(s.tail)
+			}
+			l.Site, l.Function, _ = namer.name(st)
+		}
+		lines = append(lines, analyzer.SiteSize{Site: l.Site, Function: l.Function, Size: st.live, Count: st.count})
+		if l.Site == analyzer.UnknownSite {
+			*l = analyzer.SiteSize{} // named again next time: its code object may have come since
+		}
+	}
+	return analyzer.ReportOf(lines)
+}

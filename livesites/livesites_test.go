@@ -1,0 +1,171 @@
+package livesites
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"msmemscope/format"
+	"msmemscope/spool"
+)
+
+// chunk is one chunk of thread tid holding recs.
+func chunk(tid int32, recs ...spool.Rec) []byte {
+	var body []byte
+	for i := range recs {
+		body = spool.AppendRec(body, &recs[i])
+	}
+	h := make([]byte, spool.ChunkHdrSize)
+	binary.LittleEndian.PutUint32(h[format.ChunkMagicOff:], format.ChunkMagic)
+	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], uint32(len(body)/spool.UnitSize))
+	binary.LittleEndian.PutUint32(h[format.ChunkTidOff:], uint32(tid))
+	return append(h, body...)
+}
+
+func malloc(ts, addr, size uint64) spool.Rec {
+	return spool.Rec{Kind: format.RMalloc, Flags: format.FHost, TS: ts, A: addr, B: size}
+}
+
+func free(ts, addr uint64) spool.Rec {
+	return spool.Rec{Kind: format.RFree, Flags: format.FHost, TS: ts, A: addr}
+}
+
+// epoch stamps a record with drain epoch e only.
+func epoch(r spool.Rec, e uint64) spool.Rec {
+	r.TS = format.TSEpoch | e
+	return r
+}
+
+// calib starts drain epoch e at tick.
+func calib(e, tick uint64) spool.Rec {
+	return spool.Rec{Kind: format.RCalib, Flags: format.FEpoch, TS: tick, B: e}
+}
+
+// follow writes the spool header, then each pass's chunks before a catch-up,
+// and returns the set and its totals after each catch-up.
+func follow(t *testing.T, passes ...[][]byte) (*Set, []Totals) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "spool.bin")
+	var hdr bytes.Buffer
+	if err := spool.WriteHeader(&hdr, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, hdr.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tail, err := spool.OpenTail(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tail.Close() })
+	s := New(tail, func(uint16) bool { return true }, true)
+	var tots []Totals
+	for _, chunks := range passes {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range chunks {
+			f.Write(c)
+		}
+		f.Close()
+		if err := s.CatchUp(); err != nil {
+			t.Fatal(err)
+		}
+		tots = append(tots, s.Totals())
+	}
+	return s, tots
+}
+
+// A FREE drained before the MALLOC it ends (another thread's chunk read
+// first) ends it when the MALLOC comes.
+func TestFreeReadBeforeItsMalloc(t *testing.T) {
+	s, tots := follow(t, [][]byte{
+		chunk(2, free(300, 0xA0)),
+		chunk(1, malloc(100, 0xA0, 16), malloc(200, 0xB0, 32)),
+	})
+	if tots[0].Live != 32 || s.Blocks() != 1 || len(s.orphans) != 0 {
+		t.Errorf("live %d in %d blocks, %d orphans; want 32 in 1, 0", tots[0].Live, s.Blocks(), len(s.orphans))
+	}
+}
+
+// An address freed by one thread and allocated again by another whose
+// chunk is read first: the late FREE ends the block it was for (already
+// replaced), not the new one, and the new one's own FREE ends it.
+func TestFreeOfAReplacedBlock(t *testing.T) {
+	_, tots := follow(t,
+		[][]byte{chunk(1, malloc(100, 0xA0, 16))},
+		[][]byte{
+			chunk(3, malloc(400, 0xA0, 64)), // the address again, before thread 2's FREE is read
+			chunk(2, free(300, 0xA0)),
+		},
+		[][]byte{chunk(3, free(500, 0xA0))},
+	)
+	want := []uint64{16, 64, 0}
+	for i, w := range want {
+		if tots[i].Live != w {
+			t.Errorf("after catch-up %d: live %d, want %d (all %+v)", i+1, tots[i].Live, w, tots)
+		}
+	}
+}
+
+// A tick and an epoch compare by the epoch's span: a FREE stamped with an
+// epoch that ended before a MALLOC's tick freed an older block of that
+// address (one allocated before the capture), not this one; one whose
+// epoch began after the MALLOC's tick freed it.
+func TestTickAgainstEpochSpan(t *testing.T) {
+	s, tots := follow(t, [][]byte{
+		chunk(0, calib(5, 1000), calib(6, 2000), calib(7, 3000)),
+		chunk(2, epoch(free(0, 0xA0), 5), epoch(free(0, 0xB0), 7)),
+		chunk(1, malloc(2500, 0xA0, 16), malloc(2500, 0xB0, 32)),
+	})
+	if tots[0].Live != 16 || s.Blocks() != 1 {
+		t.Errorf("live %d in %d blocks; want 16 (0xA0's FREE in epoch 5 came before its MALLOC at 2500) in 1", tots[0].Live, s.Blocks())
+	}
+}
+
+// FREEs no block is found for are forgotten after two catch-ups.
+func TestOrphansForgotten(t *testing.T) {
+	s, _ := follow(t,
+		[][]byte{chunk(2, free(50, 0xA0), free(60, 0xB0))},
+		[][]byte{chunk(1, malloc(100, 0xC0, 8))},
+		[][]byte{chunk(1, malloc(200, 0xD0, 8))},
+	)
+	if len(s.orphans) != 0 {
+		t.Errorf("%d addresses still hold FREEs with no block", len(s.orphans))
+	}
+}
+
+// A failed realloc's block lives on (not a new allocation); msmemscope's own
+// blocks count nowhere and their FREEs pair.
+func TestUndoAndOwnBlocks(t *testing.T) {
+	undo := malloc(300, 0xA0, 0)
+	undo.Flags |= format.FUndo
+	own := malloc(400, 0xB0, 100)
+	own.Flags |= format.FOwn
+	s, tots := follow(t, [][]byte{
+		chunk(1, malloc(100, 0xA0, 16), free(200, 0xA0), undo, own, free(500, 0xB0)),
+	})
+	if tots[0].Live != 16 || tots[0].Allocations != 1 || s.Blocks() != 1 || len(s.orphans) != 0 {
+		t.Errorf("live %d, %d allocations, %d blocks, %d orphans; want 16, 1, 1, 0", tots[0].Live, tots[0].Allocations, s.Blocks(), len(s.orphans))
+	}
+}
+
+// The peak and the sites at it are kept; the report names each site once.
+func TestPeakAndReport(t *testing.T) {
+	s, tots := follow(t, [][]byte{
+		chunk(1, malloc(100, 0xA0, 16), malloc(200, 0xB0, 32), free(300, 0xA0), free(400, 0xB0), malloc(500, 0xC0, 8)),
+	})
+	if tots[0].Peak != 48 || tots[0].Live != 8 {
+		t.Errorf("peak %d live %d; want 48, 8", tots[0].Peak, tots[0].Live)
+	}
+	atPeak, now := s.Named(0)
+	if len(atPeak) != 1 || atPeak[0].Size != 48 || atPeak[0].Count != 2 || len(now) != 1 || now[0].Size != 8 {
+		t.Errorf("at the peak %+v, now %+v", atPeak, now)
+	}
+	if r := s.Report(); r.TotalSize != 8 || len(r.Report) != 1 || r.Report[0].Count != 1 {
+		t.Errorf("report %+v", r)
+	}
+}
