@@ -13,7 +13,6 @@ import "C"
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -44,6 +43,8 @@ var eng struct {
 	// endLate: end.json (the capture is whole) is written after the
 	// leak kinds, so that no one converts it before they are there.
 	endLate bool
+	// gcPercent: the GC percent before logs began to rotate.
+	gcPercent int
 }
 
 // The library's one init: the API's configuration is read first (api.go),
@@ -99,9 +100,12 @@ func begin(cfg config.Config) error {
 			return err
 		}
 		rot.OnWritten = sinkDone
-		// The program's RSS may grow by 64 MB at most: the drain's
+		// The program's RSS should grow by 64 MB at most: the drain's
 		// buffers and encoders hold ~20 MB, which the GC would let double.
-		debug.SetMemoryLimit(rotateHeapLimit)
+		// A lower GC percent follows the live heap (a soft memory limit
+		// would make the GC run back to back once the rotator's live set
+		// outgrew it).
+		eng.gcPercent = debug.SetGCPercent(rotateGCPercent)
 		eng.rot, eng.buf = rot, make([]byte, 8<<20)
 		C.ms_set_rotating(1) // each log is read on its own (format/records.def)
 	}
@@ -201,8 +205,8 @@ func drainRotate() bool {
 	return full
 }
 
-// rotateHeapLimit is the Go heap's soft limit while rotating logs.
-const rotateHeapLimit = 32 << 20
+// rotateGCPercent is the GC's percent while logs rotate.
+const rotateGCPercent = 50
 
 // sinkDone is the rotator's OnWritten: a batch is in its log.
 func sinkDone() { C.ms_sink_done() }
@@ -226,7 +230,7 @@ func msGoAtExit() {
 		for drainRotate() {
 		}
 		eng.rot.Close()
-		debug.SetMemoryLimit(math.MaxInt64) // the analyses at exit may need more
+		debug.SetGCPercent(eng.gcPercent) // the analyses at exit as any conversion
 		eng.proc.NoteRotateLate(eng.rot.Late)
 		C.ms_drain() // what raced with the above: late events, in full
 	} else {

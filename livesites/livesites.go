@@ -7,6 +7,7 @@
 package livesites
 
 import (
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -70,6 +71,7 @@ type wSite struct {
 // thread's).
 type wBlock struct {
 	size  uint64
+	ts    uint64 // its MALLOC's stamp
 	site  int32
 	tid   int32 // the allocating thread
 	stale int32
@@ -105,37 +107,67 @@ func (s *Set) CatchUp() error {
 }
 
 // freedFirst reports whether a MALLOC stamped m came before the FREE o of
-// its address (o then ended this block). Two ticks, or two drain epochs,
-// compare as they are; a tick and an epoch compare with the epoch's span
-// (its start tick to the next epoch's); where that span holds the tick, a
+// its address (o then ended this block); where the stamps cannot tell, a
 // FREE of the last two catch-ups is taken to be this block's.
 func (s *Set) freedFirst(o orphanFree, m uint64) bool {
-	if (o.ts^m)&format.TSEpoch == 0 {
-		return m <= o.ts
-	}
-	mlo, mhi := s.span(m)
-	olo, ohi := s.span(o.ts)
-	switch {
-	case mhi <= olo:
+	switch s.order(m, o.ts) {
+	case before:
 		return true
-	case mlo > ohi:
+	case after:
 		return false
 	}
 	return o.pass >= s.pass-1
 }
 
+// An order of two stamps.
+const (
+	unknown = iota
+	before
+	after
+)
+
+// stampJitter is how far apart two precise stamps of different threads must
+// be for their order to count: an unfenced TSC read's drift, with room (in
+// ticks, or ns where the stamps are CLOCK_MONOTONIC).
+const stampJitter = 2000
+
+// order tells whether stamp a came before or after stamp b. Two drain epochs
+// compare by number (equal: unknown); a precise stamp and an epoch compare
+// with the epoch's span, from its start to when the drain moved the gate
+// past it (where the spool recorded that).
+func (s *Set) order(a, b uint64) int {
+	if (a^b)&format.TSEpoch == 0 && a&format.TSEpoch != 0 {
+		switch {
+		case a < b:
+			return before
+		case a > b:
+			return after
+		}
+		return unknown
+	}
+	alo, ahi := s.span(a)
+	blo, bhi := s.span(b)
+	switch {
+	case ahi < math.MaxUint64-stampJitter && ahi+stampJitter < blo:
+		return before
+	case bhi < math.MaxUint64-stampJitter && bhi+stampJitter < alo:
+		return after
+	}
+	return unknown
+}
+
 // span is when a record stamped ts happened, in ticks: its tick, or its
-// epoch's start to the next epoch's (unknown: any time).
+// epoch's start to its recorded end (unknown: any time).
 func (s *Set) span(ts uint64) (lo, hi uint64) {
 	if ts&format.TSEpoch == 0 {
 		return ts, ts
 	}
 	e := ts &^ format.TSEpoch
-	lo, hi = 0, ^uint64(0)
+	lo, hi = 0, math.MaxUint64
 	if t, ok := s.tail.EpochTick[e]; ok {
 		lo = t
 	}
-	if t, ok := s.tail.EpochTick[e+1]; ok {
+	if t, ok := s.tail.EpochEnd[e]; ok {
 		hi = t
 	}
 	return lo, hi
@@ -155,12 +187,16 @@ func (s *Set) observe(r *spool.Rec) {
 			s.orphans[k] = append(s.orphans[k], orphanFree{r.TS, r.Tid, s.pass})
 			return
 		}
-		if b.stale > 0 && r.Tid != b.tid {
-			// The FREE of the block this one replaced (its thread's
-			// records were read after the new MALLOC's): that block is
-			// gone already.
-			b.stale--
-			s.blocks[k] = b
+		if o := s.order(r.TS, b.ts); o == before || (o == unknown && b.stale > 0 && r.Tid != b.tid) {
+			// It freed an older block at this address, not this one
+			// (allocated after it): one this block replaced, whose
+			// thread's records were read later, or one allocated before
+			// the capture.
+			if b.stale > 0 {
+				b.stale--
+				s.blocks[k] = b
+			}
+			delete(s.freed, r.Tid)
 			return
 		}
 		s.freed[r.Tid] = freedBlock{k, b}
@@ -176,7 +212,7 @@ func (s *Set) observe(r *spool.Rec) {
 		}
 		return
 	}
-	b := wBlock{size: spool.BlockSize(r), site: -1, tid: r.Tid}
+	b := wBlock{size: spool.BlockSize(r), site: -1, tid: r.Tid, ts: r.TS}
 	if r.Flags&(format.FOwn|format.FOff) == 0 {
 		// (msmemscope's own blocks, and those allocated while collection
 		// was off, make no row: counted nowhere.)
@@ -201,11 +237,17 @@ func (s *Set) observe(r *spool.Rec) {
 	}
 }
 
-// dropOrphans forgets the FREEs that two catch-ups found no block for: by
-// then every MALLOC stamped before them has been read (a catch-up follows a
-// drain of every ring), so they freed blocks allocated before the capture
-// (or the window), or mappings never recorded.
+// dropOrphans forgets, once more than maxOrphans addresses hold them, the
+// FREEs that two catch-ups found no block for. Most freed blocks allocated
+// before the capture (or the window), or mappings never recorded; but a
+// MALLOC can still be unread then (the first half of a pair unit waits in
+// its thread's ring until the thread records again), so they are kept
+// while they are few: forgetting one whose MALLOC comes later would make
+// that block read as live.
 func (s *Set) dropOrphans() {
+	if len(s.orphans) <= maxOrphans {
+		return
+	}
 	for k, q := range s.orphans {
 		i := 0
 		for i < len(q) && q[i].pass < s.pass-1 {
@@ -218,6 +260,10 @@ func (s *Set) dropOrphans() {
 		}
 	}
 }
+
+// maxOrphans bounds the addresses holding FREEs without a block (~100 bytes
+// each). (A variable for the tests.)
+var maxOrphans = 1 << 20
 
 // free ends a block.
 func (s *Set) free(k spool.BlockKey) {
@@ -241,6 +287,16 @@ func (s *Set) add(k spool.BlockKey, b wBlock, fresh bool) {
 	if old, ok := s.blocks[k]; ok {
 		// The address's block was freed, but that FREE has not been
 		// read: another thread's, whose records come later (or lost).
+		if s.order(b.ts, old.ts) == before {
+			// This MALLOC is the older one: its block is the one freed.
+			old.stale++
+			s.blocks[k] = old
+			if fresh && b.site >= 0 {
+				s.allocated += b.size
+				s.nalloc++
+			}
+			return
+		}
 		s.free(k)
 		b.stale = old.stale + 1
 	}

@@ -38,9 +38,10 @@ func epoch(r spool.Rec, e uint64) spool.Rec {
 	return r
 }
 
-// calib starts drain epoch e at tick.
-func calib(e, tick uint64) spool.Rec {
-	return spool.Rec{Kind: format.RCalib, Flags: format.FEpoch, TS: tick, B: e}
+// calib starts drain epoch e at tick; the one before had ended by end (the
+// drain's stamp once the gate had moved).
+func calib(e, tick, end uint64) spool.Rec {
+	return spool.Rec{Kind: format.RCalib, Flags: format.FEpoch, TS: tick, B: e, Payload: binary.LittleEndian.AppendUint64(nil, end)}
 }
 
 // follow writes the spool header, then each pass's chunks before a catch-up,
@@ -117,17 +118,69 @@ func TestFreeOfAReplacedBlock(t *testing.T) {
 // epoch began after the MALLOC's tick freed it.
 func TestTickAgainstEpochSpan(t *testing.T) {
 	s, tots := follow(t, [][]byte{
-		chunk(0, calib(5, 1000), calib(6, 2000), calib(7, 3000)),
+		chunk(0, calib(5, 1000, 1000), calib(6, 2000, 2100), calib(7, 6000, 6100)),
 		chunk(2, epoch(free(0, 0xA0), 5), epoch(free(0, 0xB0), 7)),
-		chunk(1, malloc(2500, 0xA0, 16), malloc(2500, 0xB0, 32)),
+		chunk(1, malloc(5000, 0xA0, 16), malloc(5000, 0xB0, 32)),
 	})
 	if tots[0].Live != 16 || s.Blocks() != 1 {
-		t.Errorf("live %d in %d blocks; want 16 (0xA0's FREE in epoch 5 came before its MALLOC at 2500) in 1", tots[0].Live, s.Blocks())
+		t.Errorf("live %d in %d blocks; want 16 (0xA0's FREE in epoch 5, ended by 2100, came before its MALLOC at 5000) in 1", tots[0].Live, s.Blocks())
 	}
 }
 
-// FREEs no block is found for are forgotten after two catch-ups.
-func TestOrphansForgotten(t *testing.T) {
+// A FREE whose block was replaced at its address never comes (lost): the
+// stamps still tell the new block's own FREE, from another thread, from
+// the lost one's.
+func TestLostFreeThenHandoff(t *testing.T) {
+	_, tots := follow(t,
+		[][]byte{chunk(1, malloc(100000, 0xA0, 16))},
+		[][]byte{chunk(2, malloc(300000, 0xA0, 64))}, // thread 1's FREE of 0xA0 is lost
+		[][]byte{chunk(3, free(400000, 0xA0))},       // thread 2 handed its block to thread 3
+	)
+	if tots[2].Live != 0 {
+		t.Errorf("live %d after every block was freed: a FREE was taken for the lost one", tots[2].Live)
+	}
+}
+
+// A FREE stamped before the MALLOC of the block now at its address freed an
+// older block (one allocated before the capture): the live block stays.
+func TestFreeOfAnOlderUnseenBlock(t *testing.T) {
+	s, tots := follow(t, [][]byte{
+		chunk(1, malloc(300000, 0xA0, 16)),
+		chunk(2, free(100000, 0xA0)),
+	})
+	if tots[0].Live != 16 || s.Blocks() != 1 {
+		t.Errorf("live %d in %d blocks, want 16 in 1", tots[0].Live, s.Blocks())
+	}
+}
+
+// Three threads on one address, their chunks read newest first: the block
+// live is the newest MALLOC's.
+func TestOlderMallocReadLate(t *testing.T) {
+	s, tots := follow(t, [][]byte{
+		chunk(3, malloc(30000, 0xA0, 64)),
+		chunk(1, malloc(10000, 0xA0, 16)),
+		chunk(2, free(20000, 0xA0)),
+	})
+	if tots[0].Live != 64 || s.Blocks() != 1 {
+		t.Errorf("live %d in %d blocks, want 64 in 1", tots[0].Live, s.Blocks())
+	}
+}
+
+// A FREE read long before its MALLOC (the first half of a pair unit waits
+// in its thread's ring until the thread records again) still ends it; past
+// maxOrphans addresses, FREEs two catch-ups old are forgotten.
+func TestOrphansKeptThenForgotten(t *testing.T) {
+	_, tots := follow(t,
+		[][]byte{chunk(2, free(500000, 0xA0))},
+		[][]byte{chunk(3, malloc(600000, 0xC0, 8))},
+		[][]byte{chunk(3, malloc(700000, 0xD0, 8))},
+		[][]byte{chunk(1, malloc(100000, 0xA0, 16))},
+	)
+	if tots[3].Live != 16 {
+		t.Errorf("live %d, want 16 (0xC0, 0xD0): the FREE read three catch-ups before its MALLOC was forgotten", tots[3].Live)
+	}
+	defer func(n int) { maxOrphans = n }(maxOrphans)
+	maxOrphans = 1
 	s, _ := follow(t,
 		[][]byte{chunk(2, free(50, 0xA0), free(60, 0xB0))},
 		[][]byte{chunk(1, malloc(100, 0xC0, 8))},
@@ -165,7 +218,9 @@ func TestPeakAndReport(t *testing.T) {
 	if len(atPeak) != 1 || atPeak[0].Size != 48 || atPeak[0].Count != 2 || len(now) != 1 || now[0].Size != 8 {
 		t.Errorf("at the peak %+v, now %+v", atPeak, now)
 	}
-	if r := s.Report(); r.TotalSize != 8 || len(r.Report) != 1 || r.Report[0].Count != 1 {
-		t.Errorf("report %+v", r)
+	for i := 0; i < 2; i++ { // the second from the names kept
+		if r := s.Report(); r.TotalSize != 8 || len(r.Report) != 1 || r.Report[0].Count != 1 || r.Report[0].Site != atPeak[0].Site {
+			t.Errorf("report %d: %+v", i+1, r)
+		}
 	}
 }

@@ -24,12 +24,16 @@ type Tail struct {
 	buf       []byte
 	dec       map[int32]*RecDecoder
 	Sites     map[uint32]uint64 // site id -> return address of the allocator's caller
-	EpochTick map[uint64]uint64 // drain epoch -> the tick it began at
+	EpochTick map[uint64]uint64 // drain epoch -> the tick it began at (the newest tailEpochs)
+	EpochEnd  map[uint64]uint64 // drain epoch -> the tick by which it had ended (the next one's gate set), where recorded
 	Py        PyMeta
 	// Stop, when set, ends a Read between two chunks (the next Read goes
 	// on from there).
 	Stop *atomic.Bool
 }
+
+// tailEpochs is how many recent epochs' ticks a Tail keeps.
+const tailEpochs = 1 << 16
 
 // maxChunk bounds a chunk's size: a drained segment is 2 MiB; a header
 // saying more is corrupt, not a chunk to wait for.
@@ -50,7 +54,7 @@ func OpenTail(path string) (*Tail, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: spool format version %d, this msmemscope reads version %d", path, v, Version)
 	}
-	return &Tail{f: f, off: HdrSize, dec: map[int32]*RecDecoder{}, Sites: map[uint32]uint64{}, EpochTick: map[uint64]uint64{}}, nil
+	return &Tail{f: f, off: HdrSize, dec: map[int32]*RecDecoder{}, Sites: map[uint32]uint64{}, EpochTick: map[uint64]uint64{}, EpochEnd: map[uint64]uint64{}}, nil
 }
 
 // Skipped reports whether Python frames of file are msmemscope's own (its
@@ -128,6 +132,13 @@ func (t *Tail) Read(fn func(r *Rec)) error {
 			case format.RCalib:
 				if r.Flags&format.FEpoch != 0 {
 					t.EpochTick[r.B] = r.TS
+					if len(r.Payload) >= UnitSize { // the drain's stamp once the gate had moved
+						t.EpochEnd[r.B-1] = binary.LittleEndian.Uint64(r.Payload)
+					}
+					// A record comes at most a few epochs late: an hour's
+					// epochs (a thousand a second) need not all be kept.
+					delete(t.EpochTick, r.B-tailEpochs)
+					delete(t.EpochEnd, r.B-tailEpochs)
 				}
 			case format.RPyCode, format.RPySkip, format.RConfig:
 				t.Py.note(r.Kind, r.TS, r.A, r.B, r.Payload)
