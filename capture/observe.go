@@ -24,7 +24,7 @@ func (o *logOut) chunk(tid int32, pid int) {
 	}
 	o.close()
 	o.hdr, o.tid = len(o.buf), tid
-	o.buf = append(o.buf, chunkHeader(format.ChunkMagic, 0, tid, pid)...)
+	o.buf = spool.AppendChunk(o.buf, format.ChunkMagic, tid, pid, nil) // its count set by close
 }
 
 // close ends the open chunk (none if it is empty).

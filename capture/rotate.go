@@ -2,7 +2,6 @@ package capture
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -166,19 +165,9 @@ func (r *Rotator) open(start uint64) (*logFile, error) {
 		body = append(body, g...)
 	}
 	if len(body) > 0 {
-		pro.Write(chunkHeader(format.ChunkMagic, uint32(len(body)/spool.UnitSize), 0, r.pid))
-		pro.Write(body)
+		pro.Write(spool.AppendChunk(nil, format.ChunkMagic, 0, r.pid, body))
 	}
 	return lf, r.frame(lf, pro.Bytes())
-}
-
-func chunkHeader(magic, nrec uint32, tid int32, pid int) []byte {
-	h := make([]byte, spool.ChunkHdrSize)
-	binary.LittleEndian.PutUint32(h[format.ChunkMagicOff:], magic)
-	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], nrec)
-	binary.LittleEndian.PutUint32(h[format.ChunkTidOff:], uint32(tid))
-	binary.LittleEndian.PutUint32(h[format.ChunkPidOff:], uint32(pid))
-	return h
 }
 
 func (r *Rotator) frame(lf *logFile, raw []byte) error {
@@ -355,9 +344,7 @@ func (r *Rotator) settleCut() error {
 	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
 	var b bytes.Buffer
 	for _, tid := range tids {
-		c := inherited[tid]
-		b.Write(chunkHeader(format.InheritMagic, uint32(len(c)/spool.UnitSize), tid, r.pid))
-		b.Write(c)
+		b.Write(spool.AppendChunk(nil, format.InheritMagic, tid, r.pid, inherited[tid]))
 	}
 	err := r.frame(r.cur, b.Bytes())
 	if cerr := r.old.f.Close(); err == nil {
@@ -389,7 +376,7 @@ func (r *Rotator) addAhead(seq int, tid int32, rec *spool.Rec) {
 		c = append(c, r.calibAt[e+1]...)
 	}
 	c = spool.AppendRec(c, rec)
-	r.ahead[seq] = append(append(r.ahead[seq], chunkHeader(format.AheadMagic, uint32(len(c)/spool.UnitSize), tid, r.pid)...), c...)
+	r.ahead[seq] = spool.AppendChunk(r.ahead[seq], format.AheadMagic, tid, r.pid, c)
 }
 
 // flushAhead appends the queued AHED chunks to their logs, a frame each.

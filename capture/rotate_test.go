@@ -12,7 +12,9 @@ import (
 )
 
 func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
-	w.Write(chunkHeader(format.ChunkMagic, nrec, tid, pid))
+	h := spool.AppendChunk(nil, format.ChunkMagic, tid, pid, nil)
+	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], nrec)
+	w.Write(h)
 }
 
 // chunkOf builds one drained chunk (spool chunk format) of full records.

@@ -1,9 +1,7 @@
 package collect
 
 import (
-	"bytes"
 	"database/sql"
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -117,10 +115,5 @@ func calibRec(tick, epoch uint64) []byte {
 
 // chunk frames records as the drain does: magic, record units, tid, pid.
 func chunk(tid int32, body []byte) []byte {
-	var b bytes.Buffer
-	for _, v := range []uint32{0x4b4e4843, uint32(len(body) / spool.UnitSize), uint32(tid), 42} {
-		binary.Write(&b, binary.LittleEndian, v)
-	}
-	b.Write(body)
-	return b.Bytes()
+	return spool.AppendChunk(nil, format.ChunkMagic, tid, 42, body)
 }

@@ -9,21 +9,9 @@ import (
 	"testing"
 
 	"msmemscope/format"
+	"msmemscope/internal/spooltest"
 	"msmemscope/spool"
 )
-
-// chunkBytes is one chunk of thread tid holding recs.
-func chunkBytes(tid int32, recs ...spool.Rec) []byte {
-	var body []byte
-	for i := range recs {
-		body = spool.AppendRec(body, &recs[i])
-	}
-	h := make([]byte, spool.ChunkHdrSize)
-	binary.LittleEndian.PutUint32(h[format.ChunkMagicOff:], format.ChunkMagic)
-	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], uint32(len(body)/spool.UnitSize))
-	binary.LittleEndian.PutUint32(h[format.ChunkTidOff:], uint32(tid))
-	return append(h, body...)
-}
 
 func host(kind uint16, ts, addr, size uint64) spool.Rec {
 	return spool.Rec{Kind: kind, Flags: format.FHost, TS: ts, A: addr, B: size}
@@ -40,9 +28,9 @@ func TestLiveFollowsAGrowingSpool(t *testing.T) {
 	}
 	parts := [][]byte{
 		hdr.Bytes(),
-		chunkBytes(2, host(format.RFree, 300, 0xA0, 0)), // drained before its MALLOC's thread
-		chunkBytes(1, host(format.RMalloc, 100, 0xA0, 16), host(format.RMalloc, 200, 0xB0, 32)),
-		chunkBytes(1, host(format.RMalloc, 400, 0xC0, 48), host(format.RFree, 500, 0xB0, 0), host(format.RMalloc, 600, 0xB0, 64)),
+		spooltest.Chunk(2, host(format.RFree, 300, 0xA0, 0)), // drained before its MALLOC's thread
+		spooltest.Chunk(1, host(format.RMalloc, 100, 0xA0, 16), host(format.RMalloc, 200, 0xB0, 32)),
+		spooltest.Chunk(1, host(format.RMalloc, 400, 0xC0, 48), host(format.RFree, 500, 0xB0, 0), host(format.RMalloc, 600, 0xB0, 64)),
 	}
 	want := []Block{{Addr: 0xB0, Size: 64}, {Addr: 0xC0, Size: 48}}
 	f, err := os.Create(path)
@@ -93,8 +81,8 @@ func TestLiveStopsAndRefusesCorruptChunks(t *testing.T) {
 	if err := spool.WriteHeader(&b, 7); err != nil {
 		t.Fatal(err)
 	}
-	b.Write(chunkBytes(1, host(format.RMalloc, 100, 0xA0, 16)))
-	b.Write(chunkBytes(1, host(format.RMalloc, 200, 0xB0, 16)))
+	b.Write(spooltest.Chunk(1, host(format.RMalloc, 100, 0xA0, 16)))
+	b.Write(spooltest.Chunk(1, host(format.RMalloc, 200, 0xB0, 16)))
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -8,21 +8,9 @@ import (
 	"testing"
 
 	"msmemscope/format"
+	"msmemscope/internal/spooltest"
 	"msmemscope/spool"
 )
-
-// chunk is one chunk of thread tid holding recs.
-func chunk(tid int32, recs ...spool.Rec) []byte {
-	var body []byte
-	for i := range recs {
-		body = spool.AppendRec(body, &recs[i])
-	}
-	h := make([]byte, spool.ChunkHdrSize)
-	binary.LittleEndian.PutUint32(h[format.ChunkMagicOff:], format.ChunkMagic)
-	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], uint32(len(body)/spool.UnitSize))
-	binary.LittleEndian.PutUint32(h[format.ChunkTidOff:], uint32(tid))
-	return append(h, body...)
-}
 
 func malloc(ts, addr, size uint64) spool.Rec {
 	return spool.Rec{Kind: format.RMalloc, Flags: format.FHost, TS: ts, A: addr, B: size}
@@ -84,8 +72,8 @@ func follow(t *testing.T, passes ...[][]byte) (*Set, []Totals) {
 // first) ends it when the MALLOC comes.
 func TestFreeReadBeforeItsMalloc(t *testing.T) {
 	s, tots := follow(t, [][]byte{
-		chunk(2, free(300, 0xA0)),
-		chunk(1, malloc(100, 0xA0, 16), malloc(200, 0xB0, 32)),
+		spooltest.Chunk(2, free(300, 0xA0)),
+		spooltest.Chunk(1, malloc(100, 0xA0, 16), malloc(200, 0xB0, 32)),
 	})
 	if tots[0].Live != 32 || s.Blocks() != 1 || len(s.orphans) != 0 {
 		t.Errorf("live %d in %d blocks, %d orphans; want 32 in 1, 0", tots[0].Live, s.Blocks(), len(s.orphans))
@@ -97,12 +85,12 @@ func TestFreeReadBeforeItsMalloc(t *testing.T) {
 // replaced), not the new one, and the new one's own FREE ends it.
 func TestFreeOfAReplacedBlock(t *testing.T) {
 	_, tots := follow(t,
-		[][]byte{chunk(1, malloc(100, 0xA0, 16))},
+		[][]byte{spooltest.Chunk(1, malloc(100, 0xA0, 16))},
 		[][]byte{
-			chunk(3, malloc(400, 0xA0, 64)), // the address again, before thread 2's FREE is read
-			chunk(2, free(300, 0xA0)),
+			spooltest.Chunk(3, malloc(400, 0xA0, 64)), // the address again, before thread 2's FREE is read
+			spooltest.Chunk(2, free(300, 0xA0)),
 		},
-		[][]byte{chunk(3, free(500, 0xA0))},
+		[][]byte{spooltest.Chunk(3, free(500, 0xA0))},
 	)
 	want := []uint64{16, 64, 0}
 	for i, w := range want {
@@ -118,9 +106,9 @@ func TestFreeOfAReplacedBlock(t *testing.T) {
 // epoch began after the MALLOC's tick freed it.
 func TestTickAgainstEpochSpan(t *testing.T) {
 	s, tots := follow(t, [][]byte{
-		chunk(0, calib(5, 1000, 1000), calib(6, 2000, 2100), calib(7, 6000, 6100)),
-		chunk(2, epoch(free(0, 0xA0), 5), epoch(free(0, 0xB0), 7)),
-		chunk(1, malloc(5000, 0xA0, 16), malloc(5000, 0xB0, 32)),
+		spooltest.Chunk(0, calib(5, 1000, 1000), calib(6, 2000, 2100), calib(7, 6000, 6100)),
+		spooltest.Chunk(2, epoch(free(0, 0xA0), 5), epoch(free(0, 0xB0), 7)),
+		spooltest.Chunk(1, malloc(5000, 0xA0, 16), malloc(5000, 0xB0, 32)),
 	})
 	if tots[0].Live != 16 || s.Blocks() != 1 {
 		t.Errorf("live %d in %d blocks; want 16 (0xA0's FREE in epoch 5, ended by 2100, came before its MALLOC at 5000) in 1", tots[0].Live, s.Blocks())
@@ -132,9 +120,9 @@ func TestTickAgainstEpochSpan(t *testing.T) {
 // the lost one's.
 func TestLostFreeThenHandoff(t *testing.T) {
 	_, tots := follow(t,
-		[][]byte{chunk(1, malloc(100000, 0xA0, 16))},
-		[][]byte{chunk(2, malloc(300000, 0xA0, 64))}, // thread 1's FREE of 0xA0 is lost
-		[][]byte{chunk(3, free(400000, 0xA0))},       // thread 2 handed its block to thread 3
+		[][]byte{spooltest.Chunk(1, malloc(100000, 0xA0, 16))},
+		[][]byte{spooltest.Chunk(2, malloc(300000, 0xA0, 64))}, // thread 1's FREE of 0xA0 is lost
+		[][]byte{spooltest.Chunk(3, free(400000, 0xA0))},       // thread 2 handed its block to thread 3
 	)
 	if tots[2].Live != 0 {
 		t.Errorf("live %d after every block was freed: a FREE was taken for the lost one", tots[2].Live)
@@ -145,8 +133,8 @@ func TestLostFreeThenHandoff(t *testing.T) {
 // older block (one allocated before the capture): the live block stays.
 func TestFreeOfAnOlderUnseenBlock(t *testing.T) {
 	s, tots := follow(t, [][]byte{
-		chunk(1, malloc(300000, 0xA0, 16)),
-		chunk(2, free(100000, 0xA0)),
+		spooltest.Chunk(1, malloc(300000, 0xA0, 16)),
+		spooltest.Chunk(2, free(100000, 0xA0)),
 	})
 	if tots[0].Live != 16 || s.Blocks() != 1 {
 		t.Errorf("live %d in %d blocks, want 16 in 1", tots[0].Live, s.Blocks())
@@ -157,9 +145,9 @@ func TestFreeOfAnOlderUnseenBlock(t *testing.T) {
 // live is the newest MALLOC's.
 func TestOlderMallocReadLate(t *testing.T) {
 	s, tots := follow(t, [][]byte{
-		chunk(3, malloc(30000, 0xA0, 64)),
-		chunk(1, malloc(10000, 0xA0, 16)),
-		chunk(2, free(20000, 0xA0)),
+		spooltest.Chunk(3, malloc(30000, 0xA0, 64)),
+		spooltest.Chunk(1, malloc(10000, 0xA0, 16)),
+		spooltest.Chunk(2, free(20000, 0xA0)),
 	})
 	if tots[0].Live != 64 || s.Blocks() != 1 {
 		t.Errorf("live %d in %d blocks, want 64 in 1", tots[0].Live, s.Blocks())
@@ -171,10 +159,10 @@ func TestOlderMallocReadLate(t *testing.T) {
 // maxOrphans addresses, FREEs two catch-ups old are forgotten.
 func TestOrphansKeptThenForgotten(t *testing.T) {
 	_, tots := follow(t,
-		[][]byte{chunk(2, free(500000, 0xA0))},
-		[][]byte{chunk(3, malloc(600000, 0xC0, 8))},
-		[][]byte{chunk(3, malloc(700000, 0xD0, 8))},
-		[][]byte{chunk(1, malloc(100000, 0xA0, 16))},
+		[][]byte{spooltest.Chunk(2, free(500000, 0xA0))},
+		[][]byte{spooltest.Chunk(3, malloc(600000, 0xC0, 8))},
+		[][]byte{spooltest.Chunk(3, malloc(700000, 0xD0, 8))},
+		[][]byte{spooltest.Chunk(1, malloc(100000, 0xA0, 16))},
 	)
 	if tots[3].Live != 16 {
 		t.Errorf("live %d, want 16 (0xC0, 0xD0): the FREE read three catch-ups before its MALLOC was forgotten", tots[3].Live)
@@ -182,9 +170,9 @@ func TestOrphansKeptThenForgotten(t *testing.T) {
 	defer func(n int) { maxOrphans = n }(maxOrphans)
 	maxOrphans = 1
 	s, _ := follow(t,
-		[][]byte{chunk(2, free(50, 0xA0), free(60, 0xB0))},
-		[][]byte{chunk(1, malloc(100, 0xC0, 8))},
-		[][]byte{chunk(1, malloc(200, 0xD0, 8))},
+		[][]byte{spooltest.Chunk(2, free(50, 0xA0), free(60, 0xB0))},
+		[][]byte{spooltest.Chunk(1, malloc(100, 0xC0, 8))},
+		[][]byte{spooltest.Chunk(1, malloc(200, 0xD0, 8))},
 	)
 	if len(s.orphans) != 0 {
 		t.Errorf("%d addresses still hold FREEs with no block", len(s.orphans))
@@ -199,7 +187,7 @@ func TestUndoAndOwnBlocks(t *testing.T) {
 	own := malloc(400, 0xB0, 100)
 	own.Flags |= format.FOwn
 	s, tots := follow(t, [][]byte{
-		chunk(1, malloc(100, 0xA0, 16), free(200, 0xA0), undo, own, free(500, 0xB0)),
+		spooltest.Chunk(1, malloc(100, 0xA0, 16), free(200, 0xA0), undo, own, free(500, 0xB0)),
 	})
 	if tots[0].Live != 16 || tots[0].Allocations != 1 || s.Blocks() != 1 || len(s.orphans) != 0 {
 		t.Errorf("live %d, %d allocations, %d blocks, %d orphans; want 16, 1, 1, 0", tots[0].Live, tots[0].Allocations, s.Blocks(), len(s.orphans))
@@ -209,7 +197,7 @@ func TestUndoAndOwnBlocks(t *testing.T) {
 // The peak and the sites at it are kept; the report names each site once.
 func TestPeakAndReport(t *testing.T) {
 	s, tots := follow(t, [][]byte{
-		chunk(1, malloc(100, 0xA0, 16), malloc(200, 0xB0, 32), free(300, 0xA0), free(400, 0xB0), malloc(500, 0xC0, 8)),
+		spooltest.Chunk(1, malloc(100, 0xA0, 16), malloc(200, 0xB0, 32), free(300, 0xA0), free(400, 0xB0), malloc(500, 0xC0, 8)),
 	})
 	if tots[0].Peak != 48 || tots[0].Live != 8 {
 		t.Errorf("peak %d live %d; want 48, 8", tots[0].Peak, tots[0].Live)

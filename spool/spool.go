@@ -275,6 +275,17 @@ func AppendRec(dst []byte, r *Rec) []byte {
 	return dst
 }
 
+// AppendChunk appends a chunk of thread tid of process pid holding body
+// (whole units) as the drain frames one: its header, then body.
+func AppendChunk(dst []byte, magic uint32, tid int32, pid int, body []byte) []byte {
+	var h [ChunkHdrSize]byte
+	binary.LittleEndian.PutUint32(h[format.ChunkMagicOff:], magic)
+	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], uint32(len(body)/UnitSize))
+	binary.LittleEndian.PutUint32(h[format.ChunkTidOff:], uint32(tid))
+	binary.LittleEndian.PutUint32(h[format.ChunkPidOff:], uint32(pid))
+	return append(append(dst, h[:]...), body...)
+}
+
 type chunkRef struct {
 	off     int64 // of the first unit
 	nunit   uint32
