@@ -64,10 +64,10 @@ type Rotator struct {
 	zbuf     []byte // the last frame's output, reused
 	// A batch's frames are compressed and written by a goroutine while the
 	// drain takes and observes the next (on 2 cores the program waits for
-	// the drain either way): one batch in flight at most.
+	// the drain either way): one batch in flight at most. Everything else
+	// that compresses (a new log's prologue, inherited and AHED chunks)
+	// joins it first, so one encoder serves both.
 	fly       *inflight
-	encAsync  *zstd.Encoder // the goroutine's
-	zAsync    []byte
 	spare     [2][]byte // the out buffers of the batch in flight, free again once it is written
 	rawFramed uint64    // raw bytes compressed so far (with Written: the ratio that estimates a batch in flight)
 	// OnWritten is called once for each Write, when the frames of its batch
@@ -112,11 +112,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 	if err != nil {
 		return nil, err
 	}
-	encAsync, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<20))
-	if err != nil {
-		return nil, err
-	}
-	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc, encAsync: encAsync,
+	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
 		live: map[spool.BlockKey]*addrState{}, dec: map[int32]*spool.RecDecoder{},
 		ahead: map[int][]byte{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
 	lf, err := r.open(0)
@@ -215,8 +211,8 @@ func (r *Rotator) launch(bufs [2][]byte, logs [2]*logFile) {
 			if f.logs[i] == nil {
 				continue
 			}
-			z := r.encAsync.EncodeAll(b, r.zAsync[:0])
-			r.zAsync = z
+			z := r.enc.EncodeAll(b, r.zbuf[:0])
+			r.zbuf = z
 			if _, err := f.logs[i].f.Write(z); err != nil {
 				f.err = err
 				break
@@ -276,6 +272,9 @@ func (r *Rotator) Write(chunks []byte) error {
 	// A cut before, not after: the new log begins after every record the
 	// old one holds, and the last log never ends empty.
 	if r.old == nil && r.cur.size() >= r.maxBytes && r.maxT >= r.cut {
+		if err := r.join(); err != nil { // its prologue is compressed here
+			return err
+		}
 		lf, err := r.open(r.maxT + 1)
 		if err != nil {
 			return err
