@@ -27,7 +27,6 @@ import (
 var win struct {
 	mu   sync.Mutex
 	tail *spool.Tail
-	on   bool
 	s    *livesites.Set // while a window is open
 }
 
@@ -46,7 +45,7 @@ type WindowReport struct {
 }
 
 // windowCatchUp drains the rings and reads the spool up to now (win.mu
-// held). The window's state changes only while it is on.
+// held). The window's state changes only while one is open.
 func windowCatchUp() error {
 	eng.mu.Lock()
 	ok := eng.started && !eng.finished
@@ -70,7 +69,7 @@ func windowCatchUp() error {
 		}
 		win.tail = t
 	}
-	if !win.on {
+	if win.s == nil {
 		return win.tail.Read(func(*spool.Rec) {})
 	}
 	return win.s.CatchUp()
@@ -88,11 +87,10 @@ func WindowBegin() error {
 	if C.ms_interposed() == 0 {
 		return errors.New("measurement windows need libmemscope.so preloaded (the host heap is not interposed)")
 	}
-	win.on = false
+	win.s = nil
 	if err := windowCatchUp(); err != nil {
 		return err
 	}
-	win.on = true
 	win.s = livesites.New(win.tail, hostMemory, true)
 	return nil
 }
@@ -102,16 +100,15 @@ func WindowBegin() error {
 func WindowEnd(top int) (WindowReport, error) {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if !win.on {
+	if win.s == nil {
 		return WindowReport{}, errors.New("no measurement window is open: call msmemscope_window_begin first")
 	}
 	err := windowCatchUp()
-	win.on = false
+	w := win.s
+	win.s = nil
 	if err != nil {
 		return WindowReport{}, err
 	}
-	w := win.s
-	win.s = nil
 	tot := w.Totals()
 	rep := WindowReport{PeakBytes: tot.Peak, LeakedBytes: tot.Live, LeakedBlocks: w.Blocks(),
 		AllocatedBytes: tot.Allocated, Allocations: tot.Allocations}
