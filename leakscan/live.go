@@ -55,8 +55,7 @@ func (l *Live) Update() error { return l.UpdateUntil(nil) }
 // UpdateUntil is Update that returns early, between two chunks, once stop
 // is set (the next Update goes on from there).
 func (l *Live) UpdateUntil(stop *atomic.Bool) error {
-	l.t.Stop = stop
-	return l.t.Read(l.observe)
+	return l.t.ReadUntil(stop, l.observe)
 }
 
 // observe counts one MALLOC or FREE.

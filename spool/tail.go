@@ -27,9 +27,6 @@ type Tail struct {
 	EpochTick map[uint64]uint64 // drain epoch -> the tick it began at (the newest tailEpochs)
 	EpochEnd  map[uint64]uint64 // drain epoch -> the tick by which it had ended (the next one's gate set), where recorded
 	Py        PyMeta
-	// Stop, when set, ends a Read between two chunks (the next Read goes
-	// on from there).
-	Stop *atomic.Bool
 }
 
 // tailEpochs is how many recent epochs' ticks a Tail keeps.
@@ -71,7 +68,11 @@ func (t *Tail) Offset() int64 { return t.off }
 // whole chunks appended since the last Read; a chunk still being written
 // waits for the next. Sites, epochs' start ticks, Python code objects and
 // skipped folders are noted on the way. The record's payload is valid only during the call.
-func (t *Tail) Read(fn func(r *Rec)) error {
+func (t *Tail) Read(fn func(r *Rec)) error { return t.ReadUntil(nil, fn) }
+
+// ReadUntil is Read that returns early, between two chunks, once stop is
+// set (the next Read goes on from there).
+func (t *Tail) ReadUntil(stop *atomic.Bool, fn func(r *Rec)) error {
 	fi, err := t.f.Stat()
 	if err != nil {
 		return err
@@ -79,7 +80,7 @@ func (t *Tail) Read(fn func(r *Rec)) error {
 	size := fi.Size()
 	var ch [ChunkHdrSize]byte
 	var r Rec // one for the Read: fn keeps its address, so it lives on the heap
-	for t.off+ChunkHdrSize <= size && (t.Stop == nil || !t.Stop.Load()) {
+	for t.off+ChunkHdrSize <= size && (stop == nil || !stop.Load()) {
 		if _, err := t.f.ReadAt(ch[:], t.off); err != nil {
 			return err
 		}
