@@ -275,6 +275,16 @@ func AppendRec(dst []byte, r *Rec) []byte {
 	return dst
 }
 
+// EpochEndOf reads an epoch's start (R_CALIB with F_EPOCH) for the end of
+// the epoch before it: the drain's stamp once it had moved the gate, the
+// record's payload where the spool has one (drain.c, epoch_start).
+func EpochEndOf(r *Rec) (epoch, tick uint64, ok bool) {
+	if len(r.Payload) < UnitSize || r.B == 0 {
+		return 0, 0, false
+	}
+	return r.B - 1, binary.LittleEndian.Uint64(r.Payload), true
+}
+
 // AppendChunk appends a chunk of thread tid of process pid holding body
 // (whole units) as the drain frames one: its header, then body.
 func AppendChunk(dst []byte, magic uint32, tid int32, pid int, body []byte) []byte {
@@ -478,8 +488,8 @@ func (s *Spool) index() error {
 				s.calib = append(s.calib, calibPoint{r.TS, r.A})
 				if r.Flags&format.FEpoch != 0 {
 					s.epochNs[r.B] = r.A
-					if len(r.Payload) >= 8 && r.B > 0 {
-						s.epochEndNs[r.B-1] = binary.LittleEndian.Uint64(r.Payload)
+					if e, tick, ok := EpochEndOf(&r); ok {
+						s.epochEndNs[e] = tick
 					}
 				}
 			case format.RPrecise:

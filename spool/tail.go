@@ -133,8 +133,8 @@ func (t *Tail) ReadUntil(stop *atomic.Bool, fn func(r *Rec)) error {
 			case format.RCalib:
 				if r.Flags&format.FEpoch != 0 {
 					t.EpochTick[r.B] = r.TS
-					if len(r.Payload) >= UnitSize { // the drain's stamp once the gate had moved
-						t.EpochEnd[r.B-1] = binary.LittleEndian.Uint64(r.Payload)
+					if e, tick, ok := EpochEndOf(&r); ok {
+						t.EpochEnd[e] = tick
 					}
 					// A record comes at most a few epochs late: an hour's
 					// epochs (a thousand a second) need not all be kept.
