@@ -11,22 +11,13 @@ import (
 	"msmemscope/spool"
 )
 
-func writeChunkHeader(w *bytes.Buffer, nrec uint32, tid int32, pid int) {
-	h := spool.AppendChunk(nil, format.ChunkMagic, tid, pid, nil)
-	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], nrec)
-	w.Write(h)
-}
-
 // chunkOf builds one drained chunk (spool chunk format) of full records.
 func chunkOf(tid int32, recs [][4]uint64) []byte {
 	var body []byte
 	for _, r := range recs {
 		body = spool.AppendRec(body, &spool.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: format.FHost})
 	}
-	var b bytes.Buffer
-	writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), tid, 42)
-	b.Write(body)
-	return b.Bytes()
+	return spool.AppendChunk(nil, format.ChunkMagic, tid, 42, body)
 }
 
 // eachLogRec reads the log at path alone and hands f its records in order.
@@ -57,10 +48,7 @@ func eachLogRec(t *testing.T, path string, f func(rec *spool.Rec, ns uint64)) {
 // rotator waits rotateLagNs of them before a new log's prologue settles).
 func calibRec(tick, epoch uint64) []byte {
 	body := spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick * 100, B: epoch, Kind: format.RCalib, Flags: format.FEpoch})
-	var b bytes.Buffer
-	writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), 0, 42)
-	b.Write(body)
-	return b.Bytes()
+	return spool.AppendChunk(nil, format.ChunkMagic, 0, 42, body)
 }
 
 // The run: 40 drains of 60 000 events each; every drain allocates 30 000
@@ -161,10 +149,7 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 		return b[:]
 	}
 	thread := func(tid int32, body []byte) []byte {
-		var b bytes.Buffer
-		writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), tid, 42)
-		b.Write(body)
-		return b.Bytes()
+		return spool.AppendChunk(nil, format.ChunkMagic, tid, 42, body)
 	}
 	first := spool.AppendRec(nil, &spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | 1})
 	first = spool.AppendRec(first, &spool.Rec{Kind: format.RMalloc, TS: 1500, A: 0x100, B: 8, Flags: format.FHost})
@@ -212,10 +197,7 @@ func TestRotatorWritesPairsWhole(t *testing.T) {
 	// A pair unit: FREE at the last address, then FREE 0x40 below it.
 	d := int64(-0x40)
 	body = append(body, unit(7<<61|1<<31|uint64(d>>4)&(1<<28-1))...)
-	var b bytes.Buffer
-	writeChunkHeader(&b, uint32(len(body)/spool.UnitSize), 7, 42)
-	b.Write(body)
-	if err := r.Write(append(calibRec(1000, 1), b.Bytes()...)); err != nil {
+	if err := r.Write(append(calibRec(1000, 1), spool.AppendChunk(nil, format.ChunkMagic, 7, 42, body)...)); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
