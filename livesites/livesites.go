@@ -45,6 +45,7 @@ type Set struct {
 	freed     map[int32]freedBlock            // by thread: the block its latest FREE ended (a failed realloc's)
 	pass      int
 	names     []analyzer.SiteSize // Report's names of the sites, by index ("": not named yet)
+	merge     merger              // the records read, merged in time order before they count (merge.go)
 }
 
 // maxStack is how many Python frames a site keeps for its report.
@@ -101,7 +102,8 @@ func New(t *spool.Tail, keep func(sub uint16) bool, peaks bool) *Set {
 // after draining every ring: see dropOrphans).
 func (s *Set) CatchUp() error {
 	s.pass++
-	err := s.tail.Read(s.observe)
+	err := s.tail.Read(s.collect)
+	s.flush(0)
 	s.dropOrphans()
 	return err
 }
@@ -173,21 +175,19 @@ func (s *Set) span(ts uint64) (lo, hi uint64) {
 	return lo, hi
 }
 
-func (s *Set) observe(r *spool.Rec) {
-	if !s.subs(r.Flags & format.FSubMask) {
-		return
-	}
-	k := spool.KeyOf(r) // as the decoder pairs: address and sub-type
-	if r.Kind == format.RFree {
+// apply counts one MALLOC or FREE, in the merged order (merge.go).
+func (s *Set) apply(r *item) {
+	k := r.key
+	if r.kind == itemFree {
 		b, ok := s.blocks[k]
 		if !ok {
 			// Allocated before the capture (or the window), or by
 			// another thread later in this pass.
-			delete(s.freed, r.Tid)
-			s.orphans[k] = append(s.orphans[k], orphanFree{r.TS, r.Tid, s.pass})
+			delete(s.freed, r.tid)
+			s.orphans[k] = append(s.orphans[k], orphanFree{r.ts, r.tid, s.pass})
 			return
 		}
-		if o := s.order(r.TS, b.ts); o == before || (o == unknown && b.stale > 0 && r.Tid != b.tid) {
+		if o := s.order(r.ts, b.ts); o == before || (o == unknown && b.stale > 0 && r.tid != b.tid) {
 			// It freed an older block at this address, not this one
 			// (allocated after it): one this block replaced, whose
 			// thread's records were read later, or one allocated before
@@ -196,34 +196,29 @@ func (s *Set) observe(r *spool.Rec) {
 				b.stale--
 				s.blocks[k] = b
 			}
-			delete(s.freed, r.Tid)
+			delete(s.freed, r.tid)
 			return
 		}
-		s.freed[r.Tid] = freedBlock{k, b}
+		s.freed[r.tid] = freedBlock{k, b}
 		s.free(k)
 		return
 	}
-	if r.Flags&format.FUndo != 0 {
+	if r.kind == itemUndo {
 		// A failed realloc: the block its thread just freed lives on.
-		if f, ok := s.freed[r.Tid]; ok && f.key == k {
+		if f, ok := s.freed[r.tid]; ok && f.key == k {
 			s.add(k, f.b, false)
-		} else if q := s.orphans[k]; len(q) > 0 && q[len(q)-1].tid == r.Tid {
+		} else if q := s.orphans[k]; len(q) > 0 && q[len(q)-1].tid == r.tid {
 			s.orphans[k] = q[:len(q)-1] // that FREE did not happen
 		}
 		return
 	}
-	b := wBlock{size: spool.BlockSize(r), site: -1, tid: r.Tid, ts: r.TS}
-	if r.Flags&(format.FOwn|format.FOff) == 0 {
-		// (msmemscope's own blocks, and those allocated while collection
-		// was off, make no row: counted nowhere.)
-		b.site = s.site(r)
-	}
+	b := wBlock{size: r.size, site: r.site, tid: r.tid, ts: r.ts}
 	s.add(k, b, true)
 	// The address may have been reused many times: another thread's
 	// FREEs of it are queued in its program order; the first that this
 	// MALLOC may precede is its own (earlier ones were older blocks').
 	q := s.orphans[k]
-	for len(q) > 0 && (q[0].tid == r.Tid || !s.freedFirst(q[0], r.TS)) {
+	for len(q) > 0 && (q[0].tid == r.tid || !s.freedFirst(q[0], r.ts)) {
 		q = q[1:]
 	}
 	if len(q) > 0 {

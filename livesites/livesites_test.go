@@ -212,3 +212,18 @@ func TestPeakAndReport(t *testing.T) {
 		}
 	}
 }
+
+// A thread's blocks freed by another thread that ran after it count
+// together at the peak, though the freeing thread's chunk is read first:
+// records count in the order they happened (merge.go), the first thread's
+// epoch-stamped ones after its precise first.
+func TestPeakInTimeOrder(t *testing.T) {
+	s, tots := follow(t, [][]byte{
+		spooltest.Chunk(0, calib(5, 1000, 0)),
+		spooltest.Chunk(2, free(9000, 0xA0), free(9001, 0xB0), free(9002, 0xC0)),
+		spooltest.Chunk(1, malloc(1100, 0xA0, 100), epoch(malloc(0, 0xB0, 200), 5), epoch(malloc(0, 0xC0, 400), 5)),
+	})
+	if tots[0].Peak != 700 || tots[0].Live != 0 || s.Blocks() != 0 || len(s.orphans) != 0 {
+		t.Errorf("peak %d, live %d in %d blocks, %d orphans; want peak 700, nothing live", tots[0].Peak, tots[0].Live, s.Blocks(), len(s.orphans))
+	}
+}

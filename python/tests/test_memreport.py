@@ -73,3 +73,46 @@ def test_timeline_functions_read_the_capture(tmp_path):
         assert "nothing-here" in str(e)
     else:
         raise AssertionError("a missing capture was accepted")
+
+
+HANDOFF = """
+import json, os, queue, threading
+import msmemscope
+
+q = queue.Queue(maxsize=50)
+
+def make(i):
+    return bytearray(1000 + i % 5000)   # handed site
+
+def produce():
+    for i in range(20000):
+        q.put(make(i))
+    q.put(None)
+
+def consume():
+    while q.get() is not None:
+        pass
+
+for rnd in range(3):
+    ts = [threading.Thread(target=produce), threading.Thread(target=consume)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    print("REPORT", json.dumps(msmemscope.get_mem_report()))
+"""
+
+
+def test_live_report_after_handoffs_between_threads(tmp_path, monkeypatch):
+    # Every block a producer thread made, a consumer thread freed: none is
+    # live once both have ended, whichever thread's chunks the drain wrote
+    # first (with PYTHONMALLOC=malloc each bytearray is a malloc of its own;
+    # the report counted dozens of them as live before its records were
+    # merged in time order).
+    monkeypatch.setenv("PYTHONMALLOC", "malloc")
+    r = run_traced(tmp_path, HANDOFF, "--call-stack=python:4").check()
+    reps = reports(r)
+    handed = line_of(HANDOFF, "# handed site")
+    assert len(reps) == 3
+    for rep in reps:
+        assert site(rep, handed) == [], rep["mem_report"][:3]

@@ -174,3 +174,31 @@ def test_threads_freeing_each_others_blocks(tmp_path):
         out = proc.stdout
         assert "PASSED test_planted.py::test_blocks_freed_by_another_thread" in out, out
         assert "3.0MiB allocated during its call is still alive" in _section(out, "test_blocks_kept_by_another_thread")
+
+
+PEAK_ACROSS_THREADS = "import threading\nimport pytest\n" + "".join('''
+@pytest.mark.limit_memory("10 MB")
+def test_peak_across_threads_%d():
+    made = []
+    a = threading.Thread(target=lambda: made.extend(bytearray(100000) for _ in range(200)))
+    a.start()
+    a.join()
+    def drop():
+        while made:
+            made.pop()  # the last reference: freed on this thread
+    b = threading.Thread(target=drop)
+    b.start()
+    b.join()
+''' % i for i in range(4))
+
+
+def test_peak_of_blocks_freed_by_a_later_thread(tmp_path):
+    # 200 blocks of 100,001 bytes live together, whichever thread's chunks
+    # the drain wrote first: each test's peak is 19.1 MiB (it was read as
+    # one block's when the freeing thread's chunk came first).
+    proc, _ = _pytest(tmp_path, "--msmemscope", "-rA", planted=PEAK_ACROSS_THREADS)
+    out = proc.stdout
+    assert "4 failed" in out, out
+    for i in range(4):
+        sec = _section(out, "test_peak_across_threads_%d" % i)
+        assert "Test was limited to 10.0MiB but its peak was 19.1MiB" in sec, sec

@@ -1,0 +1,246 @@
+package livesites
+
+import (
+	"container/heap"
+
+	"msmemscope/format"
+	"msmemscope/spool"
+)
+
+// A catch-up's records count in the order they happened, not the order
+// the drain wrote them: the drain writes each thread's ring in turn, so a
+// thread that ran first may be read last, and a peak or a block freed by
+// another thread would be judged in that order (a producer's blocks freed
+// by a consumer read first would never be live together: no peak).
+//
+// Each thread's records are in program order. When they happened: a
+// precise stamp says; a record stamped with its drain epoch only happened
+// after its thread's previous precise stamp (a thread's first record in
+// an epoch, and every few records, is stamped precisely, and while two
+// threads record every one is), so it takes that time. The threads' queues
+// are merged by that time, earliest first (read order on a tie), except
+// that a FREE of an address no block holds waits while another thread
+// still has a MALLOC of that address to count: stamps within a TSC read's
+// jitter can put a FREE of a block handed on at once before its MALLOC.
+// The rules of apply (stale counts, orphans) still settle what the merge
+// cannot: a record read in a later catch-up.
+
+type itemKind uint8
+
+const (
+	itemMalloc itemKind = iota
+	itemFree
+	itemUndo // a failed realloc's MALLOC: the block just freed lives on
+)
+
+// item is a MALLOC or FREE waiting to count.
+type item struct {
+	key  spool.BlockKey
+	size uint64
+	ts   uint64 // its stamp as recorded
+	t    uint64 // when it happened, for the merge (raw ticks)
+	seq  uint64 // read order
+	tid  int32
+	site int32 // a MALLOC's site (-1: counts nothing)
+	kind itemKind
+}
+
+// threadQ is one thread's records waiting, in program order.
+type threadQ struct {
+	items []item
+	head  int
+	last  uint64 // the time of its latest record read
+	pos   int    // its index in the merger's heap, -1 when out of it
+}
+
+type tidKey struct {
+	key spool.BlockKey
+	tid int32
+}
+
+// merger holds the records read and not yet counted.
+type merger struct {
+	threads   map[int32]*threadQ
+	n         int // items waiting
+	seq       uint64
+	mallocs   map[spool.BlockKey]int32 // MALLOCs waiting, by address
+	mallocsBy map[tidKey]int32         // the same by thread
+	heap      qheap
+}
+
+// Bounds of what a catch-up holds before counting: a first catch-up of a
+// long run reads its whole spool. Beyond mergeMax items the earliest are
+// counted, down to mergeKeep (the drain writes passes in time order, so
+// only the latest pass's records can still be overtaken).
+const (
+	mergeMax  = 1 << 18
+	mergeKeep = 1 << 16
+)
+
+// collect queues a MALLOC or FREE of the kinds kept.
+func (s *Set) collect(r *spool.Rec) {
+	if !s.subs(r.Flags & format.FSubMask) {
+		return
+	}
+	m := &s.merge
+	if m.threads == nil {
+		m.threads, m.mallocs, m.mallocsBy = map[int32]*threadQ{}, map[spool.BlockKey]int32{}, map[tidKey]int32{}
+	}
+	q := m.threads[r.Tid]
+	if q == nil {
+		q = &threadQ{pos: -1}
+		m.threads[r.Tid] = q
+	}
+	it := item{key: spool.KeyOf(r), ts: r.TS, tid: r.Tid, site: -1, seq: m.seq}
+	m.seq++
+	t := r.TS
+	if t&format.TSEpoch != 0 {
+		t = 0
+		if e, ok := s.tail.EpochTick[r.TS&^format.TSEpoch]; ok {
+			t = e
+		}
+	}
+	q.last = max(q.last, t)
+	it.t = q.last
+	switch {
+	case r.Kind == format.RFree:
+		it.kind = itemFree
+	case r.Flags&format.FUndo != 0:
+		it.kind = itemUndo
+	default:
+		it.size = spool.BlockSize(r)
+		if r.Flags&(format.FOwn|format.FOff) == 0 {
+			// (msmemscope's own blocks, and those allocated while
+			// collection was off, make no row: counted nowhere.)
+			it.site = s.site(r)
+		}
+		m.mallocs[it.key]++
+		m.mallocsBy[tidKey{it.key, it.tid}]++
+	}
+	q.items = append(q.items, it)
+	m.n++
+	if m.n >= mergeMax {
+		s.flush(mergeKeep)
+	}
+}
+
+// flush counts the waiting records in time order until keep are left.
+func (s *Set) flush(keep int) {
+	m := &s.merge
+	m.heap = m.heap[:0]
+	for _, q := range m.threads {
+		if q.head < len(q.items) {
+			heap.Push(&m.heap, q)
+		}
+	}
+	var waiting []*threadQ // threads whose next record is a FREE that must wait
+	for m.n > keep {
+		if len(m.heap) == 0 {
+			if len(waiting) == 0 {
+				break
+			}
+			// Every thread waits: the earliest goes (apply settles it).
+			first := 0
+			for i, q := range waiting {
+				if q.less(waiting[first]) {
+					first = i
+				}
+			}
+			q := waiting[first]
+			waiting = append(waiting[:first], waiting[first+1:]...)
+			s.count(q)
+			if q.head < len(q.items) {
+				heap.Push(&m.heap, q)
+			}
+			continue
+		}
+		q := heap.Pop(&m.heap).(*threadQ)
+		it := &q.items[q.head]
+		if it.kind == itemFree && m.mustWait(s, it) {
+			waiting = append(waiting, q)
+			continue
+		}
+		malloc := it.kind == itemMalloc
+		s.count(q)
+		if q.head < len(q.items) {
+			heap.Push(&m.heap, q)
+		}
+		if malloc && len(waiting) > 0 {
+			// Its address may be what a waiting FREE waits for.
+			for _, w := range waiting {
+				heap.Push(&m.heap, w)
+			}
+			waiting = waiting[:0]
+		}
+	}
+	for _, q := range m.threads {
+		q.pos = -1
+	}
+	for _, q := range m.threads {
+		// The rest at the front of its slice; a thread's time is kept for
+		// its next records (epoch-stamped ones happened after it).
+		n := copy(q.items, q.items[q.head:])
+		q.items, q.head = q.items[:n], 0
+		if n == 0 && cap(q.items) > 1024 {
+			q.items = nil
+		}
+	}
+}
+
+// mustWait reports whether FREE it must wait: no block holds its address
+// and another thread still has a MALLOC of it to count.
+func (m *merger) mustWait(s *Set, it *item) bool {
+	if _, ok := s.blocks[it.key]; ok {
+		return false
+	}
+	return m.mallocs[it.key]-m.mallocsBy[tidKey{it.key, it.tid}] > 0
+}
+
+// count counts q's next record.
+func (s *Set) count(q *threadQ) {
+	m := &s.merge
+	it := &q.items[q.head]
+	q.head++
+	m.n--
+	if it.kind == itemMalloc {
+		if m.mallocs[it.key]--; m.mallocs[it.key] == 0 {
+			delete(m.mallocs, it.key)
+		}
+		k := tidKey{it.key, it.tid}
+		if m.mallocsBy[k]--; m.mallocsBy[k] == 0 {
+			delete(m.mallocsBy, k)
+		}
+	}
+	s.apply(it)
+}
+
+// less orders two threads by their next records: earliest, then read first.
+func (q *threadQ) less(o *threadQ) bool {
+	a, b := &q.items[q.head], &o.items[o.head]
+	if a.t != b.t {
+		return a.t < b.t
+	}
+	return a.seq < b.seq
+}
+
+// qheap is a min-heap of threads by their next record.
+type qheap []*threadQ
+
+func (h qheap) Len() int           { return len(h) }
+func (h qheap) Less(i, j int) bool { return h[i].less(h[j]) }
+func (h qheap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].pos, h[j].pos = i, j
+}
+func (h *qheap) Push(x any) {
+	q := x.(*threadQ)
+	q.pos = len(*h)
+	*h = append(*h, q)
+}
+func (h *qheap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	*h = old[:len(old)-1]
+	q.pos = -1
+	return q
+}
