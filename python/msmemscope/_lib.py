@@ -41,7 +41,11 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def in_child() -> bool:
-    """True in a process forked from the one that loaded the library."""
+    """True in a process forked from the one that loaded the library (or
+    from one the CLI traced, forked before msmemscope was imported: the
+    preloaded library knows)."""
+    if not _child and _pid is None and mapped_path():
+        get()
     return _child or (_pid is not None and os.getpid() != _pid)
 
 
@@ -120,6 +124,7 @@ SIGNATURES: Dict[str, Tuple[List[Any], Any]] = {
     "mstxMarkA": ([_c.c_char_p, _c.c_void_p], None),
     "mstxRangeStartA": ([_c.c_char_p, _c.c_void_p], _c.c_uint64),
     "mstxRangeEnd": ([_c.c_uint64], None),
+    "ms_is_child": ([], _c.c_int),  # (internal) a process forked from the one the library started in
     # data calls: a reply
     "msmemscope_config": ([_c.c_char_p], _REPLY),
     "msmemscope_get_config": ([], _REPLY),
@@ -149,7 +154,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 def get() -> ctypes.CDLL:
     """The library, loaded on first use."""
-    global _lib, _path, _preloaded, _pid
+    global _lib, _path, _preloaded, _pid, _child
     if _lib is not None:
         return _lib
     with _lock:
@@ -174,6 +179,12 @@ def get() -> ctypes.CDLL:
                     os.environ["MSMEMSCOPE_HOOK"] = old
         _declare(lib)
         _path, _pid = path, os.getpid()
+        if _preloaded and lib.ms_is_child():
+            # Forked from a traced process before msmemscope was imported:
+            # the library refuses every call here, as after a later fork.
+            _child = True
+            _lib = lib
+            return lib
         lib.msmemscope_python_package((_PKG + os.sep).encode())
         _lib = lib
         return lib

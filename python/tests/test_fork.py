@@ -68,3 +68,58 @@ def test_multiprocessing_pool(tmp_path):
     assert [r for r in rows if r["Event"] == "MSTX" and r["Name"] == "done"]
     with open(os.path.join(run.main_folder(), "config.json")) as f:
         assert json.load(f)["forked_children_untraced"] >= 2
+
+
+FORKED_BEFORE_IMPORT = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    # Forked from the traced process before msmemscope was imported: the
+    # library refuses every call here, and the package says so as after a
+    # later fork (config/start/stop do nothing; a data call raises).
+    import msmemscope
+    msmemscope.config(call_stack="python:4")
+    msmemscope.start()
+    msmemscope.stop()
+    try:
+        msmemscope.get_mem_report()
+        print("child: report")
+    except RuntimeError as e:
+        print("child: refused:", "forked child" in str(e))
+    sys.stdout.flush()
+    os._exit(0)
+os.waitpid(pid, 0)
+import msmemscope
+msmemscope.config(call_stack="python:4")
+print("parent: report", "mem_report" in msmemscope.get_mem_report())
+"""
+
+
+def test_child_forked_before_the_import(tmp_path):
+    run = run_traced(tmp_path, FORKED_BEFORE_IMPORT, timeout=TIMEOUT).check()
+    assert "child: refused: True" in run.stdout, run.stdout + run.stderr
+    assert "MemoryError" not in run.stderr, run.stderr
+    assert "parent: report True" in run.stdout, run.stdout
+
+
+FORKSERVER = """
+import multiprocessing as mp
+import msmemscope
+
+msmemscope.config(call_stack="python:4")  # at top level: the workers import this module too
+
+def work(n):
+    return len(bytearray(n))
+
+if __name__ == "__main__":
+    with mp.get_context("forkserver").Pool(2) as pool:
+        print("sum", sum(pool.map(work, range(100))))
+"""
+
+
+def test_forkserver_pool(tmp_path):
+    # The workers (forked by the server, itself traced) import the main
+    # module, whose config() must not fail there: they used to die and be
+    # made again for ever.
+    run = run_traced(tmp_path, FORKSERVER, timeout=120).check()
+    assert "sum %d" % sum(range(100)) in run.stdout, run.stdout + run.stderr[-2000:]
