@@ -86,12 +86,16 @@ HIDDEN void ms_init(void) {
 	ms_fast_update();
 }
 
-// Constructor: set up stack unwinding helpers (they need the loader).
+static void resolve_reals(void);
+
+// Constructor: set up stack unwinding helpers (they need the loader), and
+// find the functions the wrappers below call.
 __attribute__((constructor(101))) static void ms_ctor(void) {
 	ready();
 	guard_up();
 	stacks_modules();
 	if (cfg_heap) stacks_load();
+	resolve_reals();
 	guard_down();
 }
 
@@ -303,6 +307,18 @@ pid_t fork(void) {
 		guard_down();
 	}
 	return pid;
+}
+
+// The wrappers' real functions, found at load: a dlsym later, on the
+// program's thread, would free that thread's pending dlerror() result (glibc
+// frees it at the next dl call) with no FREE recorded, and the program's
+// block would read as leaked. (Each wrapper still looks for its own when
+// called before this, from another constructor.)
+static void resolve_reals(void) {
+	if (!real_pthread_exit) real_pthread_exit = (pthread_exit_fn)dlsym(RTLD_NEXT, "pthread_exit");
+	if (!real_pthread_create) real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+	if (!real_fork) real_fork = (fork_fn)dlsym(RTLD_NEXT, "fork");
+	dlerror(); // (none failed, normally: nothing is pending; but cleared so)
 }
 
 // Before an exec replaces this image, everything recorded so far goes to the

@@ -32,6 +32,24 @@ static const ms_pylayout *lay;
 #define HIDDEN __attribute__((visibility("hidden")))
 
 HIDDEN int ms_py_depth;
+// Python's symbols msmemscope reads, looked up once at load (the loader's
+// constructor, before the program runs): a dl call later, on a program
+// thread, would free that thread's pending dlerror() result (glibc keeps
+// one per thread, freed at its next dl call, successful or not) with no
+// FREE recorded: a block the program allocated would read as leaked.
+static const char *const py_names[] = {"Py_IsInitialized", "Py_Version", "Py_GetVersion",
+                                       "PyGILState_GetThisThreadState", "PyCode_Type", "PyUnicode_Type",
+                                       "PyBytes_Type", "PyType_Type", "_Py_IsFinalizing", "Py_IsFinalizing",
+                                       "Py_IsolatedFlag", "Py_IgnoreEnvironmentFlag", "Py_NoSiteFlag"};
+enum { PY_IS_INIT, PY_VERSION_SYM, PY_GET_VERSION, PY_TSTATE, PY_CODE_TYPE, PY_UNICODE_TYPE, PY_BYTES_TYPE,
+       PY_TYPE_TYPE, PY_IS_FIN_OLD, PY_IS_FIN, PY_FLAGS };
+static void *py_syms[sizeof py_names / sizeof py_names[0]];
+static int py_at_load; // Python was there when the library loaded: py_syms holds its symbols
+
+// Python's symbol i: as looked up at load, or now for a Python loaded after
+// msmemscope (an embedding program's dlopen).
+static void *py_sym(int i) { return py_at_load ? py_syms[i] : dlsym(RTLD_DEFAULT, py_names[i]); }
+
 static void *(*tstate_fn)(void); // PyGILState_GetThisThreadState
 static int (*finalizing_fn)(void); // _Py_IsFinalizing (Py_IsFinalizing on 3.13)
 static uintptr_t code_type, unicode_type, bytes_type;
@@ -213,13 +231,13 @@ static unsigned long parse_version(const char *s) {
 
 unsigned long ms_py_version(void) {
 	if (!py_version) {
-		const unsigned long *v = dlsym(RTLD_DEFAULT, "Py_Version"); // 3.11 on
+		const unsigned long *v = py_sym(PY_VERSION_SYM); // 3.11 on
 		if (v) {
 			py_version = *v;
 		} else {
 			// Before 3.11: the version text (static strings only, no
 			// interpreter state, so it answers before Py_Initialize too).
-			const char *(*gv)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "Py_GetVersion");
+			const char *(*gv)(void) = (const char *(*)(void))py_sym(PY_GET_VERSION);
 			if (gv) py_version = parse_version(gv());
 		}
 	}
@@ -233,19 +251,19 @@ int ms_py_enable(int depth) {
 		return 0;
 	}
 	if (!tstate_fn) {
-		void *fn = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
+		void *fn = py_sym(PY_TSTATE);
 		if (!fn) return -1;
 		unsigned long v = ms_py_version() >> 16;
 		const ms_pylayout *l = NULL;
 		for (size_t i = 0; i < sizeof ms_pylayouts / sizeof ms_pylayouts[0]; i++)
 			if (ms_pylayouts[i].version == v) l = &ms_pylayouts[i];
 		if (!l) return -2;
-		code_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyCode_Type");
-		unicode_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyUnicode_Type");
-		bytes_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyBytes_Type");
-		uintptr_t type_type = (uintptr_t)dlsym(RTLD_DEFAULT, "PyType_Type");
-		finalizing_fn = (int (*)(void))dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
-		if (!finalizing_fn) finalizing_fn = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsFinalizing"); // 3.13
+		code_type = (uintptr_t)py_sym(PY_CODE_TYPE);
+		unicode_type = (uintptr_t)py_sym(PY_UNICODE_TYPE);
+		bytes_type = (uintptr_t)py_sym(PY_BYTES_TYPE);
+		uintptr_t type_type = (uintptr_t)py_sym(PY_TYPE_TYPE);
+		finalizing_fn = (int (*)(void))py_sym(PY_IS_FIN_OLD);
+		if (!finalizing_fn) finalizing_fn = (int (*)(void))py_sym(PY_IS_FIN); // 3.13
 		if (!code_type || !unicode_type || !bytes_type || !type_type) return -1;
 		// A free-threaded or Py_TRACE_REFS build moves ob_type (and more):
 		// the tables describe the default build only.
@@ -274,13 +292,27 @@ int ms_py_event(uint16_t kind, uint64_t a, const char *text, uint32_t len) {
 	return 0;
 }
 
-int ms_py_present(void) { return dlsym(RTLD_DEFAULT, "Py_IsInitialized") != NULL; }
+int ms_py_present(void) { return py_at_load; }
+
+int ms_py_flag(int i) {
+	const int *p = py_at_load && i >= 0 && i < 3 ? py_syms[PY_FLAGS + i] : NULL;
+	return p ? *p : 0;
+}
 
 // Learn at load time, inside the loader, whether this copy interposes (see
 // ms_interposed): later, from a Go thread, dlopen could wait on the loader
-// lock of a thread that is waiting for Go.
+// lock of a thread that is waiting for Go. Python's symbols too (py_syms).
 __attribute__((constructor(102))) static void py_ctor(void) {
 	ms_guard_enter();
 	ms_interposed();
+	if (dlsym(RTLD_DEFAULT, py_names[PY_IS_INIT])) {
+		for (size_t i = 0; i < sizeof py_names / sizeof py_names[0]; i++)
+			py_syms[i] = dlsym(RTLD_DEFAULT, py_names[i]);
+		py_at_load = 1;
+	}
+	// A failed lookup left its error: read and freed here, so that the
+	// program's dlerror() never tells of it.
+	dlerror();
+	dlerror();
 	ms_guard_leave();
 }

@@ -52,6 +52,9 @@ int ms_interposed(void);
 int ms_py_event(uint16_t kind, uint64_t a, const char *text, uint32_t len);
 // Whether a CPython interpreter is linked into the process.
 int ms_py_present(void);
+// ms_py_flag: CPython's Py_IsolatedFlag (0), Py_IgnoreEnvironmentFlag (1) or
+// Py_NoSiteFlag (2), as looked up when the library loaded (0: no Python then).
+int ms_py_flag(int i);
 
 // Public (include/msmemscope.h is not extended: these serve the Python
 // package); in capi_shims.c.

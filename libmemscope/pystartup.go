@@ -1,14 +1,8 @@
 package libmemscope
 
 /*
-#include <dlfcn.h>
-#include <stdlib.h>
 #include "hook.h"
 #include "pystack.h"
-static int ms_py_flag(const char *name) {
-	const int *p = dlsym(RTLD_DEFAULT, name);
-	return p ? *p : 0;
-}
 */
 import "C"
 
@@ -17,7 +11,6 @@ import (
 	"os"
 
 	"msmemscope/config"
-	"unsafe"
 )
 
 // The CLI offers a traced Python program a startup hook (a sitecustomize on
@@ -34,14 +27,9 @@ func pyStartupSkipped() string {
 	if maps, err := os.ReadFile("/proc/self/maps"); err != nil || !bytes.Contains(maps, []byte("/libtorch_python.so")) {
 		return ""
 	}
-	for _, f := range []struct{ name, opt string }{
-		{"Py_IsolatedFlag", "-I"}, {"Py_IgnoreEnvironmentFlag", "-E"}, {"Py_NoSiteFlag", "-S"},
-	} {
-		cs := C.CString(f.name)
-		on := C.ms_py_flag(cs) != 0
-		C.free(unsafe.Pointer(cs))
-		if on {
-			return "Python ran with " + f.opt + ", so msmemscope's startup hook did not load: PyTorch operators and tensor blocks were collected only if the program called msmemscope.start()"
+	for i, opt := range []string{"-I", "-E", "-S"} { // ms_py_flag's order
+		if C.ms_py_flag(C.int(i)) != 0 {
+			return "Python ran with " + opt + ", so msmemscope's startup hook did not load: PyTorch operators and tensor blocks were collected only if the program called msmemscope.start()"
 		}
 	}
 	return ""
