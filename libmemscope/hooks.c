@@ -296,13 +296,15 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 	void *p = (void *)r;
 	// A mapping made from inside this library (the Go runtime maps through
 	// cgo's _cgo_mmap) is dropped by rec_alloc, its unmapping here.
-	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && ready() && should_record()) rec_alloc(p, len, F_MMAP, (uintptr_t)__builtin_return_address(0));
+	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && !in_unwinder(ra) && ready() && should_record()) rec_alloc(p, len, F_MMAP, ra);
 	return p;
 }
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
 
 int munmap(void *addr, size_t len) {
-	if (!in_self((uintptr_t)__builtin_return_address(0)) && ready() && should_record()) rec_free(addr, len, F_MMAP);
+	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+	if (!in_self(ra) && !in_unwinder(ra) && ready() && should_record()) rec_free(addr, len, F_MMAP);
 	return (int)syscall(SYS_munmap, addr, len);
 }
 

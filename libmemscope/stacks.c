@@ -53,6 +53,24 @@ static void opnew_ranges(void) {
 	dlclose(h);
 }
 
+static uintptr_t unw_lo, unw_hi;
+
+// The executable segment of the module holding data (a function's address).
+static int unw_range_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+	(void)sz;
+	uintptr_t fn = (uintptr_t)data;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && fn >= lo && fn < lo + ph->p_memsz) {
+			unw_lo = lo;
+			unw_hi = lo + ph->p_memsz;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 // C stacks, and sites of allocations made through libc/libstdc++ wrappers.
 HIDDEN void stacks_load(void) {
 	if (unw_lib) return;
@@ -68,7 +86,12 @@ HIDDEN void stacks_load(void) {
 	ms_tls.guard = guard;
 	set_thr(ms_tls.thr); // the fast path as the guard and own say
 	if (unw_lib) unw_backtrace_fn = (int (*)(void **, int))dlsym(unw_lib, "unw_backtrace");
+	if (unw_backtrace_fn) dl_iterate_phdr(unw_range_cb, (void *)unw_backtrace_fn);
 }
+
+// libunwind's code, loaded for msmemscope alone: what it maps and unmaps
+// (its per-thread caches, unmapped as a thread ends) is msmemscope's.
+HIDDEN int in_unwinder(uintptr_t pc) { return pc >= unw_lo && pc < unw_hi; }
 
 // Raw return addresses of the caller, innermost first, msmemscope's and the
 // allocator's own frames removed.

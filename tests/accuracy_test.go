@@ -61,6 +61,8 @@ func TestAccuracyVsValgrind(t *testing.T) {
 		// and a pool of 8 that free at random (SPEC §2.1's order).
 		{"handoff_1M", "handoff.c", []string{"-pthread"}},
 		{"pool8_random", "pool.c", []string{"-pthread"}},
+		// Threads ending after allocating through libc's wrappers.
+		{"wrapper_threads", "wrapthreads.c", []string{"-pthread"}},
 		// Not PIE, malloc called through its address (CPython's way).
 		{"nopie_malloc_address", "nopie.c", []string{"-no-pie", "-fno-pie"}},
 	}
