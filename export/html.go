@@ -167,13 +167,25 @@ type htmlOOM struct {
 type pointTrack struct {
 	width  uint64
 	points []htmlPoint
+	ntypes func() int // how many types are known now
+}
+
+// layout gives a point's values in the report's layout, every type then
+// every owner (n of each known at the end): a type or owner seen first
+// after the point was taken is 0 there.
+func (q *htmlPoint) layout(types, owners int) []int64 {
+	out := make([]int64, types+owners)
+	copy(out, q.vals[:q.ntypes])
+	copy(out[types:], q.vals[q.ntypes:])
+	return out
 }
 
 type htmlPoint struct {
 	bucket uint64
 	ns     uint64
 	key    int64
-	vals   []int64 // types, then owners
+	vals   []int64 // types, then owners: those known when it was taken (ntypes types)
+	ntypes int
 }
 
 func (p *pointTrack) add(ns uint64, key int64, vals func(dst []int64) []int64) {
@@ -181,10 +193,11 @@ func (p *pointTrack) add(ns uint64, key int64, vals func(dst []int64) []int64) {
 	if n := len(p.points); n > 0 && p.points[n-1].bucket == b {
 		if q := &p.points[n-1]; key > q.key {
 			q.ns, q.key, q.vals = ns, key, vals(q.vals[:0]) // reuses the slice
+			q.ntypes = p.ntypes()
 		}
 		return
 	}
-	p.points = append(p.points, htmlPoint{b, ns, key, vals(nil)})
+	p.points = append(p.points, htmlPoint{b, ns, key, vals(nil), p.ntypes()})
 	for len(p.points) > maxTimeline {
 		p.width *= 2
 		out := p.points[:0]
@@ -218,8 +231,10 @@ type htmlMoment struct {
 }
 
 func newHTML() *htmlWriter {
-	return &htmlWriter{live: map[uint64]htmlBlock{}, openSteps: map[uint64]int{}, openRanges: map[uint64]htmlSpan{},
+	h := &htmlWriter{live: map[uint64]htmlBlock{}, openSteps: map[uint64]int{}, openRanges: map[uint64]htmlSpan{},
 		timeline: pointTrack{width: 1000}, moments: momentTrack{width: 1_000_000}, ineff: map[string]*IneffRow{}}
+	h.timeline.ntypes = h.types.Len
+	return h
 }
 
 func (h *htmlWriter) Name() (string, string)                          { return "report_", ".html" }

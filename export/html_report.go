@@ -143,7 +143,7 @@ func (h *htmlWriter) Report() *ProcReport {
 	}
 	for _, p := range h.timeline.points {
 		r.Timeline.T = append(r.Timeline.T, p.ns)
-		r.Timeline.V = append(r.Timeline.V, p.vals)
+		r.Timeline.V = append(r.Timeline.V, p.layout(h.types.Len(), len(h.ownerType)))
 	}
 
 	// The sites the report names: the largest at each view's peak (the

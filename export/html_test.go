@@ -170,3 +170,45 @@ func TestHTMLZeroBytesAndTemporary(t *testing.T) {
 		t.Errorf("views %+v, timeline %d points", r.Views, len(r.Timeline.T))
 	}
 }
+
+// Every timeline point has every type, then every owner, at the positions
+// the report lists them: a type first seen after a point is 0 there (the
+// chart read a HOST owner's bytes as PTA's before the first tensor).
+func TestHTMLTimelineLayout(t *testing.T) {
+	var s evs
+	s.malloc("HOST", "host", "a x.c:1 (p)", 1000)
+	s.add(trace.Event{Kind: trace.KindMalloc, Type: "MMAP", Device: "host", AllocID: 2, Size: 4096, Owner: "MMAP", CStack: "m x.c:3 (p)"})
+	s.aid = 2
+	s.malloc("PTA", "host", "b x.c:2 (p)", 64)
+	r := s.report(nil)
+	nt, no := len(r.Types), len(r.Owners)
+	if nt != 3 || no != 3 {
+		t.Fatalf("types %+v, owners %+v", r.Types, r.Owners)
+	}
+	idx := func(name string) int {
+		for i, x := range r.Types {
+			if x.Name == name {
+				return i
+			}
+		}
+		t.Fatalf("no type %s", name)
+		return -1
+	}
+	for k, v := range r.Timeline.V {
+		if len(v) != nt+no {
+			t.Fatalf("point %d has %d values, want %d", k, len(v), nt+no)
+		}
+		var types, owners int64
+		for i := range nt {
+			types += v[i]
+			owners += v[nt+i]
+		}
+		if types != owners {
+			t.Errorf("point %d: types hold %d bytes, owners %d: %v", k, types, owners, v)
+		}
+	}
+	first := r.Timeline.V[0]
+	if first[idx("HOST")] != 1000 || first[idx("PTA")] != 0 || first[idx("MMAP")] != 0 {
+		t.Errorf("first point %v (types %+v)", first, r.Types)
+	}
+}
