@@ -56,7 +56,7 @@ type Result struct {
 	Order     spool.OrderStats
 	Late      uint64 // rotating logs: records that reached the rotator after their log's cut settled
 	Complete  bool   // the image ended normally (not killed)
-	Ended     string // how: spool.EndedExit, EndedCrash or EndedKilled
+	Ended     string // how: spool.EndedExit, EndedQuick, EndedCrash, EndedExec or EndedKilled
 	Crash     *spool.CrashMeta
 	Exec      string // the program this image exec'd into, if any
 	Forks     []int  // children forked by this image
@@ -145,11 +145,13 @@ func Convert(dir string, opt Options) (*Result, error) {
 	res.Complete = end != nil
 	res.Crash = spool.ReadCrash(dir)
 	res.Ended = spool.Ended(end, res.Crash)
+	quick := res.Ended == spool.EndedQuick // by _exit: the final drain ran, as at exit
 	if res.Complete && sp.Truncated && len(spool.LogFiles(dir)) == 0 {
 		// A process that ended normally flushed whole chunks: a cut-off
 		// chunk means the file was damaged, not that the run was killed.
 		return nil, BadInput(fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, spool.SpoolDir, spool.FileName)))
 	}
+	res.Complete = res.Complete || quick
 
 	dumpDir := filepath.Join(dir, spool.DumpDir)
 	if err := safefs.EnsureDir(dumpDir); err != nil {

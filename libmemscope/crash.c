@@ -136,6 +136,8 @@ static char *put_i(char *p, int64_t v) {
 // spool/crash.json: the process died of sig after the final drain; drained
 // says whether every ring reached the spool (else the drain lock never came
 // free and the spool ends at the drain thread's last pass).
+static int quick_status; // _exit's status (crash_mark's signal 0)
+
 static void crash_mark(int sig, const siginfo_t *si, int drained) {
 	if (!crash_path[0]) return;
 	int fd = open(crash_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
@@ -151,6 +153,10 @@ static void crash_mark(int sig, const siginfo_t *si, int drained) {
 	p = put_u(p, mono_ns());
 	p = put_s(p, ", \"events_lost\": ");
 	p = put_u(p, atomic_load(&ms_lost_count));
+	if (sig == 0) { // _exit: the status it was given
+		p = put_s(p, ", \"exit_status\": ");
+		p = put_i(p, quick_status);
+	}
 	p = put_s(p, drained ? ", \"drained\": true}\n" : ", \"drained\": false}\n");
 	ssize_t w = write(fd, b, (size_t)(p - b));
 	(void)w;
@@ -245,6 +251,24 @@ static void crash_handler(int sig, siginfo_t *si, void *uc) {
 		die_default(sig);
 	errno = saved;
 }
+
+// ---- _exit ----
+// _exit and _Exit (Python's os._exit, a signal handler's way out, a child
+// after fork) skip exit()'s handlers, where the capture is finished: the
+// final drain happens here, as a crash's does, so that every event recorded
+// reaches the spool; crash.json says how the process ended (signal 0, the
+// status). (exit() ends with libc's own _exit, not this one.)
+__attribute__((noreturn)) void _exit(int status) {
+	if (atomic_load_explicit(&ms_state, memory_order_acquire) == 2 && !in_child() && !tls_guard) {
+		quick_status = status;
+		guard_up();
+		crash_drain(0, NULL, 1);
+		guard_down();
+	}
+	syscall(SYS_exit_group, status);
+	__builtin_unreachable();
+}
+void _Exit(int status) __attribute__((noreturn, alias("_exit")));
 
 // ---- the program's view of these signals ----
 static int kept(int sig) {

@@ -89,6 +89,9 @@ type CrashMeta struct {
 	EndMonoNs int64  `json:"end_mono_ns"`
 	Lost      uint64 `json:"events_lost"`
 	Drained   bool   `json:"drained"` // every thread's ring reached the spool
+	// ExitStatus is _exit's status: Signal is 0 when the process ended by
+	// _exit (no destructors, no exit scan) rather than a crash.
+	ExitStatus *int `json:"exit_status,omitempty"`
 }
 
 // ReadCrash reads crash.json; nil when the process did not die of a crash
@@ -110,6 +113,7 @@ func readSpoolJSON[T any](dir, name string) *T {
 const (
 	EndedExit   = "exit"   // normally: exit or return from main (end.json)
 	EndedCrash  = "crash"  // of a crash signal, after the final drain (crash.json)
+	EndedQuick  = "_exit"  // by _exit or _Exit (Python's os._exit), after the final drain (crash.json, signal 0)
 	EndedExec   = "exec"   // it exec'd another program (whose image has a capture of its own)
 	EndedKilled = "killed" // otherwise (SIGKILL, say): the spool ends at the drain's last pass
 )
@@ -119,6 +123,8 @@ func Ended(end *EndMeta, crash *CrashMeta) string {
 	switch {
 	case end != nil:
 		return EndedExit // a program's own crash handler may exit after ours drained
+	case crash != nil && crash.Signal == 0:
+		return EndedQuick
 	case crash != nil:
 		return EndedCrash
 	}

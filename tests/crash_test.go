@@ -105,6 +105,49 @@ func TestCrashOwnHandler(t *testing.T) {
 	}
 }
 
+// TestQuickExit: a program that ends with _exit or _Exit right after
+// allocating (no exit handlers run; from a SIGTERM handler too), and a
+// Python script that ends with os._exit: the CLI exits with its status and
+// the capture holds every MALLOC (msmemscope's _exit drains the rings
+// first); config.json says it ended by _exit, the capture complete.
+func TestQuickExit(t *testing.T) {
+	check := func(t *testing.T, out string, r *result) *processInfo {
+		t.Helper()
+		if r.Code != 7 {
+			t.Fatalf("msmemscope: exit %d, want 7\n%s", r.Code, r.Stderr)
+		}
+		mp := readManifest(t, out).main(t)
+		cfg := readConfig(t, mp.Folder)
+		if !cfg.Complete || cfg.Ended != spool.EndedQuick || cfg.Crash == nil || cfg.Crash.ExitStatus == nil || *cfg.Crash.ExitStatus != 7 || !cfg.Crash.Drained {
+			t.Errorf("config.json: complete %v, ended %q, crash %+v; want true, %q, status 7, drained", cfg.Complete, cfg.Ended, cfg.Crash, spool.EndedQuick)
+		}
+		return mp
+	}
+	bin := compile(t, "crash.c", "")
+	for _, mode := range []string{"_exit", "_Exit", "term"} {
+		t.Run(mode, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			r := runCLI(t, 60*time.Second, "", "--output="+out, bin, mode)
+			crashBlocks(t, check(t, out, r).Dump)
+		})
+	}
+	t.Run("python", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runCLI(t, 60*time.Second, "", "--output="+out, pythonPath(t), "-c",
+			"import os\nx = [bytearray(777777) for i in range(3)]\nos._exit(7)")
+		mp := check(t, out, r)
+		n := 0
+		scanDump(t, mp.Dump, true, func(e *trace.Event) {
+			if e.Kind == trace.KindMalloc && e.Type == trace.TypeHost && e.Size == 777778 {
+				n++
+			}
+		})
+		if n != 3 {
+			t.Errorf("%d MALLOCs of 777,778 bytes in the dump, want 3", n)
+		}
+	})
+}
+
 // TestCrashPythonFaulthandler: Python's faulthandler installs its SIGSEGV
 // handler with sigaction after msmemscope's; on a crash it still prints the
 // Python traceback, restores the previous handler and raises the signal

@@ -8,6 +8,9 @@
  *   own    its own SIGSEGV handler (sigaction, SA_SIGINFO) prints
  *          "handled 11" and exits 3; then raise(SIGSEGV)
  *   signal the same handler installed with signal()
+ *   _exit  _exit(7) (no exit handlers: msmemscope's final drain is in it)
+ *   _Exit  _Exit(7)
+ *   term   a SIGTERM handler that calls _exit(7), then raise(SIGTERM)
  * argv[2], if given: that many malloc(4093)/free pairs first (a busy drain).
  * No stdio before the crash. */
 #include <signal.h>
@@ -33,6 +36,11 @@ static void on_segv(int sig, siginfo_t *info, void *uc) {
 
 static void on_segv_plain(int sig) { on_segv(sig, NULL, NULL); }
 
+static void on_term(int sig) {
+	(void)sig;
+	_exit(7);
+}
+
 #pragma GCC diagnostic ignored "-Winfinite-recursion"
 static int recurse(int n) {
 	volatile char frame[256];
@@ -52,6 +60,7 @@ int main(int argc, char **argv) {
 		if (sigaction(SIGSEGV, &sa, NULL)) return 5;
 	}
 	if (!strcmp(mode, "signal") && signal(SIGSEGV, on_segv_plain) == SIG_ERR) return 5;
+	if (!strcmp(mode, "term") && signal(SIGTERM, on_term) == SIG_ERR) return 5;
 	for (long i = 0, n = argc > 2 ? atol(argv[2]) : 0; i < n; i++) {
 		void *volatile p = malloc(4093);
 		free(p);
@@ -64,6 +73,9 @@ int main(int argc, char **argv) {
 		free(sink[0]);
 	}
 	if (!strcmp(mode, "stack")) return recurse(0);
+	if (!strcmp(mode, "_exit")) _exit(7);
+	if (!strcmp(mode, "_Exit")) _Exit(7);
+	if (!strcmp(mode, "term")) raise(SIGTERM);
 	raise(SIGSEGV);
 	return 6;
 }
