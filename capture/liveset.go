@@ -196,9 +196,9 @@ func sortKeys(keys []spool.BlockKey) {
 }
 
 // LiveHost returns the host-heap blocks live after every record the rotator
-// has seen, by address with their sizes (the leak-kind scan at exit reads
-// them: with rotating logs, no one file holds the whole run).
-func (r *Rotator) LiveHost() (addrs, sizes []uint64) {
+// has seen (the leak-kind scan at exit reads them: with rotating logs, no
+// one file holds the whole run).
+func (r *Rotator) LiveHost() (blocks []LiveBlock) {
 	for k, st := range r.live {
 		if k.Sub() != format.FHost {
 			continue
@@ -214,8 +214,11 @@ func (r *Rotator) LiveHost() (addrs, sizes []uint64) {
 		if !ok {
 			continue
 		}
-		addrs = append(addrs, k.Ptr())
-		sizes = append(sizes, rec.B)
+		blocks = append(blocks, LiveBlock{Addr: k.Ptr(), Size: rec.B, N: l.mAt.n})
 	}
-	return addrs, sizes
+	return blocks
 }
+
+// LiveBlock is a host-heap block live: its address and size, and its
+// MALLOC's place among the records the rotator saw.
+type LiveBlock struct{ Addr, Size, N uint64 }

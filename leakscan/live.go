@@ -13,6 +13,7 @@ import (
 type addrLife struct {
 	mallocs, frees uint32
 	lastM          uint64 // the time of its latest MALLOC
+	n              uint64 // that MALLOC's place among the records read
 	size           uint64 // that MALLOC's size
 }
 
@@ -28,6 +29,7 @@ type addrLife struct {
 type Live struct {
 	t         *spool.Tail
 	lives     u64map.Map[addrLife] // by address
+	n         uint64               // MALLOCs read
 	lastEpoch uint64
 	lastTick  uint64
 	haveEpoch bool
@@ -77,9 +79,10 @@ func (l *Live) observe(rec *spool.Rec) {
 		return
 	}
 	a.mallocs++
+	l.n++
 	// A failed realloc's MALLOC brings back the block just freed, at its size.
 	if rec.Flags&format.FUndo == 0 && (a.mallocs == 1 || t >= a.lastM) {
-		a.lastM, a.size = t, rec.B
+		a.lastM, a.size, a.n = t, rec.B, l.n
 	}
 }
 
@@ -88,7 +91,7 @@ func (l *Live) Blocks() []Block {
 	var out []Block
 	l.lives.Each(func(a uint64, b *addrLife) {
 		if b.live() {
-			out = append(out, Block{Addr: a, Size: b.size})
+			out = append(out, Block{Addr: a, Size: b.size, N: b.n})
 		}
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })

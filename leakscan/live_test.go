@@ -32,7 +32,7 @@ func TestLiveFollowsAGrowingSpool(t *testing.T) {
 		spooltest.Chunk(1, host(format.RMalloc, 100, 0xA0, 16), host(format.RMalloc, 200, 0xB0, 32)),
 		spooltest.Chunk(1, host(format.RMalloc, 400, 0xC0, 48), host(format.RFree, 500, 0xB0, 0), host(format.RMalloc, 600, 0xB0, 64)),
 	}
-	want := []Block{{Addr: 0xB0, Size: 64}, {Addr: 0xC0, Size: 48}}
+	want := []Block{{Addr: 0xB0, Size: 64, N: 4}, {Addr: 0xC0, Size: 48, N: 3}} // N: the MALLOCs read, in order
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)

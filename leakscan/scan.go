@@ -50,6 +50,10 @@ type Block struct {
 	// Addr+Usable-8 is glibc's next chunk's header: its bins and top
 	// point there, so such a pointer does not reach this block.
 	Usable uint64
+	// N is its MALLOC's place in the records read (0: unknown): a thread's
+	// come in the order it allocated. Lost blocks lead their cliques in
+	// this order (Classify).
+	N uint64
 }
 
 // Memory reads the scanned process's memory.
@@ -108,8 +112,19 @@ func Classify(blocks []Block, roots []Region, regs []uint64, mem Memory) []Kind 
 		s.drain()
 	}
 	// What is still unreached is lost: each in turn leads a clique of the
-	// unreached blocks it reaches, which are indirectly lost.
+	// unreached blocks it reaches, which are indirectly lost. In the order
+	// they were allocated: valgrind takes them by address, and its
+	// allocator hands out addresses in allocation order (it reuses freed
+	// memory late), where glibc's reuse would make a cycle's later block
+	// the leader.
+	lost := make([]int, 0)
 	for i := range blocks {
+		if s.st[i] == unreached {
+			lost = append(lost, i)
+		}
+	}
+	sort.SliceStable(lost, func(a, b int) bool { return blocks[lost[a]].N < blocks[lost[b]].N })
+	for _, i := range lost {
 		if s.st[i] != unreached {
 			continue
 		}

@@ -59,6 +59,22 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// A lost cycle's leader is the block allocated first, as valgrind's
+// (its addresses follow allocation order), though glibc put it higher.
+func TestCliqueLeaderByAllocation(t *testing.T) {
+	mem := fakeMem{}
+	blocks := []Block{
+		{Addr: 0x1000, Size: 72, N: 2}, // b: reuses a freed block's chunk, below a
+		{Addr: 0x2000, Size: 48, N: 1}, // a: allocated first
+	}
+	mem.words(0x1000, 72, 0x2000)
+	mem.words(0x2000, 48, 0x1000)
+	got := Classify(blocks, nil, nil, mem)
+	if want := []Kind{IndirectlyLost, DefinitelyLost}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kinds %v, want %v", got, want)
+	}
+}
+
 func TestAddrLife(t *testing.T) {
 	for _, c := range []struct {
 		l    addrLife

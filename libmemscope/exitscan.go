@@ -61,9 +61,8 @@ func scanLeaks(sp uint64) error {
 	if eng.rot != nil {
 		// Rotating logs: the rotator knows the live blocks (the oldest
 		// logs are gone).
-		addrs, sizes := eng.rot.LiveHost()
-		for i := range addrs {
-			blocks = append(blocks, leakscan.Block{Addr: addrs[i], Size: sizes[i]})
+		for _, b := range eng.rot.LiveHost() {
+			blocks = append(blocks, leakscan.Block{Addr: b.Addr, Size: b.Size, N: b.N})
 		}
 		sort.Slice(blocks, func(i, j int) bool { return blocks[i].Addr < blocks[j].Addr })
 	} else {

@@ -105,7 +105,7 @@ func msmemscopeLeaks(t *testing.T, bin string, opts ...string) (kindTotals, []le
 // caller's callee-saved registers are roots).
 func TestLeakKindsVsValgrind(t *testing.T) {
 	needBuild(t)
-	for _, prog := range []string{"lk_cycle.c", "lk_tree.c", "lk_globals.c", "lk_stack.c", "lk_hidden.c", "lk_cxx.cpp", "lk_threads.c", "lk_dlerror.c"} {
+	for _, prog := range []string{"lk_cycle.c", "lk_tree.c", "lk_globals.c", "lk_stack.c", "lk_hidden.c", "lk_cxx.cpp", "lk_threads.c", "lk_dlerror.c", "lk_reuse.c"} {
 		for _, opt := range []string{"O0", "O2"} {
 			t.Run(prog+"/"+opt, func(t *testing.T) {
 				// -fno-builtin-malloc: -O2 would drop allocations it sees unused
