@@ -17,6 +17,7 @@
 // one signature, and a slot is taken by the first real function seen; a
 // third variant is passed through unwrapped rather than called wrongly.
 #include "internal.h"
+#include "pystack.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -605,6 +606,29 @@ static int is_libcuda(void *h) {
 	return 1;
 }
 
+// The allocator functions msmemscope interposes. A program that asks libc's
+// own handle for one (Python's ctypes.CDLL("libc.so.6").malloc) gets this
+// library's, as it does by name: else its blocks would go unrecorded.
+static const char *const alloc_names[] = {"malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",
+                                          "aligned_alloc", "memalign", "valloc", "pvalloc", "mmap", "mmap64", "munmap"};
+
+static __thread int picking __attribute__((tls_model("initial-exec"))); // ms_interposed asks dlsym itself, once
+
+static void *alloc_pick(void *h, const char *name) {
+	size_t i = 0, n = sizeof alloc_names / sizeof alloc_names[0];
+	while (i < n && strcmp(name, alloc_names[i])) i++;
+	if (i == n || picking) return NULL;
+	picking = 1;
+	void *f = NULL;
+	if (ms_interposed()) {
+		f = dlsym_real(h, name);
+		// Only libc's: another allocator's (a handle to jemalloc) is its own.
+		f = f && f == dlsym_real(RTLD_NEXT, name) ? dlsym_real(RTLD_DEFAULT, name) : NULL;
+	}
+	picking = 0;
+	return f;
+}
+
 HIDDEN void *ms_dlsym_pick(void *h, const char *name) {
 	if (!ms_dlsym_next) {
 		own_up();
@@ -612,7 +636,8 @@ HIDDEN void *ms_dlsym_pick(void *h, const char *name) {
 		own_down();
 		ms_dlsym_next = (void *)real_dlsym;
 	}
-	if (!name || name[0] != 'c' || name[1] != 'u' || h == RTLD_DEFAULT || h == RTLD_NEXT) return NULL;
+	if (!name || h == RTLD_DEFAULT || h == RTLD_NEXT) return NULL;
+	if (name[0] != 'c' || name[1] != 'u') return name[0] == 'c' || name[0] == 'f' || name[0] == 'm' || name[0] == 'r' || name[0] == 'p' || name[0] == 'a' || name[0] == 'v' ? alloc_pick(h, name) : NULL;
 	const entry *e = by_name(name);
 	if (!e || !is_libcuda(h)) return NULL;
 	return wrap_real(e, dlsym_real(h, name));

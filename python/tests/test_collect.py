@@ -261,3 +261,24 @@ def test_standalone_stop_with_rotating_logs(tmp_path):
     kinds = [(r["Event Type"], r["Name"]) for r in run.rows(p2)]
     assert kinds == [("START", "N/A"), ("Mark", "one"), ("STOP", "N/A"),
                      ("START", "N/A"), ("Mark", "two"), ("STOP", "N/A")], kinds
+
+
+CTYPES_LIBC = """
+import ctypes
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+keep = libc.malloc(123457)
+gone = libc.malloc(234567)
+libc.free(gone)
+"""
+
+
+def test_libc_functions_taken_from_its_handle(tmp_path):
+    # ctypes.CDLL("libc.so.6").malloc is dlsym on libc's own handle, which
+    # bypasses a preloaded library: msmemscope hands out its own functions
+    # there too, so the blocks are recorded (and their FREE pairs).
+    run = run_traced(tmp_path, CTYPES_LIBC).check()
+    rows = run.rows()
+    sizes = [(r["Event"], attr(r)["size"]) for r in rows if r["Event"] in ("MALLOC", "FREE") and attr(r).get("size") in ("123457", "234567")]
+    assert sorted(sizes) == [("FREE", "234567"), ("MALLOC", "123457"), ("MALLOC", "234567")], sizes
