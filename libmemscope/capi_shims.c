@@ -55,6 +55,10 @@ void mstxRangeEnd(uint64_t id) { api_event(R_REND, 0, id, NULL); }
 // PyTorch events (R_OP_START..R_TAG) from the Python package: text payload.
 int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint32_t len) {
 	if (kind < R_OP_START || kind > R_TAG || in_child()) return -1;
+	// Operator launches and watch results while collection is off (the
+	// hooks stay installed between stop() and start()) make no rows.
+	if ((kind == R_OP_START || kind == R_OP_END || kind == R_WATCH) && !atomic_load_explicit(&ms_collecting, memory_order_relaxed))
+		return 0;
 	ready();
 	guard_up();
 	emit(kind, payload ? F_TEXT : 0, stamp_after(), a, len, payload, payload ? len : 0);

@@ -259,3 +259,25 @@ def test_hooks_record_nothing_of_their_own(tmp_path_factory):
     assert n > 100 and h_off > 0
     print("HOST rows after the first step: hooks on %d, off %d: %+d for %d launches (%.1f a launch)" % (
         h_on, h_off, h_on - h_off, n, (h_on - h_off) / n))
+
+
+BEFORE_START = """
+import torch, msmemscope
+msmemscope.config(collect_mode="deferred")
+a = torch.ones(4)          # before start(): the hooks are in, collection is off
+msmemscope.start()
+c = a + 1
+msmemscope.stop()
+d = a * 3
+"""
+
+
+def test_no_launch_rows_while_collection_is_off(tmp_path, torch_available):
+    run = run_traced(tmp_path, BEFORE_START, "--events=alloc,free,launch", timeout=TIMEOUT).check()
+    on, ops = False, []
+    for r in run.rows():
+        if r["Event"] == "SYSTEM" and r["Event Type"] in ("START", "STOP"):
+            on = r["Event Type"] == "START"
+        elif r["Event"] == "OP_LAUNCH":
+            ops.append((on, r["Event Type"], r["Name"]))
+    assert ops == [(True, "ATEN_START", "aten::add"), (True, "ATEN_END", "aten::add")], ops
