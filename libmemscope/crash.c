@@ -1,5 +1,6 @@
-// Crash signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT): everything the
-// program recorded before one is in the capture (DESIGN rule 10). Handlers
+// Crash signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT), and the signals
+// that end a program (SIGTERM, SIGINT, SIGHUP): everything the program
+// recorded before one is in the capture (DESIGN rule 10). Handlers
 // installed at init, on an alternate stack of each recording thread (a stack
 // overflow too), move every ring to the spool and chain to the program's
 // handler, or restore the default action and raise the signal again, so that
@@ -28,6 +29,12 @@ extern __sighandler_t bsd_signal(int, __sighandler_t);
 
 static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 #define NCRASH (int)(sizeof crash_sigs / sizeof crash_sigs[0])
+// Signals that end a program by default (the CLI forwards them): drained
+// the same way, unless the program ignores them (then ours is not there:
+// an ignored signal stays ignored across exec).
+static const int end_sigs[] = {SIGTERM, SIGINT, SIGHUP};
+#define NEND (int)(sizeof end_sigs / sizeof end_sigs[0])
+static int ending(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGHUP; }
 
 // For each crash signal: ours is installed, and the program's handler as the
 // program believes it to be (the one before ours, or what its sigaction and
@@ -65,8 +72,10 @@ static void crash_handler(int sig, siginfo_t *si, void *uc);
 HIDDEN void crash_install(void) {
 	const char *off = getenv("MSMEMSCOPE_CRASH"); // "0": no crash handlers
 	if (off && off[0] == '0') return;
-	for (int i = 0; i < NCRASH; i++) {
-		int sig = crash_sigs[i];
+	for (int i = 0; i < NCRASH + NEND; i++) {
+		int sig = i < NCRASH ? crash_sigs[i] : end_sigs[i - NCRASH];
+		struct sigaction cur;
+		if (i >= NCRASH && (__sigaction(sig, NULL, &cur) || cur.sa_handler == SIG_IGN)) continue;
 		struct sigaction sa;
 		memset(&sa, 0, sizeof sa);
 		sa.sa_sigaction = crash_handler;
@@ -235,12 +244,16 @@ static void crash_handler(int sig, siginfo_t *si, void *uc) {
 	// A fault inside msmemscope (the guard is up: its own code, this
 	// handler's drain included, or one of its threads) must not recurse:
 	// the default action. A signal sent to one of its threads is drained.
-	if (guard && !(guard >= INTERNAL_GUARD && sent)) {
+	// An ending signal is no fault: inside a hook on the program's thread
+	// (a record half written) it is not drained, and goes on as it would.
+	int end = ending(sig);
+	if (guard && !end && !(guard >= INTERNAL_GUARD && sent)) {
 		die_default(sig);
 		errno = saved;
 		return;
 	}
-	if (atomic_load_explicit(&ms_state, memory_order_acquire) == 2 && !in_child()) {
+	if (atomic_load_explicit(&ms_state, memory_order_acquire) == 2 && !in_child() &&
+	    !(end && guard && guard < INTERNAL_GUARD)) {
 		guard_up();
 		crash_drain(sig, si, !has_prog);
 		guard_down();
@@ -283,9 +296,23 @@ static void prog_swap(int sig, const struct sigaction *act, struct sigaction *ol
 	if (old) *old = was;
 }
 
+// The program ignores an ending signal: for real (ours goes), so that it
+// stays ignored across exec, as the program means.
+static int ignore_ending(int sig, const struct sigaction *act, struct sigaction *old) {
+	prog_lock();
+	struct sigaction was = prog[sig];
+	atomic_store(&ours[sig], 0);
+	prog_unlock();
+	int r = __sigaction(sig, act, NULL);
+	if (old) *old = was;
+	return r;
+}
+
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
 	// This library's own calls (the Go runtime's, through cgo) are real.
 	if (!kept(sig) || in_self((uintptr_t)__builtin_return_address(0))) return __sigaction(sig, act, old);
+	if (ending(sig) && act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_IGN)
+		return ignore_ending(sig, act, old);
 	prog_swap(sig, act, old);
 	return 0;
 }
@@ -304,6 +331,10 @@ __sighandler_t signal(int sig, __sighandler_t h) {
 	sigemptyset(&sa.sa_mask);
 	sigaddset(&sa.sa_mask, sig);
 	sa.sa_flags = SA_RESTART;
+	if (ending(sig) && h == SIG_IGN) {
+		if (ignore_ending(sig, &sa, &old)) return SIG_ERR;
+		return old.sa_handler;
+	}
 	prog_swap(sig, &sa, &old);
 	return old.sa_handler;
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"msmemscope/config"
 )
@@ -114,6 +115,7 @@ const (
 	EndedExit   = "exit"   // normally: exit or return from main (end.json)
 	EndedCrash  = "crash"  // of a crash signal, after the final drain (crash.json)
 	EndedQuick  = "_exit"  // by _exit or _Exit (Python's os._exit), after the final drain (crash.json, signal 0)
+	EndedSignal = "signal" // by SIGTERM, SIGINT or SIGHUP's default action, after the final drain (crash.json)
 	EndedExec   = "exec"   // it exec'd another program (whose image has a capture of its own)
 	EndedKilled = "killed" // otherwise (SIGKILL, say): the spool ends at the drain's last pass
 )
@@ -125,6 +127,8 @@ func Ended(end *EndMeta, crash *CrashMeta) string {
 		return EndedExit // a program's own crash handler may exit after ours drained
 	case crash != nil && crash.Signal == 0:
 		return EndedQuick
+	case crash != nil && (crash.Signal == int(syscall.SIGTERM) || crash.Signal == int(syscall.SIGINT) || crash.Signal == int(syscall.SIGHUP)):
+		return EndedSignal
 	case crash != nil:
 		return EndedCrash
 	}

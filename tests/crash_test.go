@@ -148,6 +148,63 @@ func TestQuickExit(t *testing.T) {
 	})
 }
 
+// TestEndingSignals: SIGTERM, SIGINT and SIGHUP raised right after the
+// program allocated, with no handler of its own: it dies of the signal
+// (the CLI exits 128+N) and the capture holds every MALLOC (msmemscope's
+// handler drained first; "ended": "signal"). Ignored, the signal is
+// ignored: set by the program, or inherited (then msmemscope installs no
+// handler, so that it stays ignored across exec). Python's SIGINT still
+// raises KeyboardInterrupt, and its exit by SIGINT keeps the capture.
+func TestEndingSignals(t *testing.T) {
+	bin := compile(t, "crash.c", "")
+	for _, c := range []struct {
+		mode string
+		sig  syscall.Signal
+	}{{"sigterm", syscall.SIGTERM}, {"sigint", syscall.SIGINT}, {"sighup", syscall.SIGHUP}} {
+		t.Run(c.mode, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			r := runCLI(t, 60*time.Second, "", "--output="+out, bin, c.mode)
+			if r.Code != 128+int(c.sig) || !strings.Contains(r.Stderr, "completed in msmemscope's handler") {
+				t.Fatalf("msmemscope: exit %d, want %d, and the line that the capture was completed\n%s", r.Code, 128+int(c.sig), r.Stderr)
+			}
+			mp := readManifest(t, out).main(t)
+			if cfg := readConfig(t, mp.Folder); cfg.Ended != spool.EndedSignal || cfg.Crash == nil || cfg.Crash.Signal != int(c.sig) || !cfg.Crash.Drained {
+				t.Errorf("config.json: ended %q, crash %+v; want %q, signal %d, drained", cfg.Ended, cfg.Crash, spool.EndedSignal, int(c.sig))
+			}
+			crashBlocks(t, mp.Dump)
+		})
+	}
+	t.Run("ignored", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runCLI(t, 60*time.Second, "", "--output="+out, bin, "ignterm")
+		if r.Code != 0 {
+			t.Fatalf("msmemscope: exit %d, want 0 (SIGTERM ignored)\n%s", r.Code, r.Stderr)
+		}
+		r = runCLI(t, 60*time.Second, "", "--output="+filepath.Join(t.TempDir(), "out2"), "sh", "-c", "trap '' HUP; exec "+bin+" sighup")
+		if r.Code != 128+int(syscall.SIGSEGV) {
+			t.Fatalf("msmemscope: exit %d, want 139 (SIGHUP ignored from the start: the program goes on to its SIGSEGV)\n%s", r.Code, r.Stderr)
+		}
+	})
+	t.Run("python", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runCLI(t, 60*time.Second, "", "--output="+out, pythonPath(t), "-c",
+			"import os, signal, time\nx = [bytearray(777777) for i in range(3)]\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)")
+		if r.Code != 128+int(syscall.SIGINT) || !strings.Contains(r.Stderr, "KeyboardInterrupt") {
+			t.Fatalf("msmemscope: exit %d, want 130 after Python's KeyboardInterrupt\n%s", r.Code, r.Stderr)
+		}
+		mp := readManifest(t, out).main(t)
+		n := 0
+		scanDump(t, mp.Dump, true, func(e *trace.Event) {
+			if e.Kind == trace.KindMalloc && e.Type == trace.TypeHost && e.Size == 777778 {
+				n++
+			}
+		})
+		if n != 3 {
+			t.Errorf("%d MALLOCs of 777,778 bytes in the dump, want 3", n)
+		}
+	})
+}
+
 // TestCrashPythonFaulthandler: Python's faulthandler installs its SIGSEGV
 // handler with sigaction after msmemscope's; on a crash it still prints the
 // Python traceback, restores the previous handler and raises the signal

@@ -202,6 +202,8 @@ func offline(inv *cli.Invocation) int {
 		}
 		state := "complete"
 		switch {
+		case res.Crash != nil && !res.Complete && res.Ended == spool.EndedSignal:
+			state = fmt.Sprintf("incomplete: the process was ended by signal %d; every event recorded before it is in", res.Crash.Signal)
 		case res.Crash != nil && !res.Complete:
 			state = fmt.Sprintf("incomplete: the process crashed with signal %d; every event recorded before the crash is in", res.Crash.Signal)
 		case !res.Complete:

@@ -225,6 +225,8 @@ func howEnded(sig syscall.Signal, man *spool.Manifest) string {
 		return "the program crashed with " + what + "; its capture was completed in msmemscope's crash handler and holds every event recorded before the crash"
 	case spool.EndedExit:
 		return "the program was ended by " + what + " after its own exit path had completed the capture"
+	case spool.EndedSignal:
+		return "the program was ended by " + what + "; its capture was completed in msmemscope's handler and holds every event recorded before it"
 	}
 	if crashSignal(sig) {
 		return "the program crashed with " + what + ", and its capture could not be completed (the handler was replaced, or the crash came inside msmemscope): it holds the events up to the drain's last pass (at most ~100 ms before the crash)"

@@ -11,6 +11,8 @@
  *   _exit  _exit(7) (no exit handlers: msmemscope's final drain is in it)
  *   _Exit  _Exit(7)
  *   term   a SIGTERM handler that calls _exit(7), then raise(SIGTERM)
+ *   sigterm, sigint, sighup  raise that signal (its default action ends the process)
+ *   ignterm  SIGTERM ignored (signal), raised, then exit(0)
  * argv[2], if given: that many malloc(4093)/free pairs first (a busy drain).
  * No stdio before the crash. */
 #include <signal.h>
@@ -76,6 +78,14 @@ int main(int argc, char **argv) {
 	if (!strcmp(mode, "_exit")) _exit(7);
 	if (!strcmp(mode, "_Exit")) _Exit(7);
 	if (!strcmp(mode, "term")) raise(SIGTERM);
+	if (!strcmp(mode, "sigterm")) raise(SIGTERM);
+	if (!strcmp(mode, "sigint")) raise(SIGINT);
+	if (!strcmp(mode, "sighup")) raise(SIGHUP);
+	if (!strcmp(mode, "ignterm")) {
+		if (signal(SIGTERM, SIG_IGN) == SIG_ERR) return 5;
+		raise(SIGTERM);
+		exit(0);
+	}
 	raise(SIGSEGV);
 	return 6;
 }
