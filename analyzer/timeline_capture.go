@@ -216,7 +216,10 @@ func parseLog(path string, step uint64) logSpan {
 		span.lastNs = ns
 		k := uint64(spool.KeyOf(r))
 		if r.Kind == format.RMalloc {
-			if r.Flags&format.FUndo != 0 {
+			// A failed realloc's block lives on; msmemscope's own blocks and
+			// those allocated while collection was off make no row (their
+			// FREEs find nothing here either).
+			if r.Flags&(format.FUndo|format.FOwn|format.FOff) != 0 {
 				continue
 			}
 			if old, ok := live.Get(k); ok {

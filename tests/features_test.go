@@ -475,3 +475,32 @@ func TestAnalysesOnEveryInput(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineOfRotatedLogs: the peak the timeline finds in rotated logs is
+// the one it finds in a full capture of the same program (msmemscope's own
+// blocks, which the logs keep for pairing, made the logs' peak 5.6 KiB
+// higher).
+func TestTimelineOfRotatedLogs(t *testing.T) {
+	bin := compile(t, filepath.Join(repoRoot, "examples", "leak_demo.c"), "", linkMemscope()...)
+	peak := func(mode string) uint64 {
+		out := filepath.Join(t.TempDir(), "out")
+		mustRun(t, 0, out, "--log-mode="+mode, bin)
+		tl := mustRun(t, 0, filepath.Join(t.TempDir(), "o"), "--timeline", "--input="+readManifest(t, out).main(t).Folder)
+		peaks, _, _ := strings.Cut(tl.Stdout, "\n\n")
+		var top uint64
+		for _, l := range strings.Split(peaks, "\n")[1:] {
+			f := strings.Fields(l)
+			if len(f) == 2 {
+				v, _ := strconv.ParseUint(f[1], 10, 64)
+				top = max(top, v)
+			}
+		}
+		if top == 0 {
+			t.Fatalf("--log-mode=%s: no peak in\n%s", mode, tl.Stdout)
+		}
+		return top
+	}
+	if full, rot := peak("full"), peak("rotate"); full != rot {
+		t.Errorf("timeline peak: %d B from rotated logs, %d B from a full capture", rot, full)
+	}
+}
