@@ -126,6 +126,7 @@ func (r *Rotator) observe(b []byte) error {
 				continue // not an event
 			}
 			r.Events++
+			lf.events++
 			switch rec.Kind {
 			case format.RMalloc, format.RFree:
 				free := rec.Kind == format.RFree

@@ -26,11 +26,12 @@ import (
 
 // Process is a capture being recorded by this process.
 type Process struct {
-	Dir       string
-	meta      spool.ProcessMeta
-	spool     *os.File // kept open to the very end: the C side writes to its fd
-	drainErrs atomic.Uint64
-	rotLate   uint64
+	Dir        string
+	meta       spool.ProcessMeta
+	spool      *os.File // kept open to the very end: the C side writes to its fd
+	drainErrs  atomic.Uint64
+	rotLate    uint64
+	rotDeleted uint64
 	// firstOutput is the output folder the capture began in: the CLI looks
 	// for it there (Move leaves a note).
 	firstOutput string
@@ -121,6 +122,9 @@ func (p *Process) NoteDrainErrors(n uint64) { p.drainErrs.Add(n) }
 // NoteRotateLate records the rotator's late records (Rotator.Late).
 func (p *Process) NoteRotateLate(n uint64) { p.rotLate = n }
 
+// NoteRotateDeleted records the events the deleted logs held (Rotator.Deleted).
+func (p *Process) NoteRotateDeleted(n uint64) { p.rotDeleted = n }
+
 // Move moves the capture folder, whole, into the output folder output (a
 // program's config(output=...) after the capture began). The spool's
 // descriptor and every file already open stay valid: the folder is renamed,
@@ -162,6 +166,6 @@ func (p *Process) Move(output string) (string, error) {
 func (p *Process) End(lost, forks uint64) {
 	copyMaps(filepath.Join(p.Dir, spool.SpoolDir, spool.MapsEnd))
 	_ = safefs.WriteJSON(filepath.Join(p.Dir, spool.SpoolDir, spool.EndFile), spool.EndMeta{
-		EndMonoNs: MonoNs(), Lost: lost, Forks: forks, DrainErrors: p.drainErrs.Load(), RotateLate: p.rotLate,
+		EndMonoNs: MonoNs(), Lost: lost, Forks: forks, DrainErrors: p.drainErrs.Load(), RotateLate: p.rotLate, RotateDeleted: p.rotDeleted,
 	})
 }

@@ -46,6 +46,7 @@ type logFile struct {
 	bytes   int64          // written so far
 	pending int64          // a batch in flight: its estimated compressed size
 	seen    map[int32]bool // threads whose epoch this log has stated
+	events  uint64         // events first written here (Rotator.Events' share)
 }
 
 // size is the log's bytes, a batch in flight included (estimated).
@@ -97,8 +98,11 @@ type Rotator struct {
 	outCur    logOut
 	outOld    logOut
 	// Totals for reports and tests. Late: MALLOCs and FREEs that came after
-	// their log's cut had settled (liveset.go).
-	Events, RawBytes, Written, Late uint64
+	// their log's cut had settled (liveset.go). Deleted: the events the
+	// logs deleted so far held (a block of theirs still live is repeated
+	// in the logs kept, as an inherited MALLOC).
+	Events, RawBytes, Written, Late, Deleted uint64
+	logEvents                                map[int]uint64 // by closed log kept: its events
 }
 
 // NewRotator starts the first log in the spool folder dir.
@@ -114,7 +118,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 	}
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
 		live: map[spool.BlockKey]*addrState{}, dec: map[int32]*spool.RecDecoder{},
-		ahead: map[int][]byte{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
+		ahead: map[int][]byte{}, logEvents: map[int]uint64{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
 	lf, err := r.open(0)
 	r.cur = lf
 	return r, err
@@ -148,6 +152,9 @@ func (r *Rotator) open(start uint64) (*logFile, error) {
 	for len(r.files) > r.maxFiles {
 		os.Remove(r.files[0])
 		r.files = r.files[1:]
+		gone := r.seq - len(r.files) // its seq
+		r.Deleted += r.logEvents[gone]
+		delete(r.logEvents, gone)
 	}
 	var pro bytes.Buffer
 	_ = spool.WriteHeader(&pro, r.pid)
@@ -349,8 +356,19 @@ func (r *Rotator) settleCut() error {
 	if cerr := r.old.f.Close(); err == nil {
 		err = cerr
 	}
+	r.closed(r.old)
 	r.old = nil
 	return err
+}
+
+// closed notes how many events a log that is done holds, for when it is
+// deleted (at once if it was already: one log kept).
+func (r *Rotator) closed(lf *logFile) {
+	if r.pathOf(lf.seq) == "" {
+		r.Deleted += lf.events
+		return
+	}
+	r.logEvents[lf.seq] = lf.events
 }
 
 // pathOf is the path of log seq, "" once deleted.

@@ -55,6 +55,7 @@ type Result struct {
 	Unwritten map[string]uint64 // events that made no row, by reason
 	Order     spool.OrderStats
 	Late      uint64 // rotating logs: records that reached the rotator after their log's cut settled
+	Deleted   uint64 // rotating logs: the events the logs deleted held
 	Complete  bool   // the image ended normally (not killed)
 	Ended     string // how: spool.EndedExit, EndedQuick, EndedCrash, EndedExec or EndedKilled
 	Crash     *spool.CrashMeta
@@ -94,7 +95,10 @@ type ConfigJSON struct {
 	Order spool.OrderStats `json:"order"`
 	// Rotating logs: MALLOCs and FREEs that came after their log's cut had
 	// settled; a log read alone may be inexact about their blocks.
-	RotateLate             uint64           `json:"rotate_late,omitempty"`
+	RotateLate uint64 `json:"rotate_late,omitempty"`
+	// Rotating logs: the events the logs deleted during the run held (not
+	// in events_recorded, which counts what the logs kept hold).
+	EventsInDeletedLogs    uint64           `json:"events_in_deleted_logs,omitempty"`
 	ForkedChildrenUntraced int              `json:"forked_children_untraced"`
 	Complete               bool             `json:"complete"`
 	Ended                  string           `json:"ended"` // exit, crash (the final drain ran in a crash handler), exec or killed
@@ -261,7 +265,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	res.Lost = dec.Lost()
 	if end != nil {
-		res.Late = end.RotateLate
+		res.Late, res.Deleted = end.RotateLate, end.RotateDeleted
 	}
 	if end != nil && end.Lost > res.Lost {
 		res.Lost = end.Lost
@@ -287,6 +291,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		EventsRecorded: res.Events, EventsWritten: res.Rows, EventsLost: res.Lost, EventsNotWritten: res.Unwritten,
 		Order:                  res.Order,
 		RotateLate:             res.Late,
+		EventsInDeletedLogs:    res.Deleted,
 		ForkedChildrenUntraced: res.Untraced, Complete: res.Complete, Ended: res.Ended, Crash: res.Crash, Exec: res.Exec, SpoolBytes: sp.Bytes,
 	}
 	cpath := filepath.Join(dir, spool.ConfigFile)

@@ -232,6 +232,7 @@ func msGoAtExit() {
 		eng.rot.Close()
 		debug.SetGCPercent(eng.gcPercent) // the analyses at exit as any conversion
 		eng.proc.NoteRotateLate(eng.rot.Late)
+		eng.proc.NoteRotateDeleted(eng.rot.Deleted)
 		C.ms_drain() // what raced with the above: late events, in full
 	} else {
 		C.ms_finish()

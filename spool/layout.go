@@ -65,6 +65,8 @@ type EndMeta struct {
 	// Rotating logs: MALLOCs and FREEs that reached the rotator after
 	// their log's cut had settled (see README, rotating logs).
 	RotateLate uint64 `json:"rotate_late,omitempty"`
+	// Rotating logs: the events the logs deleted held.
+	RotateDeleted uint64 `json:"rotate_deleted,omitempty"`
 }
 
 // ReadMeta reads a capture folder's process.json.

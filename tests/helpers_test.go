@@ -384,7 +384,8 @@ type configJSON struct {
 		LostFrees      uint64 `json:"lost_frees"`
 		AmbiguousOrder uint64 `json:"ambiguous_order"`
 	} `json:"order"`
-	RotateLate uint64 `json:"rotate_late"`
+	RotateLate          uint64 `json:"rotate_late"`
+	EventsInDeletedLogs uint64 `json:"events_in_deleted_logs"`
 }
 
 func readConfig(t *testing.T, folder string) *configJSON {

@@ -30,6 +30,9 @@ func TestRotateWholeExact(t *testing.T) {
 	if kept := c.EventsNotWritten[spool.NotWrittenInLogs]; kept == 0 || c.EventsWritten != 0 || !strings.Contains(r.Stderr, "--input="+p.Folder) {
 		t.Fatalf("config.json: %d rows kept in the logs, %d written; stderr:\n%s", kept, c.EventsWritten, r.Stderr)
 	}
+	if c.EventsInDeletedLogs != 0 {
+		t.Errorf("config.json: events_in_deleted_logs %d, want 0 (no log was deleted)", c.EventsInDeletedLogs)
+	}
 	orderSettled(t, p.Folder)
 	mustRun(t, 0, filepath.Join(t.TempDir(), "o"), "--input="+p.Folder)
 	dump := dumpOf(t, p.Folder)
@@ -52,8 +55,13 @@ func TestRotateLogsReadAlone(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			mustRun(t, 0, out, "--log-mode=rotate", "--log-files=3", "--log-file-mb="+mb, bin)
 			p := readManifest(t, out).main(t)
-			if c := readConfig(t, p.Folder); c.RotateLate != 0 {
+			c := readConfig(t, p.Folder)
+			if c.RotateLate != 0 {
 				t.Errorf("config.json: rotate_late %d, want 0", c.RotateLate)
+			}
+			// The deleted logs' events are counted (the kept ones' are events_recorded).
+			if c.EventsInDeletedLogs == 0 {
+				t.Errorf("config.json: events_in_deleted_logs 0, but logs were deleted")
 			}
 			orderSettled(t, p.Folder)
 			logs := spool.LogFiles(p.Folder)
