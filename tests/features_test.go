@@ -504,3 +504,17 @@ func TestTimelineOfRotatedLogs(t *testing.T) {
 		t.Errorf("timeline peak: %d B from rotated logs, %d B from a full capture", rot, full)
 	}
 }
+
+// TestChildLeaksSaid: a program run by another traced one (a shell's
+// child) that leaks has its leaks said too, with its name; one that
+// leaks nothing says nothing.
+func TestChildLeaksSaid(t *testing.T) {
+	bin := compile(t, "lk_dlerror.c", "")
+	r := mustRun(t, 0, filepath.Join(t.TempDir(), "out"), "sh", "-c", bin+"; /bin/true; true")
+	if !strings.Contains(r.Stderr, "(lk_dlerror): leaks:") || !strings.Contains(r.Stderr, "definitely lost: 24 B in 1 block") {
+		t.Errorf("no leak summary for the child that leaked:\n%s", r.Stderr)
+	}
+	if strings.Contains(r.Stderr, "(true): leaks:") {
+		t.Errorf("a summary for the child that leaked nothing:\n%s", r.Stderr)
+	}
+}

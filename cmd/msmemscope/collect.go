@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"msmemscope/analyzer"
 	"msmemscope/cmd/msmemscope/cli"
 	"msmemscope/collect"
 	"msmemscope/config"
@@ -98,8 +99,10 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 			mp.Events, mp.Rows, mp.Lost = res.Events, res.Rows, res.Lost
 			reports = append(reports, res.Reports...)
 			mp.Complete, mp.Ended, mp.Exec, mp.ForkedUntraced, mp.Dump = res.Complete, res.Ended, res.Exec, res.Untraced, res.DumpPath
-			if i != lastMain && res.Leaks != nil && len(res.Leaks.StepLeaks) > 0 {
-				fmt.Fprintf(os.Stderr, "msmemscope: process %d: %s", m.Pid, res.Leaks.Summary(3))
+			// Other images (a program run by a shell or a launcher) say
+			// theirs when they leaked: step leaks, or blocks definitely lost.
+			if i != lastMain && res.Leaks != nil && (len(res.Leaks.StepLeaks) > 0 || res.Leaks.ByKind[analyzer.LeakKinds[0]].Blocks > 0) {
+				fmt.Fprintf(os.Stderr, "msmemscope: process %d (%s): %s", m.Pid, m.ProgName(), res.Leaks.Summary(3))
 			}
 			if w := collect.OrderWarning(res); w != "" {
 				logx.Warnf("process %d: %s", m.Pid, w)
