@@ -324,6 +324,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 			fmt.Fprintf(opt.Console, "msmemscope: process %d (%s): export written to %s\n", meta.Pid, meta.ProgName(), p)
 		}
 	}
+	for _, n := range exp.Notes() {
+		logx.WarnTo(opt.Console, "process %d: %s", meta.Pid, n)
+	}
 	if w := DeviceWarning(cfg, res.DeviceSeen, cudaDriverLoaded(dir)); w != "" && cfg.LogLevel != "error" {
 		logx.WarnTo(opt.Console, "process %d: %s", meta.Pid, w)
 	}

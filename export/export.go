@@ -29,6 +29,24 @@ type Writer interface {
 	Encode(w io.Writer) error
 }
 
+// A Noter says what its file lacks, when it does ("" otherwise): a
+// memory_viz snapshot of a capture with no tensor or device block.
+type Noter interface{ Note() string }
+
+// Notes are the writers' notes.
+func (s *Set) Notes() []string {
+	if s == nil {
+		return nil
+	}
+	var out []string
+	for _, w := range s.ws {
+		if n, ok := w.(Noter); ok && n.Note() != "" {
+			out = append(out, n.Note())
+		}
+	}
+	return out
+}
+
 // New returns the exporter of a format of config.ExportFormats.
 func New(format string) (Writer, error) {
 	switch format {

@@ -98,6 +98,15 @@ func newMemviz() *memvizWriter {
 
 func (m *memvizWriter) Name() (string, string) { return "memory_viz_", ".pickle" }
 
+// Note says that the snapshot is empty (PyTorch's viewer shows tensors and
+// device memory: the host heap has no place there).
+func (m *memvizWriter) Note() string {
+	if m.pushed > 0 {
+		return ""
+	}
+	return "--export=memory_viz: the capture has no tensor (PTA) or device (HAL) block, so its snapshot is empty"
+}
+
 // stackTab holds each distinct stack once, with a count of its holders.
 type stackTab struct {
 	ids  map[string]int32

@@ -353,3 +353,17 @@ print("ok")`
 		t.Fatalf("%v: %s", err, out)
 	}
 }
+
+// A snapshot with nothing in it says so (a C program's host heap has no
+// place in PyTorch's viewer).
+func TestMemvizNoteWhenEmpty(t *testing.T) {
+	m := newMemviz()
+	m.Observe(&trace.Event{Kind: trace.KindMalloc, Type: trace.TypeHost, Device: trace.DeviceHost, AllocID: 1, Size: 64, Ptr: 0x1000, HasPtr: true})
+	if m.Note() == "" {
+		t.Error("no note for a snapshot of host blocks only")
+	}
+	m.Observe(&trace.Event{Kind: trace.KindMalloc, Type: trace.TypePTA, Device: trace.DeviceHost, AllocID: 2, Size: 64, Ptr: 0x2000, HasPtr: true})
+	if n := m.Note(); n != "" {
+		t.Errorf("a note for a snapshot with a tensor block: %q", n)
+	}
+}
