@@ -47,6 +47,9 @@ func Find(path string) (Found, error) {
 		}
 		return f, nil
 	}
+	if err := DamagedMeta(path); err != nil {
+		return Found{}, err
+	}
 	if IsCapture(path) || len(DumpFiles(path)) > 0 {
 		return Found{Capture: path}, nil
 	}
@@ -58,6 +61,21 @@ func Find(path string) (Found, error) {
 		return Found{}, err
 	}
 	return Found{Capture: d}, nil
+}
+
+// DamagedMeta says when dir holds a spool (or rotated logs) whose
+// process.json cannot be read: a capture folder all the same, which must
+// not be taken for a folder of dump files (its analyses would read the old
+// dump, its leak kinds lost, without a word).
+func DamagedMeta(dir string) error {
+	_, serr := os.Stat(filepath.Join(dir, SpoolDir, FileName))
+	if serr != nil && len(LogFiles(dir)) == 0 {
+		return nil
+	}
+	if _, err := ReadMeta(dir); err != nil {
+		return fmt.Errorf("%s: the capture is damaged: %v", dir, err)
+	}
+	return nil
 }
 
 // mainCapture picks the capture of an output folder: the only one (a folder

@@ -72,7 +72,17 @@ func TestDamagedInputsExit2(t *testing.T) {
 	if err := os.WriteFile(log, logData[:len(logData)/2], 0o640); err != nil {
 		t.Fatal(err)
 	}
+	// A capture whose process.json is damaged (its dump is there): said,
+	// not analysed from the dump without its spool's leak kinds.
+	damaged := filepath.Join(tmp, "damaged")
+	mustRun(t, 0, damaged, bin)
+	dmg := readManifest(t, damaged).main(t).Folder
+	if err := os.WriteFile(filepath.Join(dmg, "spool", "process.json"), []byte("garbage{"), 0o640); err != nil {
+		t.Fatal(err)
+	}
 	cases = append(cases,
+		inputCase{"capture with a damaged process.json", []string{"--input=" + dmg}, []string{dmg, "the capture is damaged", "process.json"}},
+		inputCase{"timeline of a capture with a damaged process.json", []string{"--timeline", "--input=" + dmg}, []string{dmg, "damaged"}},
 		inputCase{"rotating capture with a cut log", []string{"--input=" + rot}, []string{log, "cut short"}},
 		inputCase{"timeline of a cut log alone", []string{"--timeline", "--input=" + write("log_000009.zst", logData[:len(logData)-9])}, []string{"log_000009.zst", "cut short"}})
 	for _, c := range cases {

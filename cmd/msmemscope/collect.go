@@ -149,6 +149,12 @@ func offline(inv *cli.Invocation) int {
 	if err != nil {
 		return usage(fmt.Errorf("--input %s: %v", in, err))
 	}
+	if fi.IsDir() {
+		if err := spool.DamagedMeta(in); err != nil {
+			fmt.Fprintf(os.Stderr, "msmemscope: --input %v\n", err)
+			return 2
+		}
+	}
 	if found, err := spool.Find(in); err == nil && found.Capture != "" && (fi.IsDir() || filepath.Base(in) == spool.FileName) {
 		in = found.Capture // a capture's spool/ folder or its spool file: the capture (a rotated log is read alone)
 	} else if !fi.IsDir() {
