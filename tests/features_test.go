@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"msmemscope/analyzer"
 	"msmemscope/trace"
@@ -516,5 +517,28 @@ func TestChildLeaksSaid(t *testing.T) {
 	}
 	if strings.Contains(r.Stderr, "(true): leaks:") {
 		t.Errorf("a summary for the child that leaked nothing:\n%s", r.Stderr)
+	}
+}
+
+// TestLogAloneReportsInItsCapture: a rotated log given alone to --input
+// has its leaks report written into its capture's analysis folder, as a
+// dump file's is, not into the working folder's default output.
+func TestLogAloneReportsInItsCapture(t *testing.T) {
+	bin := compile(t, "single.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "--log-mode=rotate", bin)
+	folder := readManifest(t, out).main(t).Folder
+	log := onlyFile(t, filepath.Join(folder, "spool", "log_*.zst"))
+	cwd := t.TempDir()
+	reports := filepath.Join(folder, "analysis", "leaks_*.csv")
+	before, _ := filepath.Glob(reports) // the run's own, at exit
+	if r := runCLI(t, 60*time.Second, cwd, "--input="+log); r.Code != 0 {
+		t.Fatalf("exit %d\n%s", r.Code, r.Stderr)
+	}
+	if after, _ := filepath.Glob(reports); len(after) != len(before)+1 {
+		t.Errorf("leaks reports in the capture: %v before, %v after", before, after)
+	}
+	if ents, _ := os.ReadDir(cwd); len(ents) != 0 {
+		t.Errorf("the working folder got %v", ents)
 	}
 }

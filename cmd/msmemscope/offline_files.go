@@ -112,10 +112,11 @@ func offlineFile(inv *cli.Invocation, path string) int {
 		format = spool.FormatSpool // a spool or rotated log outside its capture folder
 	}
 	// Reports go to the capture's analysis folder when the file is in a
-	// capture's dump folder, else to --output.
+	// capture's dump or spool folder (a rotated log read alone), else to
+	// --output.
 	outDir := filepath.Join(inv.Config.Output, spool.AnalysisDir)
 	exportDir := filepath.Join(inv.Config.Output, export.Dir)
-	if d := filepath.Dir(path); filepath.Base(d) == spool.DumpDir && !inv.Set["output"] {
+	if d := filepath.Dir(path); (filepath.Base(d) == spool.DumpDir || filepath.Base(d) == spool.SpoolDir) && !inv.Set["output"] {
 		outDir = filepath.Join(filepath.Dir(d), spool.AnalysisDir)
 		exportDir = filepath.Join(filepath.Dir(d), export.Dir)
 	}
