@@ -201,7 +201,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		}
 	}
 
-	if est := uint64(sp.Bytes) * dumpBytesPerSpoolByte; est > 1<<30 && opt.Console != nil && !noDump {
+	if est := dumpEstimate(sp, cfg); est > 1<<30 && opt.Console != nil && !noDump {
 		fmt.Fprintf(opt.Console, "msmemscope: %s: writing a dump of about %s\n", res.DumpPath, safefs.HumanBytes(est))
 	}
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
@@ -384,6 +384,19 @@ type countRows struct{ n uint64 }
 
 func (c *countRows) Write(*trace.Event) error { c.n++; return nil }
 func (c *countRows) Rows() uint64             { return c.n }
+
+// dumpEstimate is a CSV dump's size to expect: without stacks a row is
+// ~140 bytes; with them a row holds its stacks in full, which the spool
+// keeps once, so the spool's size says more.
+func dumpEstimate(sp *spool.Spool, cfg config.Config) uint64 {
+	if cfg.PyStack == 0 && cfg.CStack == 0 {
+		return sp.Records * dumpBytesPerRow
+	}
+	return uint64(sp.Bytes) * dumpBytesPerSpoolByte
+}
+
+// dumpBytesPerRow is a row's size without stacks (a MALLOC: ~135 bytes).
+const dumpBytesPerRow = 140
 
 // dumpBytesPerSpoolByte estimates a CSV dump's size from its spool's: an
 // event takes ~8 bytes in the spool and ~150 as a row.
