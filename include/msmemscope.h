@@ -128,6 +128,9 @@ int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint3
  * allocates meanwhile is tracked (so that its frees pair) but makes no row,
  * no leak and no report entry (the Python package's operator hooks). */
 int msmemscope_own(int on);
+/* 1 in a process forked from the one this library started in (where every
+ * other call is refused), else 0. Safe in a forked child. */
+int msmemscope_in_child(void);
 /* A 64-bit hash of len bytes at data (the watch's); a pure function. */
 uint64_t msmemscope_hash64(const void *data, size_t len);
 

@@ -66,6 +66,8 @@ int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint3
 	return 0;
 }
 
+int msmemscope_in_child(void) { return in_child(); }
+
 int msmemscope_own(int on) {
 	if (in_child()) return -1;
 	ready();

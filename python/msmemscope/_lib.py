@@ -117,6 +117,7 @@ SIGNATURES: Dict[str, Tuple[List[Any], Any]] = {
     "msmemscope_python_package": ([_c.c_char_p], _c.c_int),
     "msmemscope_torch_event": ([_c.c_uint16, _c.c_uint64, _c.c_char_p, _c.c_uint32], _c.c_int),
     "msmemscope_own": ([_c.c_int], _c.c_int),
+    "msmemscope_in_child": ([], _c.c_int),
     "msmemscope_hash64": ([_c.c_void_p, _c.c_size_t], _c.c_uint64),
     "msmemscope_interposed": ([], _c.c_int),
     "msmemscope_standalone": ([], _c.c_int),
@@ -124,7 +125,6 @@ SIGNATURES: Dict[str, Tuple[List[Any], Any]] = {
     "mstxMarkA": ([_c.c_char_p, _c.c_void_p], None),
     "mstxRangeStartA": ([_c.c_char_p, _c.c_void_p], _c.c_uint64),
     "mstxRangeEnd": ([_c.c_uint64], None),
-    "ms_is_child": ([], _c.c_int),  # (internal) a process forked from the one the library started in
     # data calls: a reply
     "msmemscope_config": ([_c.c_char_p], _REPLY),
     "msmemscope_get_config": ([], _REPLY),
@@ -179,7 +179,7 @@ def get() -> ctypes.CDLL:
                     os.environ["MSMEMSCOPE_HOOK"] = old
         _declare(lib)
         _path, _pid = path, os.getpid()
-        if _preloaded and lib.ms_is_child():
+        if _preloaded and lib.msmemscope_in_child():
             # Forked from a traced process before msmemscope was imported:
             # the library refuses every call here, as after a later fork.
             _child = True
@@ -225,10 +225,14 @@ def call(name: str, *args: Any) -> Dict[str, Any]:
     if not p:
         refuse_in_child(name)  # forked while the call was made
         raise MemoryError("msmemscope: %s: out of memory" % name)
+    # Reading the reply is msmemscope's own work (a measurement window
+    # just opened must not count it): tracked, no rows.
+    lib.msmemscope_own(1)
     try:
         reply = json.loads(ctypes.string_at(p).decode("utf-8", "replace"))
     finally:
         lib.msmemscope_free_string(p)
+        lib.msmemscope_own(0)
     if not reply.get("ok"):
         exc = _EXCEPTIONS.get(reply.get("type", ""), RuntimeError)
         raise exc(reply.get("error", "msmemscope: unknown error"))
