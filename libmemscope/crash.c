@@ -106,6 +106,24 @@ HIDDEN void crash_altstack(void) {
 	ms_tls.alt = m;
 }
 
+// exit() called from a signal handler (a program's, which ours calls on
+// this alternate stack) runs the exit's Go work from there: Go moves to its
+// own stacks, and a signal with SA_ONSTACK then (Go's preemption, SIGURG)
+// would be delivered at the top of the alternate stack, over the live
+// frames below. Until that work is done, the asynchronous signals wait (the
+// synchronous faults cannot). Returns whether it blocked them.
+HIDDEN int exit_work_begin(sigset_t *old) {
+	stack_t cur;
+	if (sigaltstack(NULL, &cur) || !(cur.ss_flags & SS_ONSTACK)) return 0;
+	sigset_t all;
+	sigfillset(&all);
+	for (int i = 0; i < NCRASH; i++) sigdelset(&all, crash_sigs[i]);
+	return pthread_sigmask(SIG_BLOCK, &all, old) == 0;
+}
+HIDDEN void exit_work_end(int blocked, const sigset_t *old) {
+	if (blocked) pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 // The thread's end (thr_key_dtor): its stack goes, unless a handler runs on it.
 HIDDEN void crash_altstack_free(void) {
 	char *m = ms_tls.alt;

@@ -136,12 +136,15 @@ static void late_exit(void *arg) {
 	if (in_child() || atomic_load(&ms_state) != 2) return;
 	uintptr_t none = 0;
 	atomic_compare_exchange_strong(&exit_sp, &none, (uintptr_t)__builtin_frame_address(0));
+	sigset_t old;
+	int blocked = exit_work_begin(&old);
 	guard_up();
 	// Another thread's exit() may still be in _dl_fini, before this
 	// library's destructor: the capture is finished here first (once).
 	msGoAtExit();
 	msGoLeakScan(atomic_load(&exit_sp));
 	guard_down();
+	exit_work_end(blocked, &old);
 }
 
 extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);

@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #endif
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -445,6 +446,10 @@ static inline uint32_t site_id(uintptr_t ra) {
 HIDDEN void crash_install(void);       // ms_init: our handlers, the program's kept
 HIDDEN void crash_altstack(void);      // a recording thread's alternate signal stack
 HIDDEN void crash_altstack_free(void); // its end
+// Around the exit's Go work: the asynchronous signals blocked while it runs
+// on the alternate signal stack (exit() from a signal handler).
+HIDDEN int exit_work_begin(sigset_t *old);
+HIDDEN void exit_work_end(int blocked, const sigset_t *old);
 // drain.c: the drain of a crash handler: waits for the drain lock at most
 // wait_ns; -2 when it never came free.
 HIDDEN long ms_drain_crash(uint64_t wait_ns);

@@ -475,7 +475,10 @@ extern void msGoAtExit(void);
 // (frees in other libraries' destructors) go straight to the spool.
 __attribute__((destructor)) static void ms_dtor(void) {
 	if (in_child() || atomic_load(&ms_state) != 2) return;
+	sigset_t old;
+	int blocked = exit_work_begin(&old);
 	guard_up();
 	msGoAtExit(); // waits for the Go runtime's start, then calls ms_finish
 	guard_down();
+	exit_work_end(blocked, &old);
 }

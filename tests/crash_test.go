@@ -174,6 +174,24 @@ func TestEndingSignals(t *testing.T) {
 			crashBlocks(t, mp.Dump)
 		})
 	}
+	// The program's own handler calls exit(): the exit's work runs from the
+	// alternate signal stack ours ran it on (it crashed, 10 runs in 10,
+	// while Go's preemption signals could land there).
+	t.Run("handler_exit", func(t *testing.T) {
+		bin := compile(t, "termexit.c", "")
+		for i := 0; i < 5; i++ {
+			out := filepath.Join(t.TempDir(), "out")
+			r := runCLI(t, 60*time.Second, "", "--output="+out, bin)
+			if r.Code != 3 {
+				t.Fatalf("run %d: msmemscope: exit %d, want 3 (the handler's exit)\n%s", i, r.Code, r.Stderr)
+			}
+			mp := readManifest(t, out).main(t)
+			if cfg := readConfig(t, mp.Folder); cfg.Ended != spool.EndedExit {
+				t.Errorf("config.json: ended %q, want %q", cfg.Ended, spool.EndedExit)
+			}
+			crashBlocks(t, mp.Dump)
+		}
+	})
 	t.Run("ignored", func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "out")
 		r := runCLI(t, 60*time.Second, "", "--output="+out, bin, "ignterm")
