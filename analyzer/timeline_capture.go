@@ -216,17 +216,21 @@ func parseLog(path string, step uint64) logSpan {
 		span.lastNs = ns
 		k := uint64(spool.KeyOf(r))
 		if r.Kind == format.RMalloc {
-			// A failed realloc's block lives on; msmemscope's own blocks and
-			// those allocated while collection was off make no row (their
-			// FREEs find nothing here either).
-			if r.Flags&(format.FUndo|format.FOwn|format.FOff) != 0 {
-				continue
+			if r.Flags&format.FUndo != 0 {
+				continue // a failed realloc: the block freed just before lives on
+			}
+			// msmemscope's own blocks and those allocated while collection
+			// was off make no row: live at size 0, so that their FREEs pair
+			// (the reader orders records by what is live).
+			size := r.B
+			if r.Flags&(format.FOwn|format.FOff) != 0 {
+				size = 0
 			}
 			if old, ok := live.Get(k); ok {
 				total -= old.size // its FREE was never recorded
 			}
-			live.Put(k, liveRec{r.B, r.Tid})
-			total += r.B
+			live.Put(k, liveRec{size, r.Tid})
+			total += size
 		} else if old, ok := live.Take(k); ok {
 			total -= old.size
 		}
