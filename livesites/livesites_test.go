@@ -227,3 +227,17 @@ func TestPeakInTimeOrder(t *testing.T) {
 		t.Errorf("peak %d, live %d in %d blocks, %d orphans; want peak 700, nothing live", tots[0].Peak, tots[0].Live, s.Blocks(), len(s.orphans))
 	}
 }
+
+// A FREE of an address no block holds does not wait for another thread's
+// MALLOC of that address stamped well after it (a new block at a reused
+// address): the threads' records still count in time order, so the two
+// blocks live together make the peak.
+func TestFreeDoesNotWaitForALaterReuse(t *testing.T) {
+	_, tots := follow(t, [][]byte{
+		spooltest.Chunk(1, free(100_000, 0xA0), malloc(200_000, 0xB0, 1000), free(300_000, 0xB0)),
+		spooltest.Chunk(2, malloc(250_000, 0xC0, 1000), free(350_000, 0xC0), malloc(400_000, 0xA0, 16)),
+	})
+	if tots[0].Peak != 2000 || tots[0].Live != 16 {
+		t.Errorf("peak %d, live %d; want 2000, 16", tots[0].Peak, tots[0].Live)
+	}
+}

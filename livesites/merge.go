@@ -2,6 +2,7 @@ package livesites
 
 import (
 	"container/heap"
+	"math"
 
 	"msmemscope/format"
 	"msmemscope/spool"
@@ -20,8 +21,11 @@ import (
 // threads record every one is), so it takes that time. The threads' queues
 // are merged by that time, earliest first (read order on a tie), except
 // that a FREE of an address no block holds waits while another thread
-// still has a MALLOC of that address to count: stamps within a TSC read's
-// jitter can put a FREE of a block handed on at once before its MALLOC.
+// still has a MALLOC of that address to count that may have come before
+// it (stamped before the FREE's latest possible time, with a TSC read's
+// jitter): the FREE of a block handed on at once can read as earlier than
+// its MALLOC. (A MALLOC later than that is a new block at a reused
+// address: the FREE ended an older one.)
 // The rules of apply (stale counts, orphans) still settle what the merge
 // cannot: a record read in a later catch-up.
 
@@ -45,12 +49,11 @@ type item struct {
 	kind itemKind
 }
 
-// threadQ is one thread's records waiting, in program order.
+// threadQ is one thread's records waiting, in program order (their times
+// never decrease).
 type threadQ struct {
 	items []item
 	head  int
-	last  uint64 // the time of its latest record read
-	pos   int    // its index in the merger's heap, -1 when out of it
 }
 
 type tidKey struct {
@@ -60,8 +63,9 @@ type tidKey struct {
 
 // merger holds the records read and not yet counted.
 type merger struct {
-	threads   map[int32]*threadQ
-	n         int // items waiting
+	threads   map[int32]*threadQ // threads with records waiting
+	last      map[int32]uint64   // each thread's latest time (see collect)
+	n         int                // items waiting
 	seq       uint64
 	mallocs   map[spool.BlockKey]int32 // MALLOCs waiting, by address
 	mallocsBy map[tidKey]int32         // the same by thread
@@ -84,11 +88,11 @@ func (s *Set) collect(r *spool.Rec) {
 	}
 	m := &s.merge
 	if m.threads == nil {
-		m.threads, m.mallocs, m.mallocsBy = map[int32]*threadQ{}, map[spool.BlockKey]int32{}, map[tidKey]int32{}
+		m.threads, m.last, m.mallocs, m.mallocsBy = map[int32]*threadQ{}, map[int32]uint64{}, map[spool.BlockKey]int32{}, map[tidKey]int32{}
 	}
 	q := m.threads[r.Tid]
 	if q == nil {
-		q = &threadQ{pos: -1}
+		q = &threadQ{}
 		m.threads[r.Tid] = q
 	}
 	it := item{key: spool.KeyOf(r), ts: r.TS, tid: r.Tid, site: -1, seq: m.seq}
@@ -100,8 +104,8 @@ func (s *Set) collect(r *spool.Rec) {
 			t = e
 		}
 	}
-	q.last = max(q.last, t)
-	it.t = q.last
+	it.t = max(m.last[r.Tid], t)
+	m.last[r.Tid] = it.t
 	switch {
 	case r.Kind == format.RFree:
 		it.kind = itemFree
@@ -173,28 +177,64 @@ func (s *Set) flush(keep int) {
 			waiting = waiting[:0]
 		}
 	}
-	for _, q := range m.threads {
-		q.pos = -1
-	}
-	for _, q := range m.threads {
-		// The rest at the front of its slice; a thread's time is kept for
-		// its next records (epoch-stamped ones happened after it).
+	for tid, q := range m.threads {
+		// The rest at the front of its slice; a thread with none goes.
 		n := copy(q.items, q.items[q.head:])
 		q.items, q.head = q.items[:n], 0
-		if n == 0 && cap(q.items) > 1024 {
-			q.items = nil
+		if n == 0 {
+			delete(m.threads, tid)
+		}
+	}
+	if keep == 0 && len(m.last) > maxThreadTimes {
+		// A thread's time matters to its epoch-stamped records of the same
+		// epoch only (its first in an epoch has a precise stamp): those of
+		// threads quiet for a while go.
+		var newest uint64
+		for _, t := range m.last {
+			newest = max(newest, t)
+		}
+		for tid, t := range m.last {
+			if newest-t > quietTicks {
+				delete(m.last, tid)
+			}
 		}
 	}
 }
 
 // mustWait reports whether FREE it must wait: no block holds its address
-// and another thread still has a MALLOC of it to count.
+// and another thread still has a MALLOC of it to count that may have come
+// first (stamped up to the FREE's latest possible time and the jitter).
 func (m *merger) mustWait(s *Set, it *item) bool {
 	if _, ok := s.blocks[it.key]; ok {
 		return false
 	}
-	return m.mallocs[it.key]-m.mallocsBy[tidKey{it.key, it.tid}] > 0
+	if m.mallocs[it.key]-m.mallocsBy[tidKey{it.key, it.tid}] <= 0 {
+		return false
+	}
+	_, upto := s.span(it.ts)
+	if upto < math.MaxUint64-stampJitter {
+		upto += stampJitter
+	}
+	for tid, q := range m.threads {
+		if tid == it.tid {
+			continue
+		}
+		// Its records' times never decrease: those after upto cannot be.
+		for j := q.head; j < len(q.items) && q.items[j].t <= upto; j++ {
+			if o := &q.items[j]; o.kind == itemMalloc && o.key == it.key {
+				return true
+			}
+		}
+	}
+	return false
 }
+
+// The threads' times kept (merger.last) beyond which those of threads
+// quiet for quietTicks (~1 s at 3 GHz: many drain epochs) are dropped.
+const (
+	maxThreadTimes = 1024
+	quietTicks     = 3_000_000_000
+)
 
 // count counts q's next record.
 func (s *Set) count(q *threadQ) {
@@ -228,19 +268,11 @@ type qheap []*threadQ
 
 func (h qheap) Len() int           { return len(h) }
 func (h qheap) Less(i, j int) bool { return h[i].less(h[j]) }
-func (h qheap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos, h[j].pos = i, j
-}
-func (h *qheap) Push(x any) {
-	q := x.(*threadQ)
-	q.pos = len(*h)
-	*h = append(*h, q)
-}
+func (h qheap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *qheap) Push(x any)        { *h = append(*h, x.(*threadQ)) }
 func (h *qheap) Pop() any {
 	old := *h
 	q := old[len(old)-1]
 	*h = old[:len(old)-1]
-	q.pos = -1
 	return q
 }
