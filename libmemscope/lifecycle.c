@@ -314,10 +314,19 @@ pid_t fork(void) {
 // frees it at the next dl call) with no FREE recorded, and the program's
 // block would read as leaked. (Each wrapper still looks for its own when
 // called before this, from another constructor.)
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execv_fn)(const char *, char *const[]);
+static execve_fn real_execve, real_execvpe;
+static execv_fn real_execv, real_execvp;
+
 static void resolve_reals(void) {
 	if (!real_pthread_exit) real_pthread_exit = (pthread_exit_fn)dlsym(RTLD_NEXT, "pthread_exit");
 	if (!real_pthread_create) real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
 	if (!real_fork) real_fork = (fork_fn)dlsym(RTLD_NEXT, "fork");
+	if (!real_execve) real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
+	if (!real_execv) real_execv = (execv_fn)dlsym(RTLD_NEXT, "execv");
+	if (!real_execvp) real_execvp = (execv_fn)dlsym(RTLD_NEXT, "execvp");
+	if (!real_execvpe) real_execvpe = (execve_fn)dlsym(RTLD_NEXT, "execvpe");
 	dlerror(); // (none failed, normally: nothing is pending; but cleared so)
 }
 
@@ -332,15 +341,11 @@ static void before_exec(const char *path) {
 }
 
 #define REAL(name, type) \
-	static type real_##name; \
 	if (!real_##name) { \
 		guard_up(); \
 		real_##name = (type)dlsym(RTLD_NEXT, #name); \
 		guard_down(); \
 	}
-
-typedef int (*execve_fn)(const char *, char *const[], char *const[]);
-typedef int (*execv_fn)(const char *, char *const[]);
 
 int execve(const char *path, char *const argv[], char *const envp[]) {
 	REAL(execve, execve_fn);
