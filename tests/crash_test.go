@@ -38,6 +38,21 @@ func crashBlocks(t *testing.T, dump string) {
 	}
 }
 
+// pyBlocks checks that a dump holds the three bytearrays of 777,777 bytes
+// (blocks of 777,778) that the Python scripts of these tests make.
+func pyBlocks(t *testing.T, dump string) {
+	t.Helper()
+	n := 0
+	scanDump(t, dump, true, func(e *trace.Event) {
+		if e.Kind == trace.KindMalloc && e.Type == trace.TypeHost && e.Size == 777778 {
+			n++
+		}
+	})
+	if n != 3 {
+		t.Errorf("%d MALLOCs of 777,778 bytes in the dump, want 3", n)
+	}
+}
+
 // TestCrashSignals: a program that allocates five blocks and crashes at
 // once, with no pause (raise(SIGSEGV), a null pointer write, abort(), glibc
 // aborting in free on a double free, a stack overflow). The CLI exits with the program's status, says it crashed, and
@@ -136,15 +151,7 @@ func TestQuickExit(t *testing.T) {
 		r := runCLI(t, 60*time.Second, "", "--output="+out, pythonPath(t), "-c",
 			"import os\nx = [bytearray(777777) for i in range(3)]\nos._exit(7)")
 		mp := check(t, out, r)
-		n := 0
-		scanDump(t, mp.Dump, true, func(e *trace.Event) {
-			if e.Kind == trace.KindMalloc && e.Type == trace.TypeHost && e.Size == 777778 {
-				n++
-			}
-		})
-		if n != 3 {
-			t.Errorf("%d MALLOCs of 777,778 bytes in the dump, want 3", n)
-		}
+		pyBlocks(t, mp.Dump)
 	})
 }
 
@@ -211,15 +218,7 @@ func TestEndingSignals(t *testing.T) {
 			t.Fatalf("msmemscope: exit %d, want 130 after Python's KeyboardInterrupt\n%s", r.Code, r.Stderr)
 		}
 		mp := readManifest(t, out).main(t)
-		n := 0
-		scanDump(t, mp.Dump, true, func(e *trace.Event) {
-			if e.Kind == trace.KindMalloc && e.Type == trace.TypeHost && e.Size == 777778 {
-				n++
-			}
-		})
-		if n != 3 {
-			t.Errorf("%d MALLOCs of 777,778 bytes in the dump, want 3", n)
-		}
+		pyBlocks(t, mp.Dump)
 	})
 }
 
@@ -240,15 +239,7 @@ func TestCrashPythonFaulthandler(t *testing.T) {
 	if cfg := readConfig(t, mp.Folder); cfg.Ended != spool.EndedCrash || cfg.Crash == nil || !cfg.Crash.Drained {
 		t.Errorf("config.json: ended %q, crash %+v; want %q, drained", cfg.Ended, cfg.Crash, spool.EndedCrash)
 	}
-	n := 0
-	scanDump(t, mp.Dump, true, func(e *trace.Event) {
-		if e.Kind == trace.KindMalloc && e.Type == trace.TypeHost && e.Size == 777778 {
-			n++
-		}
-	})
-	if n != 3 {
-		t.Errorf("%d MALLOCs of 777,778 bytes in the dump, want 3", n)
-	}
+	pyBlocks(t, mp.Dump)
 }
 
 // TestSIGKILLBound: progs/steady.c allocating its known sequence every
