@@ -421,6 +421,7 @@ HIDDEN void emit_with_stacks(uint16_t flags, uint64_t ts, uint64_t a, uint64_t b
 HIDDEN void stacks_load(void);   // the unwinder (libunwind), loaded once
 HIDDEN void stacks_modules(void); // notes the modules built without frame pointers
 HIDDEN int in_unwinder(uintptr_t pc); // pc is libunwind's (loaded by stacks_load, for msmemscope alone)
+HIDDEN void stacks_thread_start(void); // a program thread's start: libunwind's thread-local block made, as msmemscope's
 
 // Every MALLOC names its allocation site: the allocator's caller, interned
 // in a lock-free table whose slot is the site's id (stacks.c).

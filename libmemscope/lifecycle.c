@@ -220,6 +220,7 @@ static void *program_start(void *v) {
 	// Below this frame's top lie the thread's own frames: dead once it
 	// ends (the leak scan leaves them out, exitscan.c), this one included.
 	ms_tls.frames_top = (uintptr_t)__builtin_frame_address(0) + 16;
+	stacks_thread_start();
 	void *r;
 	pthread_cleanup_push(prog_end, NULL);
 	r = tr.fn(tr.arg);

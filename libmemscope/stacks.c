@@ -93,6 +93,20 @@ HIDDEN void stacks_load(void) {
 // (its per-thread caches, unmapped as a thread ends) is msmemscope's.
 HIDDEN int in_unwinder(uintptr_t pc) { return pc >= unw_lo && pc < unw_hi; }
 
+// libunwind's thread-local block (it is loaded with dlopen: its TLS is
+// malloc'd on a thread's first use) is made at the thread's start, as
+// msmemscope's own work. Made later, inside msmemscope's first unwind on
+// the thread, its malloc went unrecorded, and glibc's free of it when the
+// thread's stack was reused for another read as a FREE of memory no MALLOC
+// preceded.
+HIDDEN void stacks_thread_start(void) {
+	if (!unw_backtrace_fn || ms_tls.guard) return;
+	void *pc[2];
+	own_up();
+	unw_backtrace_fn(pc, 1);
+	own_down();
+}
+
 // Raw return addresses of the caller, innermost first, msmemscope's and the
 // allocator's own frames removed.
 HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
