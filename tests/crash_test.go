@@ -3,6 +3,7 @@ package tests
 import (
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -208,6 +209,13 @@ func TestEndingSignals(t *testing.T) {
 		r = runCLI(t, 60*time.Second, "", "--output="+filepath.Join(t.TempDir(), "out2"), "sh", "-c", "trap '' HUP; exec "+bin+" sighup")
 		if r.Code != 128+int(syscall.SIGSEGV) {
 			t.Fatalf("msmemscope: exit %d, want 139 (SIGHUP ignored from the start: the program goes on to its SIGSEGV)\n%s", r.Code, r.Stderr)
+		}
+		// The CLI itself started ignoring SIGHUP (nohup): so does the program.
+		cmd := exec.Command("sh", "-c", "trap '' HUP; exec "+cliPath+" --output="+filepath.Join(t.TempDir(), "out3")+" "+bin+" sighup")
+		cmd.Env = cliEnv()
+		said, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGSEGV) {
+			t.Fatalf("nohup msmemscope: exit %d, want 139 (SIGHUP ignored, as the CLI was started)\n%s", code, said)
 		}
 	})
 	t.Run("python", func(t *testing.T) {

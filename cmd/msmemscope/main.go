@@ -170,7 +170,14 @@ func runProgram(inv *cli.Invocation) int {
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	// Forwarded to the program; one the CLI was started ignoring (nohup,
+	// a background job's SIGINT) stays ignored, for the program too: a
+	// handler here would make it the default again in the program.
+	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		if !signal.Ignored(s) {
+			signal.Notify(sigs, s)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		return fail(fmt.Errorf("cannot start %s: %v", inv.Program[0], err))
 	}
