@@ -67,20 +67,27 @@ static void prog_unlock(void) { atomic_store(&prog_mu, 0); }
 
 static void crash_handler(int sig, siginfo_t *si, void *uc);
 
+static _Atomic int handlers_on; // crash_install ran (MSMEMSCOPE_CRASH is not 0)
+
+static void our_action(struct sigaction *sa) {
+	memset(sa, 0, sizeof *sa);
+	sa->sa_sigaction = crash_handler;
+	sa->sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+	sigfillset(&sa->sa_mask);
+}
+
 // Installs ours for each crash signal, keeping the one before (lifecycle.c's
 // ms_init, the first hook call: before the Go runtime and any constructor).
 HIDDEN void crash_install(void) {
 	const char *off = getenv("MSMEMSCOPE_CRASH"); // "0": no crash handlers
 	if (off && off[0] == '0') return;
+	atomic_store(&handlers_on, 1);
 	for (int i = 0; i < NCRASH + NEND; i++) {
 		int sig = i < NCRASH ? crash_sigs[i] : end_sigs[i - NCRASH];
 		struct sigaction cur;
 		if (i >= NCRASH && (__sigaction(sig, NULL, &cur) || cur.sa_handler == SIG_IGN)) continue;
 		struct sigaction sa;
-		memset(&sa, 0, sizeof sa);
-		sa.sa_sigaction = crash_handler;
-		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-		sigfillset(&sa.sa_mask);
+		our_action(&sa);
 		if (__sigaction(sig, &sa, &prog[sig]) == 0) atomic_store(&ours[sig], 1);
 	}
 }
@@ -326,11 +333,30 @@ static int ignore_ending(int sig, const struct sigaction *act, struct sigaction 
 	return r;
 }
 
+// The program sets an ending signal's action (not to ignore it) after
+// ignoring it, or after starting with it ignored: ours goes in front again.
+static int restore_ending(int sig, const struct sigaction *act, struct sigaction *old) {
+	struct sigaction sa, prev;
+	our_action(&sa);
+	if (__sigaction(sig, &sa, &prev)) return -1;
+	prog_lock();
+	prog[sig] = *act;
+	atomic_store(&ours[sig], 1);
+	prog_unlock();
+	if (old) *old = prev;
+	return 0;
+}
+
+static int ignores(const struct sigaction *act) { return !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_IGN; }
+
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
 	// This library's own calls (the Go runtime's, through cgo) are real.
-	if (!kept(sig) || in_self((uintptr_t)__builtin_return_address(0))) return __sigaction(sig, act, old);
-	if (ending(sig) && act && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_IGN)
-		return ignore_ending(sig, act, old);
+	if (in_self((uintptr_t)__builtin_return_address(0))) return __sigaction(sig, act, old);
+	if (!kept(sig)) {
+		if (ending(sig) && act && !ignores(act) && atomic_load(&handlers_on)) return restore_ending(sig, act, old);
+		return __sigaction(sig, act, old);
+	}
+	if (ending(sig) && act && ignores(act)) return ignore_ending(sig, act, old);
 	prog_swap(sig, act, old);
 	return 0;
 }
@@ -338,7 +364,8 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
 // glibc's signal(): BSD semantics (the signal blocked in its handler,
 // system calls restarted).
 __sighandler_t signal(int sig, __sighandler_t h) {
-	if (!kept(sig) || in_self((uintptr_t)__builtin_return_address(0))) return bsd_signal(sig, h);
+	int back = ending(sig) && h != SIG_IGN && h != SIG_ERR && atomic_load(&handlers_on); // ours goes back in front
+	if ((!kept(sig) && !back) || in_self((uintptr_t)__builtin_return_address(0))) return bsd_signal(sig, h);
 	if (h == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;
@@ -349,6 +376,10 @@ __sighandler_t signal(int sig, __sighandler_t h) {
 	sigemptyset(&sa.sa_mask);
 	sigaddset(&sa.sa_mask, sig);
 	sa.sa_flags = SA_RESTART;
+	if (!kept(sig)) {
+		if (restore_ending(sig, &sa, &old)) return SIG_ERR;
+		return old.sa_handler;
+	}
 	if (ending(sig) && h == SIG_IGN) {
 		if (ignore_ending(sig, &sa, &old)) return SIG_ERR;
 		return old.sa_handler;

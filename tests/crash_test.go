@@ -168,7 +168,7 @@ func TestEndingSignals(t *testing.T) {
 	for _, c := range []struct {
 		mode string
 		sig  syscall.Signal
-	}{{"sigterm", syscall.SIGTERM}, {"sigint", syscall.SIGINT}, {"sighup", syscall.SIGHUP}} {
+	}{{"sigterm", syscall.SIGTERM}, {"sigint", syscall.SIGINT}, {"sighup", syscall.SIGHUP}, {"unignterm", syscall.SIGTERM}} {
 		t.Run(c.mode, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			r := runCLI(t, 60*time.Second, "", "--output="+out, bin, c.mode)

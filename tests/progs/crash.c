@@ -13,6 +13,7 @@
  *   term   a SIGTERM handler that calls _exit(7), then raise(SIGTERM)
  *   sigterm, sigint, sighup  raise that signal (its default action ends the process)
  *   ignterm  SIGTERM ignored (signal), raised, then exit(0)
+ *   unignterm  SIGTERM ignored then set to its default again (sigaction), raised
  * argv[2], if given: that many malloc(4093)/free pairs first (a busy drain).
  * No stdio before the crash. */
 #include <signal.h>
@@ -63,6 +64,14 @@ int main(int argc, char **argv) {
 	}
 	if (!strcmp(mode, "signal") && signal(SIGSEGV, on_segv_plain) == SIG_ERR) return 5;
 	if (!strcmp(mode, "term") && signal(SIGTERM, on_term) == SIG_ERR) return 5;
+	if (!strcmp(mode, "unignterm")) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = SIG_IGN;
+		if (sigaction(SIGTERM, &sa, NULL)) return 5;
+		sa.sa_handler = SIG_DFL;
+		if (sigaction(SIGTERM, &sa, NULL)) return 5;
+	}
 	for (long i = 0, n = argc > 2 ? atol(argv[2]) : 0; i < n; i++) {
 		void *volatile p = malloc(4093);
 		free(p);
@@ -78,7 +87,7 @@ int main(int argc, char **argv) {
 	if (!strcmp(mode, "_exit")) _exit(7);
 	if (!strcmp(mode, "_Exit")) _Exit(7);
 	if (!strcmp(mode, "term")) raise(SIGTERM);
-	if (!strcmp(mode, "sigterm")) raise(SIGTERM);
+	if (!strcmp(mode, "sigterm") || !strcmp(mode, "unignterm")) raise(SIGTERM);
 	if (!strcmp(mode, "sigint")) raise(SIGINT);
 	if (!strcmp(mode, "sighup")) raise(SIGHUP);
 	if (!strcmp(mode, "ignterm")) {
