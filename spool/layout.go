@@ -79,6 +79,9 @@ func ReadMeta(dir string) (*ProcessMeta, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %v", filepath.Join(dir, SpoolDir, ProcessFile), err)
 	}
+	if m.Pid <= 0 {
+		return nil, fmt.Errorf("%s: no process id (pid must be above 0)", filepath.Join(dir, SpoolDir, ProcessFile))
+	}
 	return &m, nil
 }
 

@@ -86,7 +86,13 @@ func mainCapture(dir string) (string, error) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		d := filepath.Join(dir, e.Name())
-		if e.IsDir() && (IsCapture(d) || len(DumpFiles(d)) > 0) {
+		if !e.IsDir() {
+			continue
+		}
+		if err := DamagedMeta(d); err != nil {
+			return "", err
+		}
+		if IsCapture(d) || len(DumpFiles(d)) > 0 {
 			found = append(found, d)
 		}
 	}

@@ -80,9 +80,19 @@ func TestDamagedInputsExit2(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dmg, "spool", "process.json"), []byte("garbage{"), 0o640); err != nil {
 		t.Fatal(err)
 	}
+	// (and one whose process.json is valid JSON without a pid)
+	empty := filepath.Join(tmp, "empty")
+	mustRun(t, 0, empty, bin)
+	emp := readManifest(t, empty).main(t).Folder
+	if err := os.WriteFile(filepath.Join(emp, "spool", "process.json"), []byte("{}"), 0o640); err != nil {
+		t.Fatal(err)
+	}
 	cases = append(cases,
 		inputCase{"capture with a damaged process.json", []string{"--input=" + dmg}, []string{dmg, "the capture is damaged", "process.json"}},
 		inputCase{"timeline of a capture with a damaged process.json", []string{"--timeline", "--input=" + dmg}, []string{dmg, "damaged"}},
+		inputCase{"output folder holding a damaged capture", []string{"--input=" + damaged}, []string{dmg, "damaged"}},
+		inputCase{"spool file of a damaged capture", []string{"--input=" + filepath.Join(dmg, "spool", "spool.bin")}, []string{dmg, "damaged"}},
+		inputCase{"capture whose process.json has no pid", []string{"--input=" + emp}, []string{emp, "damaged", "no process id"}},
 		inputCase{"rotating capture with a cut log", []string{"--input=" + rot}, []string{log, "cut short"}},
 		inputCase{"timeline of a cut log alone", []string{"--timeline", "--input=" + write("log_000009.zst", logData[:len(logData)-9])}, []string{"log_000009.zst", "cut short"}})
 	for _, c := range cases {

@@ -149,8 +149,24 @@ func offline(inv *cli.Invocation) int {
 	if err != nil {
 		return usage(fmt.Errorf("--input %s: %v", in, err))
 	}
+	// A damaged capture: the folder, one in an output folder, or its spool
+	// folder or a file in that.
+	check := []string{in}
 	if fi.IsDir() {
-		if err := spool.DamagedMeta(in); err != nil {
+		ents, _ := os.ReadDir(in)
+		for _, e := range ents {
+			if e.IsDir() {
+				check = append(check, filepath.Join(in, e.Name()))
+			}
+		}
+	}
+	if filepath.Base(filepath.Clean(in)) == spool.SpoolDir {
+		check = append(check, filepath.Dir(filepath.Clean(in)))
+	} else if filepath.Base(filepath.Dir(in)) == spool.SpoolDir {
+		check = append(check, filepath.Dir(filepath.Dir(in)))
+	}
+	for _, d := range check {
+		if err := spool.DamagedMeta(d); err != nil {
 			fmt.Fprintf(os.Stderr, "msmemscope: --input %v\n", err)
 			return 2
 		}
