@@ -36,6 +36,7 @@ int main(void) {
 	check(msmemscope_step() == 0, "msmemscope_step");
 	check(msmemscope_interposed() == 1, "msmemscope_interposed");
 	check(msmemscope_standalone() == 0, "msmemscope_standalone");
+	check(msmemscope_in_child() == 0, "msmemscope_in_child in the parent");
 	reply(msmemscope_get_mem_report(), "{\"ok\":true,\"result\":{\"total_size\":", "get_mem_report");
 	reply(msmemscope_list_analyzers(), "{\"ok\":true,\"result\":[\"leaks\"", "list_analyzers");
 	reply(msmemscope_analyzer_config("nope"), "{\"ok\":false,\"type\":\"ValueError\"", "analyzer_config");
@@ -65,6 +66,7 @@ int main(void) {
 		REFUSED(msmemscope_python_package("/"));
 		REFUSED(msmemscope_torch_event(40, 1, "x", 1));
 		REFUSED(msmemscope_own(1));
+		check(msmemscope_in_child() == 1, "msmemscope_in_child");
 		check(mstxRangeStartA("child", NULL) == 0, "mstxRangeStartA");
 		mstxMarkA("child", NULL);
 		mstxRangeEnd(1);
