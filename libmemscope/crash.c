@@ -69,10 +69,14 @@ static void crash_handler(int sig, siginfo_t *si, void *uc);
 
 static _Atomic int handlers_on; // crash_install ran (MSMEMSCOPE_CRASH is not 0)
 
-static void our_action(struct sigaction *sa) {
+// Our action for sig in front of the program's p. For an ending signal,
+// whether an interrupted system call restarts is the kernel's reading of
+// our flags, so it takes the program's SA_RESTART (Python's SIGINT handler
+// has none: a read() must end with EINTR for KeyboardInterrupt to come).
+static void our_action(struct sigaction *sa, int sig, const struct sigaction *p) {
 	memset(sa, 0, sizeof *sa);
 	sa->sa_sigaction = crash_handler;
-	sa->sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+	sa->sa_flags = SA_SIGINFO | SA_ONSTACK | (ending(sig) ? p->sa_flags & SA_RESTART : SA_RESTART);
 	sigfillset(&sa->sa_mask);
 }
 
@@ -85,9 +89,9 @@ HIDDEN void crash_install(void) {
 	for (int i = 0; i < NCRASH + NEND; i++) {
 		int sig = i < NCRASH ? crash_sigs[i] : end_sigs[i - NCRASH];
 		struct sigaction cur;
-		if (i >= NCRASH && (__sigaction(sig, NULL, &cur) || cur.sa_handler == SIG_IGN)) continue;
+		if (__sigaction(sig, NULL, &cur) || (i >= NCRASH && cur.sa_handler == SIG_IGN)) continue;
 		struct sigaction sa;
-		our_action(&sa);
+		our_action(&sa, sig, &cur);
 		if (__sigaction(sig, &sa, &prog[sig]) == 0) atomic_store(&ours[sig], 1);
 	}
 }
@@ -119,9 +123,15 @@ HIDDEN void crash_altstack(void) {
 // would be delivered at the top of the alternate stack, over the live
 // frames below. Until that work is done, the asynchronous signals wait (the
 // synchronous faults cannot). Returns whether it blocked them.
+extern void msGoEnter(void);
 HIDDEN int exit_work_begin(sigset_t *old) {
 	stack_t cur;
 	if (sigaltstack(NULL, &cur) || !(cur.ss_flags & SS_ONSTACK)) return 0;
+	// The thread's first call into Go sets its signal mask: made first, so
+	// that the mask set below stays (a later call does not set it again).
+	guard_up();
+	msGoEnter();
+	guard_down();
 	sigset_t all;
 	sigfillset(&all);
 	for (int i = 0; i < NCRASH; i++) sigdelset(&all, crash_sigs[i]);
@@ -316,7 +326,14 @@ static int kept(int sig) {
 static void prog_swap(int sig, const struct sigaction *act, struct sigaction *old) {
 	prog_lock();
 	struct sigaction was = prog[sig];
-	if (act) prog[sig] = *act;
+	if (act) {
+		prog[sig] = *act;
+		if (ending(sig)) { // (a crash signal's may have Go's handler in front: left as it is)
+			struct sigaction sa;
+			our_action(&sa, sig, act); // its SA_RESTART now
+			__sigaction(sig, &sa, NULL);
+		}
+	}
 	prog_unlock();
 	if (old) *old = was;
 }
@@ -326,10 +343,10 @@ static void prog_swap(int sig, const struct sigaction *act, struct sigaction *ol
 static int ignore_ending(int sig, const struct sigaction *act, struct sigaction *old) {
 	prog_lock();
 	struct sigaction was = prog[sig];
-	atomic_store(&ours[sig], 0);
-	prog_unlock();
 	int r = __sigaction(sig, act, NULL);
-	if (old) *old = was;
+	if (r == 0) atomic_store(&ours[sig], 0);
+	prog_unlock();
+	if (old && r == 0) *old = was;
 	return r;
 }
 
@@ -337,21 +354,26 @@ static int ignore_ending(int sig, const struct sigaction *act, struct sigaction 
 // ignoring it, or after starting with it ignored: ours goes in front again.
 static int restore_ending(int sig, const struct sigaction *act, struct sigaction *old) {
 	struct sigaction sa, prev;
-	our_action(&sa);
-	if (__sigaction(sig, &sa, &prev)) return -1;
+	our_action(&sa, sig, act);
 	prog_lock();
-	prog[sig] = *act;
-	atomic_store(&ours[sig], 1);
+	int r = __sigaction(sig, &sa, &prev);
+	if (r == 0) {
+		if (prev.sa_sigaction == crash_handler) prev = prog[sig]; // ours already: the program's is behind it
+		prog[sig] = *act;
+		atomic_store(&ours[sig], 1);
+	}
 	prog_unlock();
-	if (old) *old = prev;
-	return 0;
+	if (old && r == 0) *old = prev;
+	return r;
 }
 
-static int ignores(const struct sigaction *act) { return !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_IGN; }
+// (sa_handler and sa_sigaction share their storage: SIG_IGN reads the same.)
+static int ignores(const struct sigaction *act) { return act->sa_handler == SIG_IGN; }
 
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
-	// This library's own calls (the Go runtime's, through cgo) are real.
-	if (in_self((uintptr_t)__builtin_return_address(0))) return __sigaction(sig, act, old);
+	// This library's own calls (the Go runtime's, through cgo) are real, as
+	// are a forked child's (its tables shared with the parent after vfork).
+	if (in_self((uintptr_t)__builtin_return_address(0)) || in_child()) return __sigaction(sig, act, old);
 	if (!kept(sig)) {
 		if (ending(sig) && act && !ignores(act) && atomic_load(&handlers_on)) return restore_ending(sig, act, old);
 		return __sigaction(sig, act, old);
@@ -365,7 +387,7 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
 // system calls restarted).
 __sighandler_t signal(int sig, __sighandler_t h) {
 	int back = ending(sig) && h != SIG_IGN && h != SIG_ERR && atomic_load(&handlers_on); // ours goes back in front
-	if ((!kept(sig) && !back) || in_self((uintptr_t)__builtin_return_address(0))) return bsd_signal(sig, h);
+	if ((!kept(sig) && !back) || in_self((uintptr_t)__builtin_return_address(0)) || in_child()) return bsd_signal(sig, h);
 	if (h == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;

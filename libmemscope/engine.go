@@ -211,6 +211,15 @@ const rotateGCPercent = 50
 // sinkDone is the rotator's OnWritten: a batch is in its log.
 func sinkDone() { C.ms_sink_done() }
 
+// msGoEnter does nothing. A C thread's first call into Go binds it to a Go
+// thread record and sets its signal mask (Go unblocks the signals it needs,
+// its preemption signal among them); the exit's work blocks them after
+// this call, so that the later calls keep its mask (crash.c,
+// exit_work_begin).
+//
+//export msGoEnter
+func msGoEnter() {}
+
 //export msGoAtExit
 func msGoAtExit() {
 	eng.mu.Lock()

@@ -227,6 +227,14 @@ func TestEndingSignals(t *testing.T) {
 		}
 		mp := readManifest(t, out).main(t)
 		pyBlocks(t, mp.Dump)
+		// A SIGINT while Python blocks in read(): the call ends with EINTR
+		// (our handler takes Python's flags, without SA_RESTART), so the
+		// KeyboardInterrupt comes at once, not after the read.
+		r = runCLI(t, 30*time.Second, "", "--output="+filepath.Join(t.TempDir(), "out2"), pythonPath(t), "-c",
+			"import os, signal, threading\nr, w = os.pipe()\nthreading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\nos.read(r, 1)")
+		if r.Code != 128+int(syscall.SIGINT) || !strings.Contains(r.Stderr, "KeyboardInterrupt") {
+			t.Fatalf("msmemscope: exit %d, want 130 after Python's KeyboardInterrupt in read()\n%s", r.Code, r.Stderr)
+		}
 	})
 }
 
