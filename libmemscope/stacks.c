@@ -54,8 +54,10 @@ static void opnew_ranges(void) {
 }
 
 static uintptr_t unw_lo, unw_hi;
+static size_t unw_tls_modid; // libunwind's TLS module id (0: it has none)
 
-// The executable segment of the module holding data (a function's address).
+// The executable segment of the module holding data (a function's
+// address), and that module's TLS id.
 static int unw_range_cb(struct dl_phdr_info *info, size_t sz, void *data) {
 	(void)sz;
 	uintptr_t fn = (uintptr_t)data;
@@ -65,6 +67,7 @@ static int unw_range_cb(struct dl_phdr_info *info, size_t sz, void *data) {
 		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && fn >= lo && fn < lo + ph->p_memsz) {
 			unw_lo = lo;
 			unw_hi = lo + ph->p_memsz;
+			unw_tls_modid = info->dlpi_tls_modid;
 			return 1;
 		}
 	}
@@ -95,15 +98,19 @@ HIDDEN int in_unwinder(uintptr_t pc) { return pc >= unw_lo && pc < unw_hi; }
 
 // libunwind's thread-local block (it is loaded with dlopen: its TLS is
 // malloc'd on a thread's first use) is made at the thread's start, as
-// msmemscope's own work. Made later, inside msmemscope's first unwind on
+// msmemscope's own work: asked of the loader directly (__tls_get_addr), one
+// small malloc, no unwind. Made later, inside msmemscope's first unwind on
 // the thread, its malloc went unrecorded, and glibc's free of it when the
 // thread's stack was reused for another read as a FREE of memory no MALLOC
 // preceded.
+extern void *__tls_get_addr(void *);
 HIDDEN void stacks_thread_start(void) {
-	if (!unw_backtrace_fn || ms_tls.guard) return;
-	void *pc[2];
+	if (!unw_tls_modid || ms_tls.guard) return;
+	struct {
+		unsigned long module, offset;
+	} ti = {unw_tls_modid, 0};
 	own_up();
-	unw_backtrace_fn(pc, 1);
+	__tls_get_addr(&ti);
 	own_down();
 }
 
