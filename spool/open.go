@@ -72,6 +72,9 @@ func DamagedMeta(dir string) error {
 	if serr != nil && len(LogFiles(dir)) == 0 {
 		return nil
 	}
+	if _, err := os.Stat(filepath.Join(dir, SpoolDir, ProcessFile)); err != nil {
+		return nil // none written (a run killed as it began, a spool copied out): not a capture
+	}
 	if _, err := ReadMeta(dir); err != nil {
 		return fmt.Errorf("%s: the capture is damaged: %v", dir, err)
 	}
@@ -83,6 +86,7 @@ func DamagedMeta(dir string) error {
 // manifest.
 func mainCapture(dir string) (string, error) {
 	var found []string
+	var damaged error // a damaged capture: said when it is the only one
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		d := filepath.Join(dir, e.Name())
@@ -90,11 +94,15 @@ func mainCapture(dir string) (string, error) {
 			continue
 		}
 		if err := DamagedMeta(d); err != nil {
-			return "", err
+			damaged = err
+			continue
 		}
 		if IsCapture(d) || len(DumpFiles(d)) > 0 {
 			found = append(found, d)
 		}
+	}
+	if len(found) == 0 && damaged != nil {
+		return "", damaged
 	}
 	if len(found) == 1 {
 		return found[0], nil

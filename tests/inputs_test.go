@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -102,5 +103,17 @@ func TestDamagedInputsExit2(t *testing.T) {
 			continue
 		}
 		oneLineError(t, r, c.want...)
+	}
+	// An output folder where one capture of two is damaged: the other is
+	// converted, the damaged one left out with a warning.
+	mixed := filepath.Join(tmp, "mixed")
+	mustRun(t, 0, mixed, bin)
+	first := readManifest(t, mixed).main(t).Folder
+	mustRun(t, 0, mixed, bin)
+	if err := os.WriteFile(filepath.Join(first, "spool", "process.json"), []byte("garbage{"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, 60*time.Second, tmp, "--input="+mixed); r.Code != 0 || !strings.Contains(r.Stderr, "left out") || !strings.Contains(r.Stderr, first) {
+		t.Errorf("--input of an output folder with one damaged capture of two: exit %d\n%s", r.Code, r.Stderr)
 	}
 }

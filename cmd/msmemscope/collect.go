@@ -149,17 +149,10 @@ func offline(inv *cli.Invocation) int {
 	if err != nil {
 		return usage(fmt.Errorf("--input %s: %v", in, err))
 	}
-	// A damaged capture: the folder, one in an output folder, or its spool
-	// folder or a file in that.
+	// A damaged capture named (the folder, its spool folder or a file in
+	// that) is an error; one in an output folder is left out, said, unless
+	// it is the only one there.
 	check := []string{in}
-	if fi.IsDir() {
-		ents, _ := os.ReadDir(in)
-		for _, e := range ents {
-			if e.IsDir() {
-				check = append(check, filepath.Join(in, e.Name()))
-			}
-		}
-	}
 	if filepath.Base(filepath.Clean(in)) == spool.SpoolDir {
 		check = append(check, filepath.Dir(filepath.Clean(in)))
 	} else if filepath.Base(filepath.Dir(in)) == spool.SpoolDir {
@@ -169,6 +162,22 @@ func offline(inv *cli.Invocation) int {
 		if err := spool.DamagedMeta(d); err != nil {
 			fmt.Fprintf(os.Stderr, "msmemscope: --input %v\n", err)
 			return 2
+		}
+	}
+	if fi.IsDir() && !spool.IsCapture(in) {
+		var damaged []error
+		ents, _ := os.ReadDir(in)
+		for _, e := range ents {
+			if err := spool.DamagedMeta(filepath.Join(in, e.Name())); e.IsDir() && err != nil {
+				damaged = append(damaged, err)
+			}
+		}
+		if len(damaged) > 0 && len(spool.Captures(in)) == 0 {
+			fmt.Fprintf(os.Stderr, "msmemscope: --input %v\n", damaged[0])
+			return 2
+		}
+		for _, err := range damaged {
+			logx.Warnf("--input: left out: %v", err)
 		}
 	}
 	if found, err := spool.Find(in); err == nil && found.Capture != "" && (fi.IsDir() || filepath.Base(in) == spool.FileName) {

@@ -170,9 +170,10 @@ func runProgram(inv *cli.Invocation) int {
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	sigs := make(chan os.Signal, 4)
-	// Forwarded to the program; one the CLI was started ignoring (nohup,
-	// a background job's SIGINT) stays ignored, for the program too: a
-	// handler here would make it the default again in the program.
+	// Forwarded to the program; SIGHUP or SIGINT the CLI was started
+	// ignoring (nohup, a background job's SIGINT) stays ignored, for the
+	// program too: a handler here would make it the default again in the
+	// program. (Go's runtime keeps an inherited ignore for those two only.)
 	for _, s := range []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		if !signal.Ignored(s) {
 			signal.Notify(sigs, s)
