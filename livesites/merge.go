@@ -56,20 +56,14 @@ type threadQ struct {
 	head  int
 }
 
-type tidKey struct {
-	key spool.BlockKey
-	tid int32
-}
-
 // merger holds the records read and not yet counted.
 type merger struct {
-	threads   map[int32]*threadQ // threads with records waiting
-	last      map[int32]uint64   // each thread's latest time (see collect)
-	n         int                // items waiting
-	seq       uint64
-	mallocs   map[spool.BlockKey]int32 // MALLOCs waiting, by address
-	mallocsBy map[tidKey]int32         // the same by thread
-	heap      qheap
+	threads map[int32]*threadQ       // threads with records waiting
+	last    map[int32]uint64         // each thread's latest time (see collect)
+	n       int                      // items waiting
+	seq     uint64                   // the next record's read order
+	mallocs map[spool.BlockKey]int32 // MALLOCs waiting, by address (mustWait's quick no)
+	heap    qheap
 }
 
 // Bounds of what a catch-up holds before counting: a first catch-up of a
@@ -88,7 +82,7 @@ func (s *Set) collect(r *spool.Rec) {
 	}
 	m := &s.merge
 	if m.threads == nil {
-		m.threads, m.last, m.mallocs, m.mallocsBy = map[int32]*threadQ{}, map[int32]uint64{}, map[spool.BlockKey]int32{}, map[tidKey]int32{}
+		m.threads, m.last, m.mallocs = map[int32]*threadQ{}, map[int32]uint64{}, map[spool.BlockKey]int32{}
 	}
 	q := m.threads[r.Tid]
 	if q == nil {
@@ -97,13 +91,7 @@ func (s *Set) collect(r *spool.Rec) {
 	}
 	it := item{key: spool.KeyOf(r), ts: r.TS, tid: r.Tid, site: -1, seq: m.seq}
 	m.seq++
-	t := r.TS
-	if t&format.TSEpoch != 0 {
-		t = 0
-		if e, ok := s.tail.EpochTick[r.TS&^format.TSEpoch]; ok {
-			t = e
-		}
-	}
+	t, _ := s.span(r.TS) // its stamp, or its epoch's start
 	it.t = max(m.last[r.Tid], t)
 	m.last[r.Tid] = it.t
 	switch {
@@ -119,7 +107,6 @@ func (s *Set) collect(r *spool.Rec) {
 			it.site = s.site(r)
 		}
 		m.mallocs[it.key]++
-		m.mallocsBy[tidKey{it.key, it.tid}]++
 	}
 	q.items = append(q.items, it)
 	m.n++
@@ -208,7 +195,7 @@ func (m *merger) mustWait(s *Set, it *item) bool {
 	if _, ok := s.blocks[it.key]; ok {
 		return false
 	}
-	if m.mallocs[it.key]-m.mallocsBy[tidKey{it.key, it.tid}] <= 0 {
+	if m.mallocs[it.key] == 0 {
 		return false
 	}
 	_, upto := s.span(it.ts)
@@ -245,10 +232,6 @@ func (s *Set) count(q *threadQ) {
 	if it.kind == itemMalloc {
 		if m.mallocs[it.key]--; m.mallocs[it.key] == 0 {
 			delete(m.mallocs, it.key)
-		}
-		k := tidKey{it.key, it.tid}
-		if m.mallocsBy[k]--; m.mallocsBy[k] == 0 {
-			delete(m.mallocsBy, k)
 		}
 	}
 	s.apply(it)
