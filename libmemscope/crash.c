@@ -34,7 +34,11 @@ static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 // an ignored signal stays ignored across exec).
 static const int end_sigs[] = {SIGTERM, SIGINT, SIGHUP};
 #define NEND (int)(sizeof end_sigs / sizeof end_sigs[0])
-static int ending(int sig) { return sig == SIGTERM || sig == SIGINT || sig == SIGHUP; }
+static int ending(int sig) {
+	for (int i = 0; i < NEND; i++)
+		if (end_sigs[i] == sig) return 1;
+	return 0;
+}
 
 // For each crash signal: ours is installed, and the program's handler as the
 // program believes it to be (the one before ours, or what its sigaction and
@@ -370,10 +374,8 @@ static int restore_ending(int sig, const struct sigaction *act, struct sigaction
 // (sa_handler and sa_sigaction share their storage: SIG_IGN reads the same.)
 static int ignores(const struct sigaction *act) { return act->sa_handler == SIG_IGN; }
 
-int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
-	// This library's own calls (the Go runtime's, through cgo) are real, as
-	// are a forked child's (its tables shared with the parent after vfork).
-	if (in_self((uintptr_t)__builtin_return_address(0)) || in_child()) return __sigaction(sig, act, old);
+// The program's sigaction for sig, as sigaction() and signal() take it.
+static int prog_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
 	if (!kept(sig)) {
 		if (ending(sig) && act && !ignores(act) && atomic_load(&handlers_on)) return restore_ending(sig, act, old);
 		return __sigaction(sig, act, old);
@@ -383,12 +385,18 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
 	return 0;
 }
 
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+	// This library's own calls (the Go runtime's, through cgo) are real, as
+	// are a forked child's (its tables shared with the parent after vfork).
+	if (in_self((uintptr_t)__builtin_return_address(0)) || in_child()) return __sigaction(sig, act, old);
+	return prog_sigaction(sig, act, old);
+}
+
 // glibc's signal(): BSD semantics (the signal blocked in its handler,
 // system calls restarted).
 __sighandler_t signal(int sig, __sighandler_t h) {
-	int back = ending(sig) && h != SIG_IGN && h != SIG_ERR && atomic_load(&handlers_on); // ours goes back in front
-	if ((!kept(sig) && !back) || in_self((uintptr_t)__builtin_return_address(0)) || in_child()) return bsd_signal(sig, h);
-	if (h == SIG_ERR) {
+	if (in_self((uintptr_t)__builtin_return_address(0)) || in_child()) return bsd_signal(sig, h);
+	if (h == SIG_ERR || sig <= 0 || sig >= NSIG) {
 		errno = EINVAL;
 		return SIG_ERR;
 	}
@@ -398,15 +406,7 @@ __sighandler_t signal(int sig, __sighandler_t h) {
 	sigemptyset(&sa.sa_mask);
 	sigaddset(&sa.sa_mask, sig);
 	sa.sa_flags = SA_RESTART;
-	if (!kept(sig)) {
-		if (restore_ending(sig, &sa, &old)) return SIG_ERR;
-		return old.sa_handler;
-	}
-	if (ending(sig) && h == SIG_IGN) {
-		if (ignore_ending(sig, &sa, &old)) return SIG_ERR;
-		return old.sa_handler;
-	}
-	prog_swap(sig, &sa, &old);
+	if (prog_sigaction(sig, &sa, &old)) return SIG_ERR;
 	return old.sa_handler;
 }
 

@@ -637,7 +637,7 @@ HIDDEN void *ms_dlsym_pick(void *h, const char *name) {
 		ms_dlsym_next = (void *)real_dlsym;
 	}
 	if (!name || h == RTLD_DEFAULT || h == RTLD_NEXT) return NULL;
-	if (name[0] != 'c' || name[1] != 'u') return name[0] == 'c' || name[0] == 'f' || name[0] == 'm' || name[0] == 'r' || name[0] == 'p' || name[0] == 'a' || name[0] == 'v' ? alloc_pick(h, name) : NULL;
+	if (name[0] != 'c' || name[1] != 'u') return alloc_pick(h, name);
 	const entry *e = by_name(name);
 	if (!e || !is_libcuda(h)) return NULL;
 	return wrap_real(e, dlsym_real(h, name));
