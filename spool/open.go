@@ -42,8 +42,13 @@ func Find(path string) (Found, error) {
 	if !fi.IsDir() {
 		f := Found{File: path}
 		// A spool or log inside a capture folder: its maps symbolize.
-		if d := filepath.Dir(path); filepath.Base(d) == SpoolDir && IsCapture(filepath.Dir(d)) {
-			f.Capture = filepath.Dir(d)
+		if d := filepath.Dir(path); filepath.Base(d) == SpoolDir {
+			if err := DamagedMeta(filepath.Dir(d)); err != nil {
+				return Found{}, err
+			}
+			if IsCapture(filepath.Dir(d)) {
+				f.Capture = filepath.Dir(d)
+			}
 		}
 		return f, nil
 	}
@@ -53,8 +58,13 @@ func Find(path string) (Found, error) {
 	if IsCapture(path) || len(DumpFiles(path)) > 0 {
 		return Found{Capture: path}, nil
 	}
-	if filepath.Base(filepath.Clean(path)) == SpoolDir && IsCapture(filepath.Dir(filepath.Clean(path))) {
-		return Found{Capture: filepath.Dir(filepath.Clean(path))}, nil // the folder of the spool or the rotated logs
+	if up := filepath.Dir(filepath.Clean(path)); filepath.Base(filepath.Clean(path)) == SpoolDir {
+		if err := DamagedMeta(up); err != nil {
+			return Found{}, err
+		}
+		if IsCapture(up) {
+			return Found{Capture: up}, nil // the folder of the spool or the rotated logs
+		}
 	}
 	d, err := mainCapture(path)
 	if err != nil {
@@ -67,6 +77,7 @@ func Find(path string) (Found, error) {
 // process.json cannot be read: a capture folder all the same, which must
 // not be taken for a folder of dump files (its analyses would read the old
 // dump, its leak kinds lost, without a word).
+// Its error wraps ErrDamaged.
 func DamagedMeta(dir string) error {
 	_, serr := os.Stat(filepath.Join(dir, SpoolDir, FileName))
 	if serr != nil && len(LogFiles(dir)) == 0 {
@@ -76,9 +87,24 @@ func DamagedMeta(dir string) error {
 		return nil // none written (a run killed as it began, a spool copied out): not a capture
 	}
 	if _, err := ReadMeta(dir); err != nil {
-		return fmt.Errorf("%s: the capture is damaged: %v", dir, err)
+		return fmt.Errorf("%s: %w: %v", dir, ErrDamaged, err)
 	}
 	return nil
+}
+
+// ErrDamaged is a capture whose spool/process.json cannot be read.
+var ErrDamaged = errors.New("the capture is damaged")
+
+// DamagedIn lists the damaged captures directly inside dir (DamagedMeta).
+func DamagedIn(dir string) []error {
+	var out []error
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if err := DamagedMeta(filepath.Join(dir, e.Name())); e.IsDir() && err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
 }
 
 // mainCapture picks the capture of an output folder: the only one (a folder
@@ -86,23 +112,15 @@ func DamagedMeta(dir string) error {
 // manifest.
 func mainCapture(dir string) (string, error) {
 	var found []string
-	var damaged error // a damaged capture: said when it is the only one
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		d := filepath.Join(dir, e.Name())
-		if !e.IsDir() {
-			continue
-		}
-		if err := DamagedMeta(d); err != nil {
-			damaged = err
-			continue
-		}
-		if IsCapture(d) || len(DumpFiles(d)) > 0 {
+		if e.IsDir() && DamagedMeta(d) == nil && (IsCapture(d) || len(DumpFiles(d)) > 0) {
 			found = append(found, d)
 		}
 	}
-	if len(found) == 0 && damaged != nil {
-		return "", damaged
+	if damaged := DamagedIn(dir); len(found) == 0 && len(damaged) > 0 {
+		return "", damaged[0] // said when it is the only one
 	}
 	if len(found) == 1 {
 		return found[0], nil

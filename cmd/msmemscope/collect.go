@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -150,37 +151,19 @@ func offline(inv *cli.Invocation) int {
 		return usage(fmt.Errorf("--input %s: %v", in, err))
 	}
 	// A damaged capture named (the folder, its spool folder or a file in
-	// that) is an error; one in an output folder is left out, said, unless
-	// it is the only one there.
-	check := []string{in}
-	if filepath.Base(filepath.Clean(in)) == spool.SpoolDir {
-		check = append(check, filepath.Dir(filepath.Clean(in)))
-	} else if filepath.Base(filepath.Dir(in)) == spool.SpoolDir {
-		check = append(check, filepath.Dir(filepath.Dir(in)))
+	// that, or an output folder holding no other) is an error; one beside
+	// others in an output folder is left out, said.
+	found, ferr := spool.Find(in)
+	if errors.Is(ferr, spool.ErrDamaged) {
+		fmt.Fprintf(os.Stderr, "msmemscope: --input %v\n", ferr)
+		return 2
 	}
-	for _, d := range check {
-		if err := spool.DamagedMeta(d); err != nil {
-			fmt.Fprintf(os.Stderr, "msmemscope: --input %v\n", err)
-			return 2
-		}
-	}
-	if fi.IsDir() && !spool.IsCapture(in) {
-		var damaged []error
-		ents, _ := os.ReadDir(in)
-		for _, e := range ents {
-			if err := spool.DamagedMeta(filepath.Join(in, e.Name())); e.IsDir() && err != nil {
-				damaged = append(damaged, err)
-			}
-		}
-		if len(damaged) > 0 && len(spool.Captures(in)) == 0 {
-			fmt.Fprintf(os.Stderr, "msmemscope: --input %v\n", damaged[0])
-			return 2
-		}
-		for _, err := range damaged {
+	if fi.IsDir() {
+		for _, err := range spool.DamagedIn(in) {
 			logx.Warnf("--input: left out: %v", err)
 		}
 	}
-	if found, err := spool.Find(in); err == nil && found.Capture != "" && (fi.IsDir() || filepath.Base(in) == spool.FileName) {
+	if ferr == nil && found.Capture != "" && (fi.IsDir() || filepath.Base(in) == spool.FileName) {
 		in = found.Capture // a capture's spool/ folder or its spool file: the capture (a rotated log is read alone)
 	} else if !fi.IsDir() {
 		return offlineFile(inv, in) // a dump file: analyses (and --data-format) on it
