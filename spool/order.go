@@ -107,6 +107,7 @@ type Reader struct {
 	live    func(BlockKey) bool
 	parked  map[BlockKey][]*threadCursor
 	nPark   int
+	several bool     // the spool holds records of more than one thread
 	wake    bool     // records wait on the address of the record last delivered
 	wakeKey BlockKey // that address
 	lastNs  uint64   // time of the last record handed out
@@ -155,7 +156,7 @@ func ordered(rec *Rec) bool {
 // yet, and counts an ambiguity when the record it would follow on its
 // address was of its own kind, from another thread, with overlapping bounds.
 func (r *Reader) blocked(c *threadCursor) bool {
-	rec := &c.cur
+	rec := c.cur
 	if r.live == nil || rec.Forced || !ordered(rec) {
 		return false
 	}
@@ -188,7 +189,7 @@ func (c *threadCursor) tight() (lo, hi uint64) {
 
 // park holds c back until a record on its address is delivered.
 func (r *Reader) park(c *threadCursor) {
-	k := KeyOf(&c.cur)
+	k := KeyOf(c.cur)
 	c.parkKey = k
 	r.parked[k] = append(r.parked[k], c)
 	r.nPark++
@@ -329,6 +330,7 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 		for _, a := range r.s.ahead {
 			cs = append(cs, &threadCursor{tid: a.tid, chunks: []chunkRef{a.ref}})
 		}
+		r.several = len(tids) > 1 || len(r.s.ahead) > 0
 		for _, c := range cs {
 			c.stacks, c.early = r.s.stacks, &r.Earlier
 			ok, err := c.load(r.s)
@@ -386,16 +388,18 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 		}
 		r.lastNs = c.ns
 		r.last = c
-		if r.live != nil && ordered(&c.cur) {
-			k := KeyOf(&c.cur)
-			lo, hi := c.tight()
-			r.recent[recentSlot(k)] = lastOn{key: k, tid: c.tid, kind: c.cur.Kind, lo: lo, hi: hi}
+		if r.live != nil && ordered(c.cur) {
+			k := KeyOf(c.cur)
+			if r.several { // (ambiguity is between threads)
+				lo, hi := c.tight()
+				r.recent[recentSlot(k)] = lastOn{key: k, tid: c.tid, kind: c.cur.Kind, lo: lo, hi: hi}
+			}
 			if r.nPark > 0 {
 				if _, ok := r.parked[k]; ok {
 					r.wakeKey, r.wake = k, true
 				}
 			}
 		}
-		return &c.cur, c.ns, nil
+		return c.cur, c.ns, nil
 	}
 }

@@ -110,46 +110,53 @@ func WriteHeader(w io.Writer, pid int) error {
 // a short MALLOC the site of the thread's previous MALLOC, site (0: unknown).
 // It returns the event, its size in bytes, and false when b ends inside it.
 func DecodeRec(b []byte, epoch uint64, site uint32) (Rec, int, bool) {
+	var r Rec
+	size, ok := decodeRecTo(b, epoch, site, &r)
+	return r, size, ok
+}
+
+// decodeRecTo is DecodeRec into *r (every field set, as Rec.set).
+func decodeRecTo(b []byte, epoch uint64, site uint32, r *Rec) (int, bool) {
 	if len(b) < UnitSize {
-		return Rec{}, 0, false
+		return 0, false
 	}
 	w := binary.LittleEndian.Uint64(b)
 	if w&compactBit != 0 {
 		size := compactSize(w)
 		if len(b) < size {
-			return Rec{}, 0, false
+			return 0, false
 		}
-		r := Rec{TS: TSEpoch | epoch, A: w & compactMask, Flags: uint16(w>>48) & format.CompactFlags}
+		ts, flags := TSEpoch|epoch, uint16(w>>48)&format.CompactFlags
 		switch {
 		case w&compactFree != 0:
-			r.Kind = format.RFree
+			r.set(ts, w&compactMask, 0, format.RFree, flags, 0)
 		case w&compactShort != 0:
-			r.Kind, r.A, r.B, r.Site, r.Flags = format.RMalloc, (w&(1<<format.CompactShortShift-1))<<4, (w>>format.CompactShortShift)&(format.CompactShortSize-1), site, format.FHost
+			flags = format.FHost
 			if w&compactOff != 0 {
-				r.Flags |= format.FOff
+				flags |= format.FOff
 			}
+			r.set(ts, (w&(1<<format.CompactShortShift-1))<<4, (w>>format.CompactShortShift)&(format.CompactShortSize-1), format.RMalloc, flags, site)
 		default:
 			w1 := binary.LittleEndian.Uint64(b[UnitSize:])
-			r.Kind, r.B, r.Site = format.RMalloc, w1&compactMask, uint32(w1>>48)
+			r.set(ts, w&compactMask, w1&compactMask, format.RMalloc, flags, uint32(w1>>48))
 			if size == 3*UnitSize {
 				r.Payload = b[2*UnitSize : 3*UnitSize] // the stack's id
 			}
 		}
-		return r, size, true
+		return size, true
 	}
 	size := RecSize + UnitSize*int(w&format.RecNMask)
 	if len(b) < size {
-		return Rec{}, 0, false
+		return 0, false
 	}
-	return Rec{
-		TS:      binary.LittleEndian.Uint64(b[format.RecTSOff:]),
-		A:       binary.LittleEndian.Uint64(b[format.RecAOff:]),
-		B:       binary.LittleEndian.Uint64(b[format.RecBOff:]),
-		Kind:    binary.LittleEndian.Uint16(b[format.RecKindOff:]),
-		Flags:   binary.LittleEndian.Uint16(b[format.RecFlagsOff:]),
-		Site:    uint32(binary.LittleEndian.Uint16(b[format.RecNOff+2:])), // n's high half
-		Payload: b[RecSize:size],
-	}, size, true
+	r.set(binary.LittleEndian.Uint64(b[format.RecTSOff:]),
+		binary.LittleEndian.Uint64(b[format.RecAOff:]),
+		binary.LittleEndian.Uint64(b[format.RecBOff:]),
+		binary.LittleEndian.Uint16(b[format.RecKindOff:]),
+		binary.LittleEndian.Uint16(b[format.RecFlagsOff:]),
+		uint32(binary.LittleEndian.Uint16(b[format.RecNOff+2:]))) // n's high half
+	r.Payload = b[RecSize:size]
+	return size, true
 }
 
 // RecDecoder follows one thread's records in order: a compact record means
@@ -179,15 +186,25 @@ func stampOf(w uint64) uint64 { return w&(format.PairStamp-1) | (w>>32&(1<<29-1)
 // for the first half of a pair unit: call again for the second), and false
 // when b ends inside the event.
 func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
+	var r Rec
+	size, ok := d.NextTo(b, &r)
+	return r, size, ok
+}
+
+// NextTo is Next decoding into *r, every field of which it sets (Tid to
+// 0): a reader's record on the heap is filled in place, not copied whole.
+func (d *RecDecoder) NextTo(b []byte, r *Rec) (int, bool) {
 	if len(b) >= UnitSize {
 		if w := binary.LittleEndian.Uint64(b); IsStamp(w) {
 			if w&format.PairStamped == 0 {
 				d.stamp = stampOf(w)
 				d.last = d.stamp
-				return Rec{Kind: NoEvent}, UnitSize, true
+				r.set(0, 0, 0, NoEvent, 0, 0)
+				return UnitSize, true
 			}
 			d.last += w & format.PairStampDMax
-			return d.pairHalf(w>>32, d.last), UnitSize, true
+			d.pairHalf(r, w>>32, d.last)
+			return UnitSize, true
 		} else if w&pairBits == pairBits {
 			h, size := w>>32, UnitSize
 			switch {
@@ -196,12 +213,13 @@ func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 			case w&pairSecond != 0:
 				size, d.half = 0, true
 			}
-			return d.pairHalf(h, TSEpoch|d.Epoch), size, true
+			d.pairHalf(r, h, TSEpoch|d.Epoch)
+			return size, true
 		}
 	}
-	r, size, ok := DecodeRec(b, d.Epoch, d.Site)
+	size, ok := decodeRecTo(b, d.Epoch, d.Site, r)
 	if !ok {
-		return r, size, false
+		return size, false
 	}
 	if b[UnitSize-1]&0x80 != 0 {
 		d.Ptr = r.A // a compact record
@@ -216,21 +234,27 @@ func (d *RecDecoder) Next(b []byte) (Rec, int, bool) {
 		}
 	}
 	d.stamp = 0
-	return r, size, true
+	return size, true
 }
 
-// pairHalf decodes the pair half in h's low 29 bits, stamped ts.
-func (d *RecDecoder) pairHalf(h, ts uint64) Rec {
-	r := Rec{TS: ts, Flags: format.FHost}
-	if h&pairMalloc != 0 {
-		r.Kind, r.B, r.Site = format.RMalloc, h>>pairMShift&(format.PairMSize-1), d.Site
-		r.A = d.Ptr + uint64(int64(h<<47)>>43) // 17-bit signed delta, in 16-byte steps
-	} else {
-		r.Kind = format.RFree
-		r.A = d.Ptr + uint64(int64(h<<36)>>32) // 28-bit signed delta
+// set sets every field of r (those of a record without a payload).
+func (r *Rec) set(ts, a, b uint64, kind, flags uint16, site uint32) {
+	r.TS, r.A, r.B, r.Kind, r.Flags, r.Site = ts, a, b, kind, flags, site
+	r.Tid, r.Forced = 0, false
+	if r.Payload != nil {
+		r.Payload = nil
 	}
-	d.Ptr = r.A
-	return r
+}
+
+// pairHalf decodes into r the pair half in h's low 29 bits, stamped ts.
+func (d *RecDecoder) pairHalf(r *Rec, h, ts uint64) {
+	if h&pairMalloc != 0 {
+		d.Ptr += uint64(int64(h<<47) >> 43) // 17-bit signed delta, in 16-byte steps
+		r.set(ts, d.Ptr, h>>pairMShift&(format.PairMSize-1), format.RMalloc, format.FHost, d.Site)
+	} else {
+		d.Ptr += uint64(int64(h<<36) >> 32) // 28-bit signed delta
+		r.set(ts, d.Ptr, 0, format.RFree, format.FHost, 0)
+	}
 }
 
 // NeedsPast reports whether the event at the start of b means something
@@ -590,7 +614,7 @@ type threadCursor struct {
 	dec    RecDecoder // the thread's past, which its compact records need
 	stacks map[uint32][]byte
 	seq    uint64
-	cur    Rec
+	cur    *Rec // in q
 	ns     uint64
 	q      []Rec // records read ahead up to the next precise stamp
 	qns    []uint64
@@ -648,7 +672,7 @@ func (c *threadCursor) next(f io.ReaderAt, rec *Rec) (bool, error) {
 		}
 		var size int
 		var ok bool
-		*rec, size, ok = c.dec.Next(c.buf[c.pos:]) // the index kept whole events only
+		size, ok = c.dec.NextTo(c.buf[c.pos:], rec) // the index kept whole events only
 		if !ok {
 			c.pos = len(c.buf) // cannot happen for an indexed chunk; never loop on it
 			continue
@@ -676,7 +700,11 @@ func (c *threadCursor) load(s *Spool) (bool, error) {
 	if c.qi >= len(c.q) {
 		c.q, c.qns, c.qi = c.q[:0], c.qns[:0], 0
 		for len(c.q) < maxLookahead {
-			c.q = append(c.q, Rec{})
+			if len(c.q) < cap(c.q) {
+				c.q = c.q[:len(c.q)+1] // raw sets every field
+			} else {
+				c.q = append(c.q, Rec{})
+			}
 			r := &c.q[len(c.q)-1]
 			ok, err := c.raw(s.f, r)
 			if err != nil {
@@ -695,7 +723,7 @@ func (c *threadCursor) load(s *Spool) (bool, error) {
 		}
 		c.times(s)
 	}
-	c.cur, c.ns = c.q[c.qi], c.qns[c.qi]
+	c.cur, c.ns = &c.q[c.qi], c.qns[c.qi]
 	c.qi++
 	if c.cur.TS&TSEpoch != 0 {
 		c.lo, c.hi = c.qlo, c.qhi

@@ -119,7 +119,7 @@ func (t *Tail) ReadUntil(stop *atomic.Bool, fn func(r *Rec)) error {
 		for pos := 0; pos < n; {
 			var used int
 			var ok bool
-			r, used, ok = d.Next(b[pos:])
+			used, ok = d.NextTo(b[pos:], &r)
 			if !ok {
 				break // cannot happen for a whole chunk
 			}
