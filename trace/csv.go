@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"io"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -50,6 +51,7 @@ type CSVWriter struct {
 	pidText   []byte
 	tids      [16]tidText
 	plain     [numCols]string // per column, the last value seen that needs no quotes
+	par       *csvBatches     // WriteBatch's goroutines, while it is in use
 }
 
 // tidText is a Thread Id and its text (CSVWriter.tids: a small cache, as
@@ -84,7 +86,17 @@ func (w *CSVWriter) Write(e *Event) error {
 	if !w.header {
 		w.writeHeader()
 	}
-	b := w.id.append(w.buf, e.ID)
+	w.buf = w.appendRow(w.buf, e)
+	w.rows++
+	if len(w.buf) >= csvBufSize-csvBufSize/16 { // nearly full: write it out
+		return w.flushBuf()
+	}
+	return nil
+}
+
+// appendRow appends e's row to b.
+func (w *CSVWriter) appendRow(b []byte, e *Event) []byte {
+	b = w.id.append(b, e.ID)
 	b = append(b, ',')
 	b = append(b, e.Kind.String()...) // kind names never need quotes
 	b = append(b, ',')
@@ -119,13 +131,7 @@ func (w *CSVWriter) Write(e *Event) error {
 	b = w.field(b, colPyStack, e.PyStack, NA)
 	b = append(b, ',')
 	b = w.field(b, colCStack, e.CStack, NA)
-	b = append(b, '\n')
-	w.buf = b
-	w.rows++
-	if len(b) >= csvBufSize-csvBufSize/16 { // nearly full: write it out
-		return w.flushBuf()
-	}
-	return nil
+	return append(b, '\n')
 }
 
 // appendAttr appends the Attr field, formatted in place after a tentative
@@ -134,6 +140,11 @@ func (w *CSVWriter) appendAttr(b []byte, e *Event) []byte {
 	start := len(b)
 	b = append(b, '"')
 	b = e.AppendAttr(b)
+	if e.IsMemory() && len(e.Extra) == 0 && strings.IndexByte(e.Owner, '"') < 0 && strings.IndexByte(e.Inefficient, '"') < 0 {
+		// Most rows: a MALLOC's or FREE's Attr has commas and no '"' in
+		// its numbers, so it is quoted as it is, without a look.
+		return append(b, '"')
+	}
 	f := b[start+1:]
 	switch quote := csvQuoteIndex(f); {
 	case quote < 0:
@@ -173,6 +184,9 @@ func (w *CSVWriter) flushBuf() error {
 // Flush writes the header if no row was written yet, then everything pending
 // to the underlying writer.
 func (w *CSVWriter) Flush() error {
+	if err := w.endBatches(false); err != nil {
+		return err
+	}
 	if w.err != nil {
 		return w.err
 	}

@@ -444,7 +444,7 @@ func TestCSVWriterFastPathsMatchEncodingCSV(t *testing.T) {
 		{ID: 1_000_003, Kind: KindMalloc, Type: TypeHost, Timestamp: 6, Pid: 7, Tid: 8, Device: DeviceHost,
 			Ptr: 0xabc, HasPtr: true, AllocID: 5, Size: 1, Owner: "HOST", Shadow: true},
 		{ID: 2_000_000, Kind: KindMalloc, Type: TypeHost, Timestamp: 33815923000000, Pid: -4, Tid: 8, Device: DeviceHost,
-			Ptr: 1, HasPtr: true, AllocID: 4, Size: 1 << 40, Owner: "HOST", Extra: []KV{{"k", "v"}}},
+			Ptr: 1, HasPtr: true, AllocID: 4, Size: 1 << 40, Owner: "HOST", Extra: []KV{{"k", "v"}, {"say", `"hi"`}}},
 		{ID: 2_000_001, Kind: KindFree, Type: TypeHost, Timestamp: 33815923000001, Pid: -4, Tid: 8, Device: DeviceHost,
 			Ptr: 1, HasPtr: true, AllocID: 4, Size: 1 << 40, Owner: `ignored"`},
 		{ID: 2_000_002, Kind: KindSystem, Type: "", Timestamp: 33815923000002, Pid: -4, Tid: 8}, // an empty type stays empty

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -72,17 +73,30 @@ func appendInt(b []byte, v int64) []byte {
 	return appendUint(b, uint64(v))
 }
 
-// appendHex is strconv.AppendUint(b, v, 16).
+// appendHex is strconv.AppendUint(b, v, 16), two digits a step.
 func appendHex(b []byte, v uint64) []byte {
 	n := max((bits.Len64(v)+3)/4, 1)
 	b = grow(b, n)
 	d := b[len(b)-n:]
-	for i := n - 1; i >= 0; i-- {
-		d[i] = hexDigits[v&15]
-		v >>= 4
+	i := n
+	for ; i >= 2; i -= 2 {
+		j := (v & 0xff) * 2
+		d[i-2], d[i-1] = hexPairs[j], hexPairs[j+1]
+		v >>= 8
+	}
+	if i == 1 {
+		d[0] = hexDigits[v&15]
 	}
 	return b
 }
+
+// hexPairs is "000102…feff": byte j's two hex digits at 2j.
+var hexPairs = func() (t [512]byte) {
+	for j := range 256 {
+		t[2*j], t[2*j+1] = hexDigits[j>>4], hexDigits[j&15]
+	}
+	return t
+}()
 
 // decRun formats a run of numbers that change mostly in their low digits
 // (row ids, nanosecond stamps): the digits above the low six are formatted
@@ -90,6 +104,7 @@ func appendHex(b []byte, v uint64) []byte {
 type decRun struct {
 	hi     uint64
 	digits []byte // hi's digits; empty until the first number ≥ 1e6
+	word   uint64 // the same as 8 little-endian bytes, when they fit
 }
 
 const decRunLow = 1e6
@@ -101,9 +116,26 @@ func (r *decRun) append(b []byte, v uint64) []byte {
 	}
 	if hi != r.hi || len(r.digits) == 0 {
 		r.hi, r.digits = hi, appendUint(r.digits[:0], hi)
+		var w [8]byte
+		copy(w[:], r.digits)
+		r.word = binary.LittleEndian.Uint64(w[:])
 	}
-	b = append(b, r.digits...)
-	b = grow(b, 6)
-	putDec(b[len(b)-6:], v-hi*decRunLow)
+	n := len(r.digits)
+	if n > 8 {
+		b = append(b, r.digits...)
+		b = grow(b, decRunDigits)
+		putDec(b[len(b)-decRunDigits:], v-hi*decRunLow)
+		return b
+	}
+	// One 8-byte store instead of a copy call: the bytes it writes past
+	// the high digits are the low digits' place, written next.
+	b = slices.Grow(b, 8+decRunDigits)
+	l := len(b)
+	binary.LittleEndian.PutUint64(b[l:l+8], r.word)
+	b = b[:l+n+decRunDigits]
+	putDec(b[l+n:], v-hi*decRunLow)
 	return b
 }
+
+// decRunDigits is decRunLow's number of zeros.
+const decRunDigits = 6
