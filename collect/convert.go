@@ -232,14 +232,14 @@ func Convert(dir string, opt Options) (*Result, error) {
 				exp.Observe(e)
 				observe(runs, false, e)
 			}
-			return eachEvent(inputNext(dec.NextInto), pre, func(e *trace.Event) error {
+			return writeEvents(inputNext(dec.NextInto), pre, func(e *trace.Event) bool {
 				if !written(e) {
 					outside++
-					return nil
+					return false
 				}
 				annotate(runs, e)
-				return w.Write(e)
-			})
+				return true
+			}, w)
 		})
 	if full := (*safefs.ErrReserve)(nil); errors.As(err, &full) {
 		return nil, fmt.Errorf("%v; the capture is kept whole: convert it again with --input=%s", err, dir)

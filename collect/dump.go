@@ -52,6 +52,7 @@ func WriteDump(path string, opt DumpOptions, fill func(RowWriter) error) (uint64
 	err := safefs.WriteDerived(path, func(f io.Writer) error {
 		cw := trace.NewCSVWriter(f) // buffers whole: no bufio, no second copy
 		if err := fill(cw); err != nil {
+			cw.Abort() // (batches under way are not written)
 			return err
 		}
 		rows = cw.Rows()
@@ -145,6 +146,58 @@ func eachEvent(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Ev
 		select {
 		case free <- b.events[:batchSize]:
 		default:
+		}
+	}
+	return nil
+}
+
+// batchWriter is a RowWriter that takes whole batches and formats them on
+// goroutines of its own (trace.CSVWriter); release says when the events may
+// be reused.
+type batchWriter interface {
+	WriteBatch(evs []trace.Event, release func()) error
+}
+
+// writeEvents writes to w every event next decodes that keep passes (keep
+// may annotate it; it runs in order, on the calling goroutine); pre as in
+// eachEvent. A batchWriter gets whole batches.
+func writeEvents(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, w RowWriter) error {
+	bw, ok := w.(batchWriter)
+	if !ok {
+		return eachEvent(next, pre, func(e *trace.Event) error {
+			if !keep(e) {
+				return nil
+			}
+			return w.Write(e)
+		})
+	}
+	free := make(chan []trace.Event, 16)
+	batches := decodeBatches(next, pre, free)
+	defer func() {
+		for range batches { // let the decoder finish after an error
+		}
+	}()
+	for b := range batches {
+		if b.err != nil {
+			return b.err
+		}
+		evs, n := b.events, 0
+		for i := range evs {
+			if keep(&evs[i]) {
+				if n != i {
+					evs[n] = evs[i]
+				}
+				n++
+			}
+		}
+		whole := evs[:batchSize]
+		if err := bw.WriteBatch(evs[:n], func() {
+			select {
+			case free <- whole:
+			default:
+			}
+		}); err != nil {
+			return err
 		}
 	}
 	return nil
