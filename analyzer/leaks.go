@@ -118,6 +118,7 @@ type LeakAnalyzer struct {
 	rangeID   uint64
 	haveRange bool // rangeID is the MstxID of the "step start" range that opened step last
 	maxStep   int
+	maxID     uint64 // the highest AllocID of a MALLOC so far
 	done      *LeakReport
 	kindOf    func(allocID uint64) (string, bool)
 	noExit    string // SetExitUnknown's reason
@@ -155,7 +156,10 @@ func (a *LeakAnalyzer) Observe(e *trace.Event) {
 
 	switch e.Kind {
 	case trace.KindMalloc:
-		a.free(e.AllocID) // a second MALLOC of a live id replaces the block
+		if e.AllocID <= a.maxID {
+			a.free(e.AllocID) // a second MALLOC of a live id replaces the block
+		}
+		a.maxID = max(a.maxID, e.AllocID) // (a decoder's ids only grow: no look)
 		a.live.add(Leak{
 			AllocID: e.AllocID, Ptr: e.Ptr, Size: e.Size, Step: e.Step, Type: e.Type,
 			Device: e.Device, Owner: e.Owner, PyStack: e.PyStack, CStack: e.CStack,
