@@ -1,7 +1,6 @@
 package spool
 
 import (
-	"container/heap"
 	"math"
 	"sort"
 
@@ -58,10 +57,10 @@ type OrderStats struct {
 	Ambiguous    uint64 `json:"ambiguous_order"` // records whose order on their address the stamps did not settle
 }
 
+// cursorHeap is a min-heap of cursors in the merge's order (Less2): the
+// operations of container/heap, written for it, without the interface
+// calls (a merge of two threads does one per record).
 type cursorHeap []*threadCursor
-
-func (h cursorHeap) Len() int           { return len(h) }
-func (h cursorHeap) Less(i, j int) bool { return h.Less2(h[i], h[j]) }
 
 // Less2 is the merge's order: by estimated time, then thread, then sequence.
 func (cursorHeap) Less2(a, b *threadCursor) bool {
@@ -73,17 +72,58 @@ func (cursorHeap) Less2(a, b *threadCursor) bool {
 	}
 	return a.seq < b.seq
 }
-func (h cursorHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
+
+func (h *cursorHeap) push(c *threadCursor) {
+	*h = append(*h, c)
+	h.up(len(*h) - 1)
 }
-func (h *cursorHeap) Push(x any) {
-	*h = append(*h, x.(*threadCursor))
-}
-func (h *cursorHeap) Pop() any {
+
+func (h *cursorHeap) pop() *threadCursor {
 	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	n := len(old) - 1
+	c := old[0]
+	old[0], old[n] = old[n], nil
+	*h = old[:n]
+	h.down(0)
+	return c
+}
+
+// pushPop is push(c) then pop(), in one sift.
+func (h cursorHeap) pushPop(c *threadCursor) *threadCursor {
+	if len(h) == 0 || h.Less2(c, h[0]) {
+		return c
+	}
+	c, h[0] = h[0], c
+	h.down(0)
+	return c
+}
+
+func (h cursorHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h.Less2(h[j], h[i]) {
+			break
+		}
+		h[i], h[j] = h[j], h[i]
+		j = i
+	}
+}
+
+func (h cursorHeap) down(i int) {
+	for n := len(h); ; {
+		j := 2*i + 1
+		if j >= n {
+			return
+		}
+		if j2 := j + 1; j2 < n && h.Less2(h[j2], h[j]) {
+			j = j2
+		}
+		if !h.Less2(h[j], h[i]) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
 }
 
 // lastOn is the last record delivered on an address (a small direct-mapped
@@ -205,7 +245,7 @@ func (r *Reader) unpark(c *threadCursor) {
 	if c.floor < c.ns {
 		c.floor = c.ns
 	}
-	heap.Push(&r.h, c)
+	r.h.push(c)
 }
 
 // wakeOn releases the cursors waiting on k: a record on k was delivered.
@@ -338,7 +378,7 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 				return nil, 0, err
 			}
 			if ok {
-				heap.Push(&r.h, c)
+				r.h.push(c)
 			}
 		}
 	}
@@ -366,9 +406,11 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 		var c *threadCursor
 		if fresh != nil && r.nPark == 0 && (len(r.h) == 0 || r.h.Less2(fresh, r.h[0])) {
 			c, fresh = fresh, nil
+		} else if fresh != nil && r.nPark == 0 {
+			c, fresh = r.h.pushPop(fresh), nil
 		} else {
 			if fresh != nil {
-				heap.Push(&r.h, fresh)
+				r.h.push(fresh)
 				fresh = nil
 			}
 			if r.nPark > 0 {
@@ -377,7 +419,7 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 			if len(r.h) == 0 {
 				return nil, 0, nil
 			}
-			c = heap.Pop(&r.h).(*threadCursor)
+			c = r.h.pop()
 		}
 		if r.blocked(c) {
 			r.park(c)

@@ -568,11 +568,23 @@ func (s *Spool) index() error {
 // Ns converts a raw stamp to CLOCK_MONOTONIC nanoseconds, interpolating
 // between calibration points.
 func (s *Spool) Ns(tick uint64) uint64 {
+	var hint int
+	return s.nsNear(tick, &hint)
+}
+
+// nsNear is Ns starting from *hint, the calibration interval of the
+// caller's last tick (a thread's ticks grow: mostly the same one), which
+// it updates.
+func (s *Spool) nsNear(tick uint64, hint *int) uint64 {
 	c := s.calib
 	if len(c) == 0 {
 		return tick
 	}
-	i := sort.Search(len(c), func(i int) bool { return c[i].tick > tick })
+	i := *hint // the first calibration after tick
+	if i > len(c) || i > 0 && c[i-1].tick > tick || i < len(c) && c[i].tick <= tick {
+		i = sort.Search(len(c), func(i int) bool { return c[i].tick > tick })
+		*hint = i
+	}
 	var a, b calibPoint
 	switch {
 	case i == 0:
@@ -631,6 +643,7 @@ type threadCursor struct {
 	lo, hi      uint64
 	qlo, qhi    uint64 // the bounds of the queued epoch-only records
 	lastPrecise uint64 // the thread's last precise stamp, in ns
+	calibAt     int    // the calibration interval of its last precise stamp (Spool.nsNear)
 
 	parkKey BlockKey // the address it is held back on, while in Reader.parked (order.go)
 }
@@ -761,7 +774,7 @@ func (c *threadCursor) times(s *Spool) {
 	hasQ := last.TS&TSEpoch == 0
 	if hasQ {
 		m = n - 1
-		q = s.Ns(last.TS)
+		q = s.nsNear(last.TS, &c.calibAt)
 	}
 	if m > 0 {
 		c.bounds(s, c.q[0].TS&^TSEpoch, hasQ, q)
