@@ -79,9 +79,11 @@ const batchSize = 4096
 
 // decodeBatches runs next on its own goroutine, so decoding the spool and
 // formatting the dump use both cores; pre (if not nil) sees each event
-// there too. The channel closes at the end (or after a batch carrying an
-// error). Batches the consumer is done with come back through free.
-func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), free <-chan []trace.Event) <-chan batch {
+// there too, then keep (if not nil) says whether it goes in a batch (an
+// event is looked at while it is in this core's cache). The channel
+// closes at the end (or after a batch carrying an error). Batches the
+// consumer is done with come back through free.
+func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, free <-chan []trace.Event) <-chan batch {
 	out := make(chan batch, 8)
 	go func() {
 		defer close(out)
@@ -109,6 +111,9 @@ func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trac
 				if pre != nil {
 					pre(dst)
 				}
+				if keep != nil && !keep(dst) {
+					continue // (its place is reused)
+				}
 				n++
 			}
 			b.events = b.events[:n]
@@ -129,7 +134,7 @@ func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trac
 // may keep e after it returns.
 func eachEvent(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), f func(*trace.Event) error) error {
 	free := make(chan []trace.Event, 10)
-	batches := decodeBatches(next, pre, free)
+	batches := decodeBatches(next, pre, nil, free)
 	defer func() {
 		for range batches { // let the decoder finish if f stopped early
 		}
@@ -159,8 +164,8 @@ type batchWriter interface {
 }
 
 // writeEvents writes to w every event next decodes that keep passes (keep
-// may annotate it; it runs in order, on the calling goroutine); pre as in
-// eachEvent. A batchWriter gets whole batches.
+// may annotate it); pre as in eachEvent, and keep after it, both on the
+// decoding goroutine, in order. A batchWriter gets whole batches.
 func writeEvents(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, w RowWriter) error {
 	bw, ok := w.(batchWriter)
 	if !ok {
@@ -172,7 +177,7 @@ func writeEvents(next func(*trace.Event) (*trace.Event, error), pre func(*trace.
 		})
 	}
 	free := make(chan []trace.Event, 16)
-	batches := decodeBatches(next, pre, free)
+	batches := decodeBatches(next, pre, keep, free)
 	defer func() {
 		for range batches { // let the decoder finish after an error
 		}
@@ -181,17 +186,8 @@ func writeEvents(next func(*trace.Event) (*trace.Event, error), pre func(*trace.
 		if b.err != nil {
 			return b.err
 		}
-		evs, n := b.events, 0
-		for i := range evs {
-			if keep(&evs[i]) {
-				if n != i {
-					evs[n] = evs[i]
-				}
-				n++
-			}
-		}
-		whole := evs[:batchSize]
-		if err := bw.WriteBatch(evs[:n], func() {
+		whole := b.events[:batchSize]
+		if err := bw.WriteBatch(b.events, func() {
 			select {
 			case free <- whole:
 			default:
