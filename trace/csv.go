@@ -119,14 +119,17 @@ func (w *CSVWriter) appendRow(b []byte, e *Event) []byte {
 	b = append(b, ',')
 	b = w.field(b, colDevice, e.Device, NA)
 	b = append(b, ',')
+	var hex []byte // the Ptr column's digits, which the Attr repeats
 	if e.HasPtr {
 		b = append(b, "0x"...)
+		h := len(b)
 		b = appendHex(b, e.Ptr)
+		hex = b[h:]
 	} else {
 		b = append(b, NA...)
 	}
 	b = append(b, ',')
-	b = w.appendAttr(b, e)
+	b = w.appendAttr(b, e, hex)
 	b = append(b, ',')
 	b = w.field(b, colPyStack, e.PyStack, NA)
 	b = append(b, ',')
@@ -136,10 +139,10 @@ func (w *CSVWriter) appendRow(b []byte, e *Event) []byte {
 
 // appendAttr appends the Attr field, formatted in place after a tentative
 // opening quote. An Attr starts with '{', so only its bytes decide quoting.
-func (w *CSVWriter) appendAttr(b []byte, e *Event) []byte {
+func (w *CSVWriter) appendAttr(b []byte, e *Event, ptrHex []byte) []byte {
 	start := len(b)
 	b = append(b, '"')
-	b = e.AppendAttr(b)
+	b = e.appendAttr(b, ptrHex)
 	if e.IsMemory() && len(e.Extra) == 0 && strings.IndexByte(e.Owner, '"') < 0 && strings.IndexByte(e.Inefficient, '"') < 0 {
 		// Most rows: a MALLOC's or FREE's Attr has commas and no '"' in
 		// its numbers, so it is quoted as it is, without a look.

@@ -51,6 +51,13 @@ func appendUint(b []byte, v uint64) []byte {
 // as long as they need (or longer: zero padding).
 func putDec(d []byte, v uint64) {
 	i := len(d)
+	for v >= 1000 && i >= 3 {
+		q := v / 1000
+		j := (v - q*1000) * 4
+		i -= 3
+		d[i], d[i+1], d[i+2] = digitTriples[j], digitTriples[j+1], digitTriples[j+2]
+		v = q
+	}
 	for v >= 100 && i >= 2 {
 		q := v / 100
 		j := (v - q*100) * 2
@@ -124,7 +131,7 @@ func (r *decRun) append(b []byte, v uint64) []byte {
 	if n > 8 {
 		b = append(b, r.digits...)
 		b = grow(b, decRunDigits)
-		putDec(b[len(b)-decRunDigits:], v-hi*decRunLow)
+		putLow6(b[len(b)-decRunDigits:], v-hi*decRunLow)
 		return b
 	}
 	// One 8-byte store instead of a copy call: the bytes it writes past
@@ -133,9 +140,24 @@ func (r *decRun) append(b []byte, v uint64) []byte {
 	l := len(b)
 	binary.LittleEndian.PutUint64(b[l:l+8], r.word)
 	b = b[:l+n+decRunDigits]
-	putDec(b[l+n:], v-hi*decRunLow)
+	putLow6(b[l+n:l+n+decRunDigits], v-hi*decRunLow)
 	return b
 }
+
+// putLow6 writes v < 1e6 as six digits, three at a time.
+func putLow6(d []byte, v uint64) {
+	a, c := v/1000*4, v%1000*4
+	d[0], d[1], d[2] = digitTriples[a], digitTriples[a+1], digitTriples[a+2]
+	d[3], d[4], d[5] = digitTriples[c], digitTriples[c+1], digitTriples[c+2]
+}
+
+// digitTriples holds 000 to 999, each in 4 bytes.
+var digitTriples = func() (t [4000]byte) {
+	for i := range 1000 {
+		t[4*i], t[4*i+1], t[4*i+2] = byte('0'+i/100), byte('0'+i/10%10), byte('0'+i%10)
+	}
+	return t
+}()
 
 // decRunDigits is decRunLow's number of zeros.
 const decRunDigits = 6

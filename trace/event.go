@@ -158,7 +158,10 @@ func (e *Event) IsMemory() bool { return e.Kind == KindMalloc || e.Kind == KindF
 
 // AppendAttr appends the Attr column ("{k:v,k:v}") to b. The typed fields come
 // first in a fixed order, then Extra.
-func (e *Event) AppendAttr(b []byte) []byte {
+func (e *Event) AppendAttr(b []byte) []byte { return e.appendAttr(b, nil) }
+
+// appendAttr is AppendAttr given e.Ptr's hex digits (nil: formatted here).
+func (e *Event) appendAttr(b, ptrHex []byte) []byte {
 	b = append(b, '{')
 	n := len(b) // a pair after the first starts with ','
 	switch e.Kind {
@@ -166,7 +169,11 @@ func (e *Event) AppendAttr(b []byte) []byte {
 		b = append(b, "allocation_id:"...)
 		b = appendUint(b, e.AllocID)
 		b = append(b, ",addr:0x"...)
-		b = appendHex(b, e.Ptr)
+		if ptrHex != nil {
+			b = append(b, ptrHex...)
+		} else {
+			b = appendHex(b, e.Ptr)
+		}
 		b = append(b, ",size:"...)
 		b = appendUint(b, e.Size)
 		if e.Kind == KindMalloc {
