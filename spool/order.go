@@ -62,7 +62,10 @@ type OrderStats struct {
 // calls (a merge of two threads does one per record).
 type cursorHeap []*threadCursor
 
-// Less2 is the merge's order: by estimated time, then thread, then sequence.
+// Less2 is the merge's order: by estimated time, then thread, then
+// sequence, then the cursor's place (a thread's AHED and INHR chunks are
+// cursors of their own, with its tid): a total order, so the merge does
+// not hang on the heap's shape.
 func (cursorHeap) Less2(a, b *threadCursor) bool {
 	if a.ns != b.ns {
 		return a.ns < b.ns
@@ -70,7 +73,10 @@ func (cursorHeap) Less2(a, b *threadCursor) bool {
 	if a.tid != b.tid {
 		return a.tid < b.tid
 	}
-	return a.seq < b.seq
+	if a.seq != b.seq {
+		return a.seq < b.seq
+	}
+	return a.idx < b.idx
 }
 
 func (h *cursorHeap) push(c *threadCursor) {
@@ -371,7 +377,8 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 			cs = append(cs, &threadCursor{tid: a.tid, chunks: []chunkRef{a.ref}})
 		}
 		r.several = len(tids) > 1 || len(r.s.ahead) > 0
-		for _, c := range cs {
+		for i, c := range cs {
+			c.idx = i
 			c.stacks, c.early = r.s.stacks, &r.Earlier
 			ok, err := c.load(r.s)
 			if err != nil {

@@ -626,6 +626,7 @@ type threadCursor struct {
 	dec    RecDecoder // the thread's past, which its compact records need
 	stacks map[uint32][]byte
 	seq    uint64
+	idx    int  // its place among the reader's cursors (Less2's last key)
 	cur    *Rec // in q
 	ns     uint64
 	q      []Rec // records read ahead up to the next precise stamp

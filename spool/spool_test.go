@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
@@ -709,6 +710,37 @@ func TestSpoolEpochEndsWhenTheGateMoved(t *testing.T) {
 		}
 		if want := "[3:1 2:2 1:1]"; fmt.Sprint(got) != want || r.Stats.Reordered != 1 || r.Stats.LostFree != 0 || r.Stats.UnpairedFree != 0 {
 			t.Errorf("got %v stats %+v, want %s and one record held back", got, r.Stats, want)
+		}
+	}
+}
+
+// The merge's order is total: cursors that tie on time, thread and
+// sequence (a thread's AHED or INHR chunks) come out by their place,
+// whatever order they went in, by push or by push-pop.
+func TestCursorHeapTotalOrder(t *testing.T) {
+	for trial := 0; trial < 50; trial++ {
+		r := rand.New(rand.NewSource(int64(trial)))
+		var h cursorHeap
+		cs := make([]*threadCursor, 8)
+		for i := range cs {
+			cs[i] = &threadCursor{idx: i, tid: 7, ns: uint64(r.Intn(2))}
+		}
+		perm := r.Perm(len(cs))
+		for _, i := range perm[:6] {
+			h.push(cs[i])
+		}
+		var got []*threadCursor
+		got = append(got, h.pushPop(cs[perm[6]]))
+		for len(h) > 0 {
+			got = append(got, h.pop())
+		}
+		for i := 1; i < len(got); i++ {
+			if h.Less2(got[i], got[i-1]) {
+				t.Fatalf("trial %d: %d (ns %d) after %d (ns %d)", trial, got[i].idx, got[i].ns, got[i-1].idx, got[i-1].ns)
+			}
+		}
+		if got[0].ns == got[1].ns && got[0].idx > got[1].idx {
+			t.Fatalf("trial %d: a tie went by heap shape: %d before %d", trial, got[0].idx, got[1].idx)
 		}
 	}
 }
