@@ -159,7 +159,7 @@ func (a *LeakAnalyzer) Observe(e *trace.Event) {
 		if e.AllocID <= a.maxID {
 			a.free(e.AllocID) // a second MALLOC of a live id replaces the block
 		}
-		a.maxID = max(a.maxID, e.AllocID) // (a decoder's ids only grow: no look)
+		a.maxID = max(a.maxID, e.AllocID) // (every live id is ≤ maxID: a new one needs no look)
 		a.live.add(Leak{
 			AllocID: e.AllocID, Ptr: e.Ptr, Size: e.Size, Step: e.Step, Type: e.Type,
 			Device: e.Device, Owner: e.Owner, PyStack: e.PyStack, CStack: e.CStack,

@@ -164,8 +164,10 @@ type batchWriter interface {
 }
 
 // writeEvents writes to w every event next decodes that keep passes (keep
-// may annotate it); pre as in eachEvent, and keep after it, both on the
-// decoding goroutine, in order. A batchWriter gets whole batches.
+// may annotate it); pre as in eachEvent, keep after it, in order. A
+// batchWriter gets whole batches, keep running on the decoding goroutine;
+// another writer gets each event on the calling goroutine. (A write error
+// is seen a few batches late: the batches under way are decoded first.)
 func writeEvents(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, w RowWriter) error {
 	bw, ok := w.(batchWriter)
 	if !ok {

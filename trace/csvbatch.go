@@ -76,8 +76,13 @@ func (w *CSVWriter) WriteBatch(evs []Event, release func()) error {
 	return nil
 }
 
+// maxFormatters bounds the formatters, and with them the batches under way
+// (each about 1 MiB of events and as much text): past a few cores the
+// decoder is the slower side anyway.
+const maxFormatters = 8
+
 func (w *CSVWriter) startBatches() {
-	n := runtime.GOMAXPROCS(0)
+	n := min(runtime.GOMAXPROCS(0), maxFormatters)
 	p := &csvBatches{work: make(chan *csvJob, n), order: make(chan *csvJob, 2*n+2), bufs: make(chan []byte, 2*n+4)}
 	w.par = p
 	for range n {

@@ -135,7 +135,9 @@ func (r *decRun) append(b []byte, v uint64) []byte {
 		return b
 	}
 	// One 8-byte store instead of a copy call: the bytes it writes past
-	// the high digits are the low digits' place, written next.
+	// the high digits are the low digits' place, written next (with one
+	// high digit, one byte past the end, within the capacity just made:
+	// b must be a buffer of the caller's own, not a window on another).
 	b = slices.Grow(b, 8+decRunDigits)
 	l := len(b)
 	binary.LittleEndian.PutUint64(b[l:l+8], r.word)
