@@ -354,10 +354,11 @@ type Spool struct {
 	stacks            map[uint32][]byte // stack id -> an RStack's payload (its frames)
 	firstNs           uint64            // the earliest record that is not inherited (0: unknown)
 	minTick, minEpoch uint64
-	slope             float64 // ns per tick outside the calibrated span
-	Records           uint64  // events (not continuation records)
-	HasStep           bool    // the process called step()
-	HasTorch          bool    // operator launches or tensor owner tags (format.ROpStart..RTag)
+	slope             float64   // ns per tick outside the calibrated span
+	rates             []float64 // ns per tick from calib[i-1] to calib[i]
+	Records           uint64    // events (not continuation records)
+	HasStep           bool      // the process called step()
+	HasTorch          bool      // operator launches or tensor owner tags (format.ROpStart..RTag)
 	Bytes             int64
 	PadBytes          int64  // padding chunks (direct writes keep 4 KiB alignment)
 	Truncated         bool   // the file ended inside a chunk (a killed run)
@@ -549,6 +550,14 @@ func (s *Spool) index() error {
 	if n := len(s.calib); n >= 2 && s.calib[n-1].tick > s.calib[0].tick {
 		s.slope = float64(s.calib[n-1].ns-s.calib[0].ns) / float64(s.calib[n-1].tick-s.calib[0].tick)
 	}
+	// Each interval's ns per tick, divided once (every precise stamp is
+	// converted: a division each showed).
+	s.rates = make([]float64, len(s.calib))
+	for i := 1; i < len(s.calib); i++ {
+		if a, b := s.calib[i-1], s.calib[i]; b.tick > a.tick {
+			s.rates[i] = float64(b.ns-a.ns) / float64(b.tick-a.tick)
+		}
+	}
 	if s.minTick != 0 {
 		s.firstNs = s.Ns(s.minTick)
 	}
@@ -585,20 +594,15 @@ func (s *Spool) nsNear(tick uint64, hint *int) uint64 {
 		i = sort.Search(len(c), func(i int) bool { return c[i].tick > tick })
 		*hint = i
 	}
-	var a, b calibPoint
 	switch {
 	case i == 0:
 		return uint64(float64(c[0].ns) - float64(c[0].tick-tick)*s.slope)
 	case i == len(c):
-		a = c[len(c)-1]
+		a := c[len(c)-1]
 		return a.ns + uint64(float64(tick-a.tick)*s.slope)
-	default:
-		a, b = c[i-1], c[i]
 	}
-	if b.tick == a.tick {
-		return a.ns
-	}
-	return a.ns + uint64(float64(tick-a.tick)*float64(b.ns-a.ns)/float64(b.tick-a.tick))
+	a := c[i-1]
+	return a.ns + uint64(float64(tick-a.tick)*s.rates[i]) // (0 where a and c[i] share a tick)
 }
 
 // Threads returns the thread ids that recorded events.
