@@ -21,6 +21,14 @@ type Map[V any] struct {
 	n     int
 	shift uint // 64 - log2(len(slots))
 	zero  *V   // the value at key 0, which marks an empty slot
+
+	// The last look, for the change that often follows it (the decoder
+	// asks whether an address is live, then adds or removes it): key
+	// memoKey is at slot memoAt, or, if not memoHit, would go there.
+	// Any change forgets it.
+	memoKey uint64
+	memoAt  int
+	memoHit bool
 }
 
 type slot[V any] struct {
@@ -42,12 +50,20 @@ func (m *Map[V]) find(k uint64) int {
 	if m.n == 0 {
 		return -1
 	}
+	if k == m.memoKey {
+		if m.memoHit {
+			return m.memoAt
+		}
+		return -1
+	}
 	mask := len(m.slots) - 1
 	for i := m.home(k); ; i = (i + 1) & mask {
 		switch m.slots[i].key {
 		case k:
+			m.memoKey, m.memoAt, m.memoHit = k, i, true
 			return i
 		case 0:
+			m.memoKey, m.memoAt, m.memoHit = k, i, false
 			return -1
 		}
 	}
@@ -101,6 +117,20 @@ func (m *Map[V]) Slot(k uint64) *V {
 		}
 		return m.zero
 	}
+	if k == m.memoKey && m.n > 0 {
+		i := m.memoAt
+		if !m.memoHit {
+			if 2*(m.n+1) > len(m.slots) {
+				m.memoKey = 0
+				return m.Slot(k)
+			}
+			m.slots[i].key = k
+			m.n++
+		}
+		m.memoKey = 0
+		return &m.slots[i].val
+	}
+	m.memoKey = 0
 	if 2*(m.n+1) > len(m.slots) {
 		m.grow()
 	}
@@ -130,6 +160,7 @@ func (m *Map[V]) Take(k uint64) (V, bool) {
 		return v, true
 	}
 	i := m.find(k)
+	m.memoKey = 0
 	if i < 0 {
 		return zero, false
 	}

@@ -76,6 +76,20 @@ func testAsGoMap(t *testing.T, runs bool, grain uint) {
 			if ok != wok || got != want || m.Has(k) != wok {
 				t.Fatalf("op %d: Get(%#x) = %v %v, want %v %v", op, k, got, ok, want, wok)
 			}
+			// A change right after a look at the same key (the look's
+			// memo), present or not.
+			switch rng.Intn(3) {
+			case 0:
+				v := val{id: uint64(op), tid: 1}
+				m.Put(k, v)
+				ref[k] = v
+			case 1:
+				got, ok := m.Take(k)
+				if ok != wok || got != want {
+					t.Fatalf("op %d: Take(%#x) after a look = %v %v, want %v %v", op, k, got, ok, want, wok)
+				}
+				delete(ref, k)
+			}
 		}
 		if m.Len() != len(ref) {
 			t.Fatalf("op %d: %d keys, want %d", op, m.Len(), len(ref))
