@@ -46,19 +46,26 @@ type CSVWriter struct {
 	header bool
 	err    error
 
-	id, stamp decRun // the ID and Timestamp columns
-	pid       int64  // the last Process Id, formatted in pidText
-	pidText   []byte
-	tids      [16]tidText
+	id, stamp decRun          // the ID and Timestamp columns
+	heads     [16]rowHead     // by Kind (rows alternate MALLOC and FREE)
+	whos      [16]rowWho      // by thread id
 	plain     [numCols]string // per column, the last value seen that needs no quotes
 	par       *csvBatches     // WriteBatch's goroutines, while it is in use
 }
 
-// tidText is a Thread Id and its text (CSVWriter.tids: a small cache, as
-// rows alternate between a few threads).
-type tidText struct {
-	tid  int64
-	text []byte
+// rowHead and rowWho are runs of columns that rows repeat, formatted
+// once: ",Event,Event Type,Name," and ",Process Id,Thread Id,Device Id,"
+// (small caches: one a kind, one a thread slot).
+type rowHead struct {
+	kind      Kind
+	typ, name string
+	text      []byte
+}
+
+type rowWho struct {
+	pid, tid int64
+	dev      string
+	text     []byte
 }
 
 // NewCSVWriter returns a writer to w. The header is written with the first row,
@@ -97,28 +104,29 @@ func (w *CSVWriter) Write(e *Event) error {
 // appendRow appends e's row to b.
 func (w *CSVWriter) appendRow(b []byte, e *Event) []byte {
 	b = w.id.append(b, e.ID)
-	b = append(b, ',')
-	b = append(b, e.Kind.String()...) // kind names never need quotes
-	b = append(b, ',')
-	b = w.field(b, colType, e.Type, "") // an empty type stays empty
-	b = append(b, ',')
-	b = w.field(b, colName, e.Name, NA)
-	b = append(b, ',')
+	h := &w.heads[e.Kind&15]
+	if h.text == nil || h.kind != e.Kind || h.typ != e.Type || h.name != e.Name {
+		t := append(h.text[:0], ',')
+		t = append(t, e.Kind.String()...) // kind names never need quotes
+		t = append(t, ',')
+		t = w.field(t, colType, e.Type, "") // an empty type stays empty
+		t = append(t, ',')
+		t = w.field(t, colName, e.Name, NA)
+		h.kind, h.typ, h.name, h.text = e.Kind, e.Type, e.Name, append(t, ',')
+	}
+	b = append(b, h.text...)
 	b = w.stamp.append(b, e.Timestamp)
-	b = append(b, ',')
-	if e.Pid != w.pid || w.pidText == nil {
-		w.pid, w.pidText = e.Pid, appendInt(w.pidText[:0], e.Pid)
+	who := &w.whos[e.Tid&15]
+	if who.text == nil || who.pid != e.Pid || who.tid != e.Tid || who.dev != e.Device {
+		t := append(who.text[:0], ',')
+		t = appendInt(t, e.Pid)
+		t = append(t, ',')
+		t = appendInt(t, e.Tid)
+		t = append(t, ',')
+		t = w.field(t, colDevice, e.Device, NA)
+		who.pid, who.tid, who.dev, who.text = e.Pid, e.Tid, e.Device, append(t, ',')
 	}
-	b = append(b, w.pidText...)
-	b = append(b, ',')
-	t := &w.tids[e.Tid&15]
-	if t.tid != e.Tid || t.text == nil {
-		t.tid, t.text = e.Tid, appendInt(t.text[:0], e.Tid)
-	}
-	b = append(b, t.text...)
-	b = append(b, ',')
-	b = w.field(b, colDevice, e.Device, NA)
-	b = append(b, ',')
+	b = append(b, who.text...)
 	var hex []byte // the Ptr column's digits, which the Attr repeats
 	if e.HasPtr {
 		b = append(b, "0x"...)

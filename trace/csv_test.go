@@ -448,6 +448,12 @@ func TestCSVWriterFastPathsMatchEncodingCSV(t *testing.T) {
 		{ID: 2_000_001, Kind: KindFree, Type: TypeHost, Timestamp: 33815923000001, Pid: -4, Tid: 8, Device: DeviceHost,
 			Ptr: 1, HasPtr: true, AllocID: 4, Size: 1 << 40, Owner: `ignored"`},
 		{ID: 2_000_002, Kind: KindSystem, Type: "", Timestamp: 33815923000002, Pid: -4, Tid: 8}, // an empty type stays empty
+		// Rows of one kind and thread whose name or device changes, and a
+		// kind whose cache slot another kind has.
+		{ID: 2_000_003, Kind: KindOpLaunch, Type: "ATEN", Name: "aten::add", Timestamp: 33815923000003, Pid: -4, Tid: 8, Device: "cuda:0"},
+		{ID: 2_000_004, Kind: KindOpLaunch, Type: "ATEN", Name: "aten::mul", Timestamp: 33815923000004, Pid: -4, Tid: 8, Device: "cuda:1"},
+		{ID: 2_000_005, Kind: Kind(17), Type: "X", Name: "y", Timestamp: 33815923000005, Pid: -4, Tid: 8},
+		{ID: 2_000_006, Kind: KindSystem, Type: "X", Name: "y", Timestamp: 33815923000006, Pid: -4, Tid: 8},
 	}
 	got := writeCSV(t, evs)
 	var want bytes.Buffer
