@@ -165,7 +165,12 @@ func (p *Process) Move(output string) (string, error) {
 // (frees in later destructors) are still written to it.
 func (p *Process) End(lost, forks uint64) {
 	copyMaps(filepath.Join(p.Dir, spool.SpoolDir, spool.MapsEnd))
+	var size int64
+	if fi, err := os.Stat(filepath.Join(p.Dir, spool.SpoolDir, spool.FileName)); err == nil {
+		size = fi.Size()
+	}
 	_ = safefs.WriteJSON(filepath.Join(p.Dir, spool.SpoolDir, spool.EndFile), spool.EndMeta{
 		EndMonoNs: MonoNs(), Lost: lost, Forks: forks, DrainErrors: p.drainErrs.Load(), RotateLate: p.rotLate, RotateDeleted: p.rotDeleted,
+		SpoolBytes: size,
 	})
 }

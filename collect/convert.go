@@ -150,10 +150,17 @@ func Convert(dir string, opt Options) (*Result, error) {
 	res.Crash = spool.ReadCrash(dir)
 	res.Ended = spool.Ended(end, res.Crash)
 	quick := res.Ended == spool.EndedQuick // by _exit: the final drain ran, as at exit
-	if res.Complete && sp.Truncated && len(spool.LogFiles(dir)) == 0 {
+	if res.Complete && len(spool.LogFiles(dir)) == 0 {
 		// A process that ended normally flushed whole chunks: a cut-off
-		// chunk means the file was damaged, not that the run was killed.
-		return nil, BadInput(fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", filepath.Join(dir, spool.SpoolDir, spool.FileName)))
+		// chunk means the file was damaged, not that the run was killed;
+		// so does a file shorter than it was at the end, cut between chunks.
+		path := filepath.Join(dir, spool.SpoolDir, spool.FileName)
+		if sp.Truncated {
+			return nil, BadInput(fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", path))
+		}
+		if end != nil && sp.Bytes < end.SpoolBytes {
+			return nil, BadInput(fmt.Errorf("%s: the spool is cut short (%d bytes; it had %d when the process ended, spool/%s says)", path, sp.Bytes, end.SpoolBytes, spool.EndFile))
+		}
 	}
 	res.Complete = res.Complete || quick
 

@@ -62,6 +62,9 @@ type EndMeta struct {
 	Lost        uint64 `json:"events_lost"`
 	Forks       uint64 `json:"forks"`
 	DrainErrors uint64 `json:"drain_errors"`
+	// SpoolBytes is spool.bin's size when the process ended (later writes
+	// only add to it): a file shorter than that was cut short.
+	SpoolBytes int64 `json:"spool_bytes,omitempty"`
 	// Rotating logs: MALLOCs and FREEs that reached the rotator after
 	// their log's cut had settled (see README, rotating logs).
 	RotateLate uint64 `json:"rotate_late,omitempty"`

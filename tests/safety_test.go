@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"msmemscope/format"
 )
 
 // TestSafetyModes: every folder msmemscope creates is 0750 and every file
@@ -228,6 +231,16 @@ func TestSafetyCorruptSpool(t *testing.T) {
 			return b
 		}), "corrupt chunk header"},
 		{"random", clone(func(b []byte) []byte { rand.New(rand.NewSource(1)).Read(b); return b }), "spool"},
+		// Cut between two chunks: every chunk left is whole, but the
+		// process ended normally with more (end.json says how much).
+		{"cut_between_chunks", clone(func(b []byte) []byte {
+			end := format.SpoolHdrSize + format.ChunkSize + int(binary.LittleEndian.Uint32(b[format.SpoolHdrSize+format.ChunkNUnitOff:]))*format.UnitSize
+			if end >= len(b) {
+				t.Fatalf("the spool has one chunk (%d bytes)", len(b))
+			}
+			return b[:end]
+		}), "cut short"},
+		{"header_only", clone(func(b []byte) []byte { return b[:format.SpoolHdrSize] }), "cut short"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

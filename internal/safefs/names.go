@@ -64,8 +64,13 @@ func CreateUnique(names func(i int) string, create func(p string) error) (string
 func FreeName(names func(i int) string) string {
 	for i := 0; ; i++ {
 		p := names(i)
-		if _, err := os.Lstat(p); os.IsNotExist(err) || i >= maxNames {
-			return p
+		if !exists(p) && !exists(p+".partial") || i >= maxNames {
+			return p // (a .partial is a file being written, or left by a writer killed: WriteNew's)
 		}
 	}
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return !os.IsNotExist(err)
 }

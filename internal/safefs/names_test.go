@@ -43,6 +43,14 @@ func TestCreateUnique(t *testing.T) {
 	if p := FreeName(names); p != names(3) {
 		t.Errorf("FreeName = %s, want %s", p, names(3))
 	}
+	// A name whose .partial exists (a file being written, or left by a
+	// writer that was killed) is taken too: WriteNew could not create it.
+	if err := create(names(3) + ".partial"); err != nil {
+		t.Fatal(err)
+	}
+	if p := FreeName(names); p != names(4) {
+		t.Errorf("FreeName beside a .partial = %s, want %s", p, names(4))
+	}
 	// Another error ends the search.
 	boom := errors.New("boom")
 	if _, err := CreateUnique(names, func(string) error { return boom }); err != boom {
