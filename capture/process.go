@@ -32,6 +32,7 @@ type Process struct {
 	drainErrs  atomic.Uint64
 	rotLate    uint64
 	rotDeleted uint64
+	rotLast    int
 	// firstOutput is the output folder the capture began in: the CLI looks
 	// for it there (Move leaves a note).
 	firstOutput string
@@ -125,6 +126,9 @@ func (p *Process) NoteRotateLate(n uint64) { p.rotLate = n }
 // NoteRotateDeleted records the events the deleted logs held (Rotator.Deleted).
 func (p *Process) NoteRotateDeleted(n uint64) { p.rotDeleted = n }
 
+// NoteRotateLast records the newest log's number (Rotator.LastLog).
+func (p *Process) NoteRotateLast(seq int) { p.rotLast = seq }
+
 // Move moves the capture folder, whole, into the output folder output (a
 // program's config(output=...) after the capture began). The spool's
 // descriptor and every file already open stay valid: the folder is renamed,
@@ -171,6 +175,6 @@ func (p *Process) End(lost, forks uint64) {
 	}
 	_ = safefs.WriteJSON(filepath.Join(p.Dir, spool.SpoolDir, spool.EndFile), spool.EndMeta{
 		EndMonoNs: MonoNs(), Lost: lost, Forks: forks, DrainErrors: p.drainErrs.Load(), RotateLate: p.rotLate, RotateDeleted: p.rotDeleted,
-		SpoolBytes: size,
+		SpoolBytes: size, LastLog: p.rotLast,
 	})
 }

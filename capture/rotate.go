@@ -458,3 +458,6 @@ func (r *Rotator) Close() error {
 	r.cur = nil
 	return err
 }
+
+// LastLog is the number of the newest log started (log_NNNNNN.zst).
+func (r *Rotator) LastLog() int { return r.seq }

@@ -242,6 +242,7 @@ func msGoAtExit() {
 		debug.SetGCPercent(eng.gcPercent) // the analyses at exit as any conversion
 		eng.proc.NoteRotateLate(eng.rot.Late)
 		eng.proc.NoteRotateDeleted(eng.rot.Deleted)
+		eng.proc.NoteRotateLast(eng.rot.LastLog())
 		C.ms_drain() // what raced with the above: late events, in full
 	} else {
 		C.ms_finish()

@@ -65,6 +65,9 @@ type EndMeta struct {
 	// SpoolBytes is spool.bin's size when the process ended (later writes
 	// only add to it): a file shorter than that was cut short.
 	SpoolBytes int64 `json:"spool_bytes,omitempty"`
+	// LastLog is the newest rotated log's number (log_NNNNNN.zst), 0
+	// without rotation: the logs kept run up to it, without a gap.
+	LastLog int `json:"last_log,omitempty"`
 	// Rotating logs: MALLOCs and FREEs that reached the rotator after
 	// their log's cut had settled (see README, rotating logs).
 	RotateLate uint64 `json:"rotate_late,omitempty"`

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -75,8 +77,15 @@ func readLog(path string, whole bool) ([]byte, error) {
 // OpenCapture opens a capture folder's spool: spool.bin, or, for a rotating
 // capture, its logs and late.bin read in place as one spool (logSpool).
 func OpenCapture(dir string) (*Spool, error) {
-	if len(LogFiles(dir)) == 0 {
+	logs := LogFiles(dir)
+	if len(logs) == 0 {
+		if end := ReadEnd(dir); end != nil && end.LastLog > 0 {
+			return nil, fmt.Errorf("%s: the rotated logs are missing (end.json names log %d as the newest)", filepath.Join(dir, SpoolDir), end.LastLog)
+		}
 		return OpenFile(filepath.Join(dir, SpoolDir, FileName))
+	}
+	if err := logsWhole(dir, logs); err != nil {
+		return nil, err
 	}
 	ls, err := openLogSpool(dir)
 	if err != nil {
@@ -94,6 +103,31 @@ func OpenCapture(dir string) (*Spool, error) {
 	}
 	s.closer = ls
 	return s, nil
+}
+
+// logsWhole reports a log missing from a capture's: the rotation deletes
+// the oldest only, so the logs kept are numbered without a gap, up to the
+// newest that end.json names when the process ended normally.
+func logsWhole(dir string, logs []string) error {
+	seq := func(p string) int {
+		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), LogPrefix), LogSuffix))
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+	for i := 1; i < len(logs); i++ {
+		if a, b := seq(logs[i-1]), seq(logs[i]); a >= 0 && b > a+1 {
+			return fmt.Errorf("%s: %s%06d%s is missing (the logs kept run from %s to %s without a gap)",
+				filepath.Join(dir, SpoolDir), LogPrefix, a+1, LogSuffix, filepath.Base(logs[0]), filepath.Base(logs[len(logs)-1]))
+		}
+	}
+	if end := ReadEnd(dir); end != nil && end.LastLog > 0 {
+		if last := seq(logs[len(logs)-1]); last >= 0 && last < end.LastLog {
+			return fmt.Errorf("%s: %s%06d%s, the newest log, is missing (end.json names it)", filepath.Join(dir, SpoolDir), LogPrefix, end.LastLog, LogSuffix)
+		}
+	}
+	return nil
 }
 
 // OpenLog opens one rotated log alone (each is self-contained).

@@ -73,6 +73,22 @@ func TestDamagedInputsExit2(t *testing.T) {
 	if err := os.WriteFile(log, logData[:len(logData)/2], 0o640); err != nil {
 		t.Fatal(err)
 	}
+	// A rotating capture with a log missing, between two (the rotation
+	// deletes the oldest only) or all of them (end.json names the newest).
+	gapOut := filepath.Join(tmp, "gap")
+	mustRun(t, 0, gapOut, "--log-mode=rotate", "--log-files=2", "--log-file-mb=1", bin)
+	gap := readManifest(t, gapOut).main(t).Folder
+	gapLog := onlyFile(t, filepath.Join(gap, "spool", "log_*.zst"))
+	gapData, _ := os.ReadFile(gapLog)
+	if err := os.WriteFile(filepath.Join(gap, "spool", "log_000009.zst"), gapData, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	noneOut := filepath.Join(tmp, "nologs")
+	mustRun(t, 0, noneOut, "--log-mode=rotate", "--log-files=2", "--log-file-mb=1", bin)
+	none := readManifest(t, noneOut).main(t).Folder
+	if err := os.Remove(onlyFile(t, filepath.Join(none, "spool", "log_*.zst"))); err != nil {
+		t.Fatal(err)
+	}
 	// A capture whose process.json is damaged (its dump is there): said,
 	// not analysed from the dump without its spool's leak kinds.
 	damaged := filepath.Join(tmp, "damaged")
@@ -95,6 +111,8 @@ func TestDamagedInputsExit2(t *testing.T) {
 		inputCase{"spool file of a damaged capture", []string{"--input=" + filepath.Join(dmg, "spool", "spool.bin")}, []string{dmg, "damaged"}},
 		inputCase{"capture whose process.json has no pid", []string{"--input=" + emp}, []string{emp, "damaged", "no process id"}},
 		inputCase{"rotating capture with a cut log", []string{"--input=" + rot}, []string{log, "cut short"}},
+		inputCase{"rotating capture with a log missing between two", []string{"--input=" + gap}, []string{"log_000002.zst is missing"}},
+		inputCase{"rotating capture with its logs missing", []string{"--input=" + none}, []string{"rotated logs are missing"}},
 		inputCase{"timeline of a cut log alone", []string{"--timeline", "--input=" + write("log_000009.zst", logData[:len(logData)-9])}, []string{"log_000009.zst", "cut short"}})
 	for _, c := range cases {
 		r := runCLI(t, 60*time.Second, tmp, append([]string{"--output=" + filepath.Join(tmp, "reports")}, c.args...)...)
