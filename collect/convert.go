@@ -56,15 +56,17 @@ type Result struct {
 	Order     spool.OrderStats
 	Late      uint64 // rotating logs: records that reached the rotator after their log's cut settled
 	Deleted   uint64 // rotating logs: the events the logs deleted held
-	Complete  bool   // the image ended normally (not killed)
-	Ended     string // how: spool.EndedExit, EndedQuick, EndedCrash, EndedExec or EndedKilled
-	Crash     *spool.CrashMeta
-	Exec      string // the program this image exec'd into, if any
-	Forks     []int  // children forked by this image
-	Untraced  int    // forked children that were not traced
-	Truncated bool
-	Leaks     *analyzer.LeakReport
-	LeaksPath string
+	Complete  bool   // the image ended normally (not killed), its spool whole
+	// DrainErrors counts the spool's writes that failed during the run.
+	DrainErrors uint64
+	Ended       string // how: spool.EndedExit, EndedQuick, EndedCrash, EndedExec or EndedKilled
+	Crash       *spool.CrashMeta
+	Exec        string // the program this image exec'd into, if any
+	Forks       []int  // children forked by this image
+	Untraced    int    // forked children that were not traced
+	Truncated   bool
+	Leaks       *analyzer.LeakReport
+	LeaksPath   string
 
 	Decompose     *analyzer.DecomposeReport
 	DecomposePath string
@@ -100,6 +102,7 @@ type ConfigJSON struct {
 	// in events_recorded, which counts what the logs kept hold).
 	EventsInDeletedLogs    uint64           `json:"events_in_deleted_logs,omitempty"`
 	ForkedChildrenUntraced int              `json:"forked_children_untraced"`
+	DrainErrors            uint64           `json:"spool_write_errors,omitempty"` // writes to the spool that failed (the capture ends short)
 	Complete               bool             `json:"complete"`
 	Ended                  string           `json:"ended"` // exit, crash (the final drain ran in a crash handler), exec or killed
 	Crash                  *spool.CrashMeta `json:"crash,omitempty"`
@@ -150,6 +153,13 @@ func Convert(dir string, opt Options) (*Result, error) {
 	res.Crash = spool.ReadCrash(dir)
 	res.Ended = spool.Ended(end, res.Crash)
 	quick := res.Ended == spool.EndedQuick // by _exit: the final drain ran, as at exit
+	// Writes to the spool failed during the run (a full disk): it ends
+	// short where they began, as a killed run's does.
+	drainFailed := end != nil && end.DrainErrors > 0
+	if drainFailed {
+		res.Complete = false
+		res.DrainErrors = end.DrainErrors
+	}
 	if res.Complete && len(spool.LogFiles(dir)) == 0 {
 		// A process that ended normally flushed whole chunks: a cut-off
 		// chunk means the file was damaged, not that the run was killed;
@@ -249,7 +259,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 			}, w)
 		})
 	if full := (*safefs.ErrReserve)(nil); errors.As(err, &full) {
-		return nil, fmt.Errorf("%v; the capture is kept whole: convert it again with --input=%s", err, dir)
+		return nil, fmt.Errorf("%v; the capture is kept as it was: convert it again with --input=%s", err, dir)
 	}
 	if err != nil {
 		return nil, err
@@ -259,6 +269,11 @@ func Convert(dir string, opt Options) (*Result, error) {
 		// config(device=...) without cpu stopped the host heap's recording:
 		// blocks freed after that would read as alive, and as lost.
 		setExitUnknown(runs, fmt.Sprintf("the host heap stopped being recorded during the run (device %s), so frees after that were not seen", strings.Join(cfg.Devices, ",")))
+	}
+	if drainFailed {
+		why := fmt.Sprintf("%d of the spool's writes failed during the run (a full disk?), so the events from the first one on are missing", end.DrainErrors)
+		setExitUnknown(runs, why)
+		logx.WarnTo(opt.Console, "process %d: %s", meta.Pid, why)
 	}
 	if err := finish(runs, false); err != nil {
 		return nil, err
@@ -299,7 +314,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		Order:                  res.Order,
 		RotateLate:             res.Late,
 		EventsInDeletedLogs:    res.Deleted,
-		ForkedChildrenUntraced: res.Untraced, Complete: res.Complete, Ended: res.Ended, Crash: res.Crash, Exec: res.Exec, SpoolBytes: sp.Bytes,
+		ForkedChildrenUntraced: res.Untraced, DrainErrors: res.DrainErrors, Complete: res.Complete, Ended: res.Ended, Crash: res.Crash, Exec: res.Exec, SpoolBytes: sp.Bytes,
 	}
 	cpath := filepath.Join(dir, spool.ConfigFile)
 	if _, err := os.Stat(cpath); err == nil {

@@ -429,14 +429,29 @@ static void *drainer_stack;
 static pthread_mutex_t drainer_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t drainer_cv;
 
+// warn_drain_failed says, once, that the spool stopped taking events (a
+// full disk, say): else the capture ends short without a word, and reads
+// as a killed run's. One raw write: this thread allocates nothing.
+static void warn_drain_failed(int err) {
+	char line[200];
+	int n = snprintf(line, sizeof line,
+	                 "msmemscope: process %d: writing the spool failed (%s): events are being lost, and the capture will end short\n",
+	                 (int)getpid(), err == ENOSPC ? "no space left on the device" : err == EDQUOT ? "disk quota exceeded" : err == EFBIG ? "file size limit exceeded" : "a write error");
+	if (n > 0) {
+		ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+		(void)w;
+	}
+}
+
 static void *drainer_main(void *arg) {
 	(void)arg;
 	int idle = 0;
 	pthread_mutex_lock(&drainer_mu);
 	while (!drainer_quit) {
 		pthread_mutex_unlock(&drainer_mu);
+		errno = 0;
 		long n = drain_pass(1);
-		if (n < 0) atomic_fetch_add(&drain_errs, 1);
+		if (n < 0 && atomic_fetch_add(&drain_errs, 1) == 0 && n == -1 && errno) warn_drain_failed(errno);
 		// A pass that found no events wrote only its calibration point.
 		if (n > (long)(sizeof(ms_chunk) + sizeof cal_rec) || pass_waiting) idle = 0;
 		else if (idle < DRAIN_IDLE_SHIFT) idle++;

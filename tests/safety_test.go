@@ -321,3 +321,34 @@ func TestDiskReserveKept(t *testing.T) {
 		t.Errorf("converting again with room: dumps %v", dumps)
 	}
 }
+
+// TestSpoolWriteFailureSaid: when the spool cannot take more (a full disk;
+// here a file size limit, which needs no mount, with SIGXFSZ ignored as the
+// program's: the library preloaded, as the CLI does), the run says so once,
+// as it happens, instead of ending short without a word.
+func TestSpoolWriteFailureSaid(t *testing.T) {
+	bin := compile(t, "threads.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -f 256; trap "" XFSZ; exec "$0" "$@"`, bin)
+	cmd.Env = cliEnv("LD_PRELOAD="+filepath.Join(libDir, "libmemscope.so"), `MSMEMSCOPE_CONFIG={"output":"`+out+`"}`)
+	b, _ := cmd.CombinedOutput()
+	said := strings.Count(string(b), "writing the spool failed (file size limit exceeded): events are being lost")
+	if said != 1 {
+		t.Fatalf("the spool's failed writes said %d times, want once:\n%s", said, b)
+	}
+	for _, bad := range []string{"panic", "goroutine", "SIGSEGV"} {
+		if strings.Contains(string(b), bad) {
+			t.Fatalf("crash:\n%s", b)
+		}
+	}
+	// Converted again: what the spool holds, said incomplete, and no exit
+	// leak invented from the frees it misses.
+	dirs, _ := filepath.Glob(filepath.Join(out, "msmemscope_*"))
+	if len(dirs) != 1 {
+		t.Fatalf("captures: %v", dirs)
+	}
+	r := runCLI(t, 60*time.Second, "", "--input="+dirs[0])
+	if r.Code != 0 || !strings.Contains(r.Stderr, "incomplete: writes to the spool failed") || !strings.Contains(r.Stderr, "exit leaks not known") {
+		t.Fatalf("--input of the capture: exit %d\n%s", r.Code, r.Stderr)
+	}
+}

@@ -223,6 +223,8 @@ func offline(inv *cli.Invocation) int {
 			state = fmt.Sprintf("incomplete: the process was ended by signal %d; every event recorded before it is in", res.Crash.Signal)
 		case res.Crash != nil && !res.Complete:
 			state = fmt.Sprintf("incomplete: the process crashed with signal %d; every event recorded before the crash is in", res.Crash.Signal)
+		case res.DrainErrors > 0:
+			state = "incomplete: writes to the spool failed during the run"
 		case !res.Complete:
 			state = "incomplete: the process did not end normally"
 		}
