@@ -39,13 +39,13 @@ func Reserve(dir string) (reserve, free uint64, err error) {
 
 // ErrReserve says that writing more would leave less than the reserve free.
 type ErrReserve struct {
-	Path          string
-	Free, Reserve uint64
+	Path                string
+	Free, Reserve, Need uint64 // Need: the bytes about to be written
 }
 
 func (e *ErrReserve) Error() string {
-	return fmt.Sprintf("stopped writing %s: its file system has %s free, and msmemscope keeps %s free (1 GiB, or 5%% of the file system if less; MSMEMSCOPE_DISK_RESERVE sets another)",
-		e.Path, HumanBytes(e.Free), HumanBytes(e.Reserve))
+	return fmt.Sprintf("stopped writing %s: its file system has %s free, and writing %s more would leave less than the %s msmemscope keeps free (1 GiB, or 5%% of the file system if less; MSMEMSCOPE_DISK_RESERVE sets another)",
+		e.Path, HumanBytes(e.Free), HumanBytes(e.Need), HumanBytes(e.Reserve))
 }
 
 // CheckReserve returns an *ErrReserve when writing n more bytes to path
@@ -56,7 +56,7 @@ func CheckReserve(path string, n uint64) error {
 		return nil // nothing to measure by: the write itself will tell
 	}
 	if free < reserve+n {
-		return &ErrReserve{Path: path, Free: free, Reserve: reserve}
+		return &ErrReserve{Path: path, Free: free, Reserve: reserve, Need: n}
 	}
 	return nil
 }
