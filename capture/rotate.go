@@ -141,12 +141,14 @@ func (r *Rotator) Files() []string { return append([]string(nil), r.files...) }
 // open starts the next log, beginning at tick start: its header and the
 // records every reader needs. Its inherited blocks come when the cut settles.
 func (r *Rotator) open(start uint64) (*logFile, error) {
-	r.seq++
-	p := filepath.Join(r.dir, fmt.Sprintf("%s%06d%s", spool.LogPrefix, r.seq, spool.LogSuffix))
+	// The number is taken only once the file is there: the logs kept are
+	// numbered without a gap (readers refuse one as a log missing).
+	p := filepath.Join(r.dir, fmt.Sprintf("%s%06d%s", spool.LogPrefix, r.seq+1, spool.LogSuffix))
 	f, err := safefs.CreateNew(p, 0)
 	if err != nil {
 		return nil, err
 	}
+	r.seq++
 	lf := &logFile{f: f, seq: r.seq, start: start, seen: map[int32]bool{}}
 	r.files = append(r.files, p)
 	for len(r.files) > r.maxFiles {

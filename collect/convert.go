@@ -135,7 +135,11 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if opt.Config != nil {
 		cfg = *opt.Config
 	}
-	sp, err := spool.OpenCapture(dir)
+	// end.json before the spool: a process still running may end while
+	// the spool is opened, and its spool only grows (end.json's size is
+	// then no more than what was opened).
+	end := spool.ReadEnd(dir)
+	sp, err := spool.OpenCaptureEnded(dir, end)
 	if err != nil {
 		return nil, BadInput(err)
 	}
@@ -148,7 +152,6 @@ func Convert(dir string, opt Options) (*Result, error) {
 		}
 	}
 	res := &Result{Dir: dir, Meta: meta, Truncated: sp.Truncated}
-	end := spool.ReadEnd(dir)
 	res.Complete = end != nil
 	res.Crash = spool.ReadCrash(dir)
 	res.Ended = spool.Ended(end, res.Crash)
@@ -168,11 +171,11 @@ func Convert(dir string, opt Options) (*Result, error) {
 		if sp.Truncated {
 			return nil, BadInput(fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", path))
 		}
-		if end != nil && sp.Bytes < end.SpoolBytes {
-			return nil, BadInput(fmt.Errorf("%s: the spool is cut short (%d bytes; it had %d when the process ended, spool/%s says)", path, sp.Bytes, end.SpoolBytes, spool.EndFile))
+		if err := sp.ShorterThanEnd(path, end); err != nil {
+			return nil, BadInput(err)
 		}
 	}
-	res.Complete = res.Complete || quick
+	res.Complete = (res.Complete || quick) && !drainFailed
 
 	dumpDir := filepath.Join(dir, spool.DumpDir)
 	if err := safefs.EnsureDir(dumpDir); err != nil {

@@ -374,16 +374,41 @@ static long drain_locked(int fd, int dio) {
 	return rc ? -1 : drained_bytes - before;
 }
 
+// warn_drain_failed says, once, that the spool stopped taking events (a
+// full disk, say): else the capture ends short without a word, and reads
+// as a killed run's. One raw write: this thread allocates nothing.
+static void warn_drain_failed(int err) {
+	char line[200];
+	int n = snprintf(line, sizeof line,
+	                 "msmemscope: process %d: writing the spool failed (%s): events are being lost, and the capture will end short\n",
+	                 (int)getpid(), err == ENOSPC ? "no space left on the device" : err == EDQUOT ? "disk quota exceeded" : err == EFBIG ? "file size limit exceeded" : "a write error");
+	if (n > 0) {
+		ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+		(void)w;
+	}
+}
+
+// drain_locked, a failure counted (and said, the first time).
+static long drain_counted(int fd, int dio) {
+	errno = 0;
+	long out = drain_locked(fd, dio);
+	if (out < 0 && atomic_fetch_add(&drain_errs, 1) == 0) warn_drain_failed(errno);
+	return out;
+}
+
 static long drain_pass(int dio) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0 || ms_child) return -1;
 	guard_up();
 	pthread_mutex_lock(&ms_drain_lock);
-	long out = drain_locked(fd, dio);
+	long out = drain_counted(fd, dio);
 	pthread_mutex_unlock(&ms_drain_lock);
 	guard_down();
 	return out;
 }
+
+// The drain passes that failed to write so far (end.json's drain_errors).
+uint64_t ms_drain_errors(void) { return atomic_load(&drain_errs); }
 
 // A calibration point straight to the spool (ms_drain_lock held).
 static void calib_write(void) {
@@ -405,7 +430,7 @@ HIDDEN long ms_drain_crash(uint64_t wait_ns) {
 		sleep_ns(100000);
 	}
 	calib_write();
-	long out = drain_locked(fd, 0);
+	long out = drain_counted(fd, 0);
 	pthread_mutex_unlock(&ms_drain_lock);
 	return out;
 }
@@ -429,29 +454,13 @@ static void *drainer_stack;
 static pthread_mutex_t drainer_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t drainer_cv;
 
-// warn_drain_failed says, once, that the spool stopped taking events (a
-// full disk, say): else the capture ends short without a word, and reads
-// as a killed run's. One raw write: this thread allocates nothing.
-static void warn_drain_failed(int err) {
-	char line[200];
-	int n = snprintf(line, sizeof line,
-	                 "msmemscope: process %d: writing the spool failed (%s): events are being lost, and the capture will end short\n",
-	                 (int)getpid(), err == ENOSPC ? "no space left on the device" : err == EDQUOT ? "disk quota exceeded" : err == EFBIG ? "file size limit exceeded" : "a write error");
-	if (n > 0) {
-		ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-		(void)w;
-	}
-}
-
 static void *drainer_main(void *arg) {
 	(void)arg;
 	int idle = 0;
 	pthread_mutex_lock(&drainer_mu);
 	while (!drainer_quit) {
 		pthread_mutex_unlock(&drainer_mu);
-		errno = 0;
-		long n = drain_pass(1);
-		if (n < 0 && atomic_fetch_add(&drain_errs, 1) == 0 && n == -1 && errno) warn_drain_failed(errno);
+		long n = drain_pass(1); // (a failure is counted and said there)
 		// A pass that found no events wrote only its calibration point.
 		if (n > (long)(sizeof(ms_chunk) + sizeof cal_rec) || pass_waiting) idle = 0;
 		else if (idle < DRAIN_IDLE_SHIFT) idle++;

@@ -141,7 +141,7 @@ func startDrain() {
 // stopDrain stops the periodic drain; what is still in the rings stays there.
 func stopDrain() {
 	if eng.cdrain {
-		eng.proc.NoteDrainErrors(uint64(C.ms_drainer_stop()))
+		C.ms_drainer_stop() // (its failed passes are counted in C: endCapture)
 		return
 	}
 	close(eng.stop)
@@ -166,8 +166,8 @@ func drainLoop() {
 				continue // more is waiting in the rings
 			}
 			n = eng.rot.LastBytes()
-		} else if n = int(C.ms_drain()); n < 0 {
-			eng.proc.NoteDrainErrors(1)
+		} else {
+			n = int(C.ms_drain()) // (a failure is counted in C)
 		}
 		if n > idleBytes {
 			idle = 0
@@ -238,7 +238,9 @@ func msGoAtExit() {
 		C.ms_finish_begin()
 		for drainRotate() {
 		}
-		eng.rot.Close()
+		if err := eng.rot.Close(); err != nil { // (the last batch's write)
+			eng.proc.NoteDrainErrors(1)
+		}
 		debug.SetGCPercent(eng.gcPercent) // the analyses at exit as any conversion
 		eng.proc.NoteRotateLate(eng.rot.Late)
 		eng.proc.NoteRotateDeleted(eng.rot.Deleted)
@@ -250,7 +252,7 @@ func msGoAtExit() {
 	if C.ms_late_armed() != 0 {
 		eng.endLate = true // end.json after the leak kinds (exitscan.go)
 	} else {
-		eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
+		endCapture()
 	}
 	if eng.proc.Standalone() && exitConvertWanted() {
 		// No CLI will convert this capture: write the files now. Frees in
@@ -261,4 +263,11 @@ func msGoAtExit() {
 			convertAtExit()
 		}
 	}
+}
+
+// endCapture writes end.json, with every failed drain pass counted: the C
+// drain's (its thread's and the final drain's) and the rotator's.
+func endCapture() {
+	eng.proc.NoteDrainErrors(uint64(C.ms_drain_errors()))
+	eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
 }

@@ -45,7 +45,7 @@ func msGoLeakScan(sp C.uint64_t) {
 		}
 	}
 	if eng.endLate {
-		eng.proc.End(uint64(C.ms_lost()), uint64(C.ms_forks()))
+		endCapture()
 		eng.endLate = false
 	}
 	if eng.convertLate {

@@ -75,6 +75,16 @@ type EndMeta struct {
 	RotateDeleted uint64 `json:"rotate_deleted,omitempty"`
 }
 
+// ShorterThanEnd says when the single spool file s (at path) holds fewer
+// bytes than end.json says it had when its process ended: cut short
+// between two chunks.
+func (s *Spool) ShorterThanEnd(path string, end *EndMeta) error {
+	if end == nil || s.Bytes >= end.SpoolBytes {
+		return nil
+	}
+	return fmt.Errorf("%s: the spool is cut short (%d bytes; it had %d when the process ended, spool/%s says)", path, s.Bytes, end.SpoolBytes, EndFile)
+}
+
 // ReadMeta reads a capture folder's process.json.
 func ReadMeta(dir string) (*ProcessMeta, error) {
 	var m ProcessMeta

@@ -34,8 +34,23 @@ const (
 // LogFiles lists a capture's rotated logs, oldest first.
 func LogFiles(dir string) []string {
 	m, _ := filepath.Glob(filepath.Join(dir, SpoolDir, LogPrefix+"*"+LogSuffix))
-	sort.Strings(m)
+	// By number: past log_999999 the names grow a digit.
+	sort.Slice(m, func(i, j int) bool {
+		if a, b := logSeq(m[i]), logSeq(m[j]); a != b {
+			return a < b
+		}
+		return m[i] < m[j]
+	})
 	return m
+}
+
+// logSeq is a log's number (log_NNNNNN.zst), -1 if its name has none.
+func logSeq(p string) int {
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), LogPrefix), LogSuffix))
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // decoder is shared: DecodeAll is safe for concurrent use.
@@ -76,22 +91,28 @@ func readLog(path string, whole bool) ([]byte, error) {
 
 // OpenCapture opens a capture folder's spool: spool.bin, or, for a rotating
 // capture, its logs and late.bin read in place as one spool (logSpool).
-func OpenCapture(dir string) (*Spool, error) {
+func OpenCapture(dir string) (*Spool, error) { return OpenCaptureEnded(dir, ReadEnd(dir)) }
+
+// OpenCaptureEnded is OpenCapture given the capture's end.json as read
+// before (nil: none), so that a process ending meanwhile is not judged by
+// an end newer than the files opened. A capture whose spool writes failed
+// (end.DrainErrors) may end inside a chunk or a frame, as a killed run's.
+func OpenCaptureEnded(dir string, end *EndMeta) (*Spool, error) {
 	logs := LogFiles(dir)
 	if len(logs) == 0 {
-		if end := ReadEnd(dir); end != nil && end.LastLog > 0 {
+		if end != nil && end.LastLog > 0 {
 			return nil, fmt.Errorf("%s: the rotated logs are missing (end.json names log %d as the newest)", filepath.Join(dir, SpoolDir), end.LastLog)
 		}
 		return OpenFile(filepath.Join(dir, SpoolDir, FileName))
 	}
-	if err := logsWhole(dir, logs); err != nil {
+	if err := logsWhole(dir, logs, end); err != nil {
 		return nil, err
 	}
 	ls, err := openLogSpool(dir)
 	if err != nil {
 		return nil, err
 	}
-	if len(ls.damaged) > 0 && ReadEnd(dir) != nil {
+	if len(ls.damaged) > 0 && end != nil && end.DrainErrors == 0 {
 		// The process ended normally: its logs were closed whole.
 		ls.Close()
 		return nil, fmt.Errorf("%s%s", ls.damaged[0], trace.CutShort)
@@ -108,22 +129,15 @@ func OpenCapture(dir string) (*Spool, error) {
 // logsWhole reports a log missing from a capture's: the rotation deletes
 // the oldest only, so the logs kept are numbered without a gap, up to the
 // newest that end.json names when the process ended normally.
-func logsWhole(dir string, logs []string) error {
-	seq := func(p string) int {
-		n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), LogPrefix), LogSuffix))
-		if err != nil {
-			return -1
-		}
-		return n
-	}
+func logsWhole(dir string, logs []string, end *EndMeta) error {
 	for i := 1; i < len(logs); i++ {
-		if a, b := seq(logs[i-1]), seq(logs[i]); a >= 0 && b > a+1 {
-			return fmt.Errorf("%s: %s%06d%s is missing (the logs kept run from %s to %s without a gap)",
+		if a, b := logSeq(logs[i-1]), logSeq(logs[i]); a >= 0 && b > a+1 {
+			return fmt.Errorf("%s: %s%06d%s is missing (logs %s to %s are there, and the rotation deletes the oldest only)",
 				filepath.Join(dir, SpoolDir), LogPrefix, a+1, LogSuffix, filepath.Base(logs[0]), filepath.Base(logs[len(logs)-1]))
 		}
 	}
-	if end := ReadEnd(dir); end != nil && end.LastLog > 0 {
-		if last := seq(logs[len(logs)-1]); last >= 0 && last < end.LastLog {
+	if end != nil && end.LastLog > 0 {
+		if last := logSeq(logs[len(logs)-1]); last >= 0 && last < end.LastLog {
 			return fmt.Errorf("%s: %s%06d%s, the newest log, is missing (end.json names it)", filepath.Join(dir, SpoolDir), LogPrefix, end.LastLog, LogSuffix)
 		}
 	}

@@ -214,12 +214,18 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 	// nothing says it may be cut) must be whole; only a killed run's may
 	// end inside a chunk. A rotating capture's logs read together are
 	// judged as its conversion judges them.
-	whole := in.found.Capture == "" || ReadEnd(in.found.Capture) != nil
+	var end *EndMeta
+	if in.found.Capture != "" {
+		end = ReadEnd(in.found.Capture) // (before the spool: see Convert)
+	}
+	// (A capture whose spool writes failed may end inside a chunk, as a
+	// killed run's.)
+	whole := in.found.Capture == "" || end != nil && end.DrainErrors == 0
 	var sp *Spool
 	var err error
 	switch {
 	case in.found.File == "":
-		sp, err = OpenCapture(in.found.Capture)
+		sp, err = OpenCaptureEnded(in.found.Capture, end)
 		whole = whole && len(LogFiles(in.found.Capture)) == 0
 	case strings.HasSuffix(in.found.File, LogSuffix) && whole:
 		sp, err = OpenWholeLog(in.found.File)
@@ -231,13 +237,19 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	name := in.found.File
+	if name == "" {
+		name = filepath.Join(in.found.Capture, SpoolDir, FileName)
+	}
 	if whole && sp.Truncated {
 		sp.Close()
-		name := in.found.File
-		if name == "" {
-			name = filepath.Join(in.found.Capture, SpoolDir, FileName)
-		}
 		return nil, nil, fmt.Errorf("%s: a chunk runs past the end of the file%s", name, trace.CutShort)
+	}
+	if whole && filepath.Base(name) == FileName {
+		if err := sp.ShorterThanEnd(name, end); err != nil {
+			sp.Close()
+			return nil, nil, err
+		}
 	}
 	if meta == nil {
 		meta = spoolMeta(sp)
