@@ -44,8 +44,12 @@ type ErrReserve struct {
 }
 
 func (e *ErrReserve) Error() string {
-	return fmt.Sprintf("stopped writing %s: its file system has %s free, and writing %s more would leave less than the %s msmemscope keeps free (1 GiB, or 5%% of the file system if less; MSMEMSCOPE_DISK_RESERVE sets another)",
-		e.Path, HumanBytes(e.Free), HumanBytes(e.Need), HumanBytes(e.Reserve))
+	what := fmt.Sprintf("writing %s more would leave less than", HumanBytes(e.Need))
+	if e.Need == 0 {
+		what = "that is less than" // (looked at before writing)
+	}
+	return fmt.Sprintf("stopped writing %s: its file system has %s free, and %s the %s msmemscope keeps free (1 GiB, or 5%% of the file system if less; MSMEMSCOPE_DISK_RESERVE sets another)",
+		e.Path, HumanBytes(e.Free), what, HumanBytes(e.Reserve))
 }
 
 // CheckReserve returns an *ErrReserve when writing n more bytes to path
