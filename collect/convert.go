@@ -207,7 +207,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if judgeFirst(runs, sp.Holds) {
 		first := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 		first.JudgeOnly()
-		err := eachEvent(inputNext(first.NextInto), nil, func(e *trace.Event) error {
+		err := eachEvent(inputNext(first.NextInto), nil, nil, func(e *trace.Event) error {
 			if written(e) {
 				observe(runs, true, e)
 			}

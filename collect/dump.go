@@ -128,13 +128,14 @@ func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trac
 	return out
 }
 
-// eachEvent hands f every event next decodes (on another goroutine), in
-// order, until the end or an error; pre (if not nil) sees each event first,
-// on the decoding goroutine, to share the work between the two. Neither
-// may keep e after it returns.
-func eachEvent(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), f func(*trace.Event) error) error {
-	free := make(chan []trace.Event, 10)
-	batches := decodeBatches(next, pre, nil, free)
+// eachBatch hands f each batch of events next decodes (on another
+// goroutine), in order, until the end or an error; pre (if not nil) sees
+// each event first and keep (if not nil) then decides whether it goes in
+// the batch, both on the decoding goroutine. f calls release once the
+// batch's events may be reused (it may do so later, from elsewhere).
+func eachBatch(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, f func(evs []trace.Event, release func()) error) error {
+	free := make(chan []trace.Event, 16)
+	batches := decodeBatches(next, pre, keep, free)
 	defer func() {
 		for range batches { // let the decoder finish if f stopped early
 		}
@@ -143,17 +144,31 @@ func eachEvent(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Ev
 		if b.err != nil {
 			return b.err
 		}
-		for i := range b.events {
-			if err := f(&b.events[i]); err != nil {
-				return err
+		whole := b.events[:batchSize]
+		if err := f(b.events, func() {
+			select {
+			case free <- whole:
+			default:
 			}
-		}
-		select {
-		case free <- b.events[:batchSize]:
-		default:
+		}); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// eachEvent is eachBatch handing f the events one by one. Neither pre nor
+// f may keep e after it returns.
+func eachEvent(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, f func(*trace.Event) error) error {
+	return eachBatch(next, pre, keep, func(evs []trace.Event, release func()) error {
+		defer release()
+		for i := range evs {
+			if err := f(&evs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // batchWriter is a RowWriter that takes whole batches and formats them on
@@ -164,41 +179,14 @@ type batchWriter interface {
 }
 
 // writeEvents writes to w every event next decodes that keep passes (keep
-// may annotate it); pre as in eachEvent, keep after it, in order. A
-// batchWriter gets whole batches, keep running on the decoding goroutine;
-// another writer gets each event on the calling goroutine. (A write error
-// is seen a few batches late: the batches under way are decoded first.)
+// may annotate it), pre and keep as in eachBatch. A batchWriter gets whole
+// batches. (A write error is seen a few batches late: the batches under
+// way are decoded first.)
 func writeEvents(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, w RowWriter) error {
-	bw, ok := w.(batchWriter)
-	if !ok {
-		return eachEvent(next, pre, func(e *trace.Event) error {
-			if !keep(e) {
-				return nil
-			}
-			return w.Write(e)
-		})
+	if bw, ok := w.(batchWriter); ok {
+		return eachBatch(next, pre, keep, bw.WriteBatch)
 	}
-	free := make(chan []trace.Event, 16)
-	batches := decodeBatches(next, pre, keep, free)
-	defer func() {
-		for range batches { // let the decoder finish after an error
-		}
-	}()
-	for b := range batches {
-		if b.err != nil {
-			return b.err
-		}
-		whole := b.events[:batchSize]
-		if err := bw.WriteBatch(b.events, func() {
-			select {
-			case free <- whole:
-			default:
-			}
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return eachEvent(next, pre, keep, w.Write)
 }
 
 // reserveRows stops a DB dump when the disk's reserve would be crossed
