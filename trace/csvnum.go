@@ -11,17 +11,6 @@ import (
 // row holds eight numbers. The output is strconv's, byte for byte; these
 // write in place (no temporary, no copy) and skip what a row repeats.
 
-const digitPairs = "00010203040506070809" +
-	"10111213141516171819" +
-	"20212223242526272829" +
-	"30313233343536373839" +
-	"40414243444546474849" +
-	"50515253545556575859" +
-	"60616263646566676869" +
-	"70717273747576777879" +
-	"80818283848586878889" +
-	"90919293949596979899"
-
 const hexDigits = "0123456789abcdef"
 
 var pow10 = [20]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
@@ -51,24 +40,18 @@ func appendUint(b []byte, v uint64) []byte {
 // as long as they need (or longer: zero padding).
 func putDec(d []byte, v uint64) {
 	i := len(d)
-	for v >= 1000 && i >= 3 {
+	for ; i >= 3; i -= 3 {
 		q := v / 1000
 		j := (v - q*1000) * 4
-		i -= 3
-		d[i], d[i+1], d[i+2] = digitTriples[j], digitTriples[j+1], digitTriples[j+2]
+		d[i-3], d[i-2], d[i-1] = digitTriples[j], digitTriples[j+1], digitTriples[j+2]
 		v = q
 	}
-	for v >= 100 && i >= 2 {
-		q := v / 100
-		j := (v - q*100) * 2
-		i -= 2
-		d[i], d[i+1] = digitPairs[j], digitPairs[j+1]
-		v = q
-	}
-	for i > 0 {
-		i--
-		d[i] = byte('0' + v%10)
-		v /= 10
+	j := v % 1000 * 4 // one or two digits left: a triple's tail
+	switch i {
+	case 2:
+		d[0], d[1] = digitTriples[j+1], digitTriples[j+2]
+	case 1:
+		d[0] = digitTriples[j+2]
 	}
 }
 
@@ -131,7 +114,7 @@ func (r *decRun) append(b []byte, v uint64) []byte {
 	if n > 8 {
 		b = append(b, r.digits...)
 		b = grow(b, decRunDigits)
-		putLow6(b[len(b)-decRunDigits:], v-hi*decRunLow)
+		putDec(b[len(b)-decRunDigits:], v-hi*decRunLow)
 		return b
 	}
 	// One 8-byte store instead of a copy call: the bytes it writes past
@@ -142,15 +125,8 @@ func (r *decRun) append(b []byte, v uint64) []byte {
 	l := len(b)
 	binary.LittleEndian.PutUint64(b[l:l+8], r.word)
 	b = b[:l+n+decRunDigits]
-	putLow6(b[l+n:l+n+decRunDigits], v-hi*decRunLow)
+	putDec(b[l+n:l+n+decRunDigits], v-hi*decRunLow)
 	return b
-}
-
-// putLow6 writes v < 1e6 as six digits, three at a time.
-func putLow6(d []byte, v uint64) {
-	a, c := v/1000*4, v%1000*4
-	d[0], d[1], d[2] = digitTriples[a], digitTriples[a+1], digitTriples[a+2]
-	d[3], d[4], d[5] = digitTriples[c], digitTriples[c+1], digitTriples[c+2]
 }
 
 // digitTriples holds 000 to 999, each in 4 bytes.
