@@ -411,10 +411,8 @@ func (r *Reader) Next() (*Rec, uint64, error) {
 	}
 	for {
 		var c *threadCursor
-		if fresh != nil && r.nPark == 0 && (len(r.h) == 0 || r.h.Less2(fresh, r.h[0])) {
-			c, fresh = fresh, nil
-		} else if fresh != nil && r.nPark == 0 {
-			c, fresh = r.h.pushPop(fresh), nil
+		if fresh != nil && r.nPark == 0 {
+			c, fresh = r.h.pushPop(fresh), nil // (fresh itself when it comes first)
 		} else {
 			if fresh != nil {
 				r.h.push(fresh)
