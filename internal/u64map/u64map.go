@@ -24,11 +24,10 @@ type Map[V any] struct {
 
 	// The last look, for the change that often follows it (the decoder
 	// asks whether an address is live, then adds or removes it): key
-	// memoKey is at slot memoAt, or, if not memoHit, would go there.
-	// Any change forgets it.
+	// memoKey is at slot memoAt, or, if that slot is empty, would go
+	// there. Any change forgets it (memoKey 0).
 	memoKey uint64
 	memoAt  int
-	memoHit bool
 }
 
 type slot[V any] struct {
@@ -51,7 +50,7 @@ func (m *Map[V]) find(k uint64) int {
 		return -1
 	}
 	if k == m.memoKey {
-		if m.memoHit {
+		if m.slots[m.memoAt].key == k {
 			return m.memoAt
 		}
 		return -1
@@ -60,10 +59,10 @@ func (m *Map[V]) find(k uint64) int {
 	for i := m.home(k); ; i = (i + 1) & mask {
 		switch m.slots[i].key {
 		case k:
-			m.memoKey, m.memoAt, m.memoHit = k, i, true
+			m.memoKey, m.memoAt = k, i
 			return i
 		case 0:
-			m.memoKey, m.memoAt, m.memoHit = k, i, false
+			m.memoKey, m.memoAt = k, i
 			return -1
 		}
 	}
@@ -117,18 +116,14 @@ func (m *Map[V]) Slot(k uint64) *V {
 		}
 		return m.zero
 	}
-	if k == m.memoKey && m.n > 0 {
-		i := m.memoAt
-		if !m.memoHit {
-			if 2*(m.n+1) > len(m.slots) {
-				m.memoKey = 0
-				return m.Slot(k)
-			}
-			m.slots[i].key = k
+	if k == m.memoKey && 2*(m.n+1) <= len(m.slots) {
+		m.memoKey = 0
+		s := &m.slots[m.memoAt]
+		if s.key == 0 { // (the look found k absent: its place)
+			s.key = k
 			m.n++
 		}
-		m.memoKey = 0
-		return &m.slots[i].val
+		return &s.val
 	}
 	m.memoKey = 0
 	if 2*(m.n+1) > len(m.slots) {
