@@ -152,18 +152,16 @@ func Convert(dir string, opt Options) (*Result, error) {
 		}
 	}
 	res := &Result{Dir: dir, Meta: meta, Truncated: sp.Truncated}
-	res.Complete = end != nil
 	res.Crash = spool.ReadCrash(dir)
 	res.Ended = spool.Ended(end, res.Crash)
 	quick := res.Ended == spool.EndedQuick // by _exit: the final drain ran, as at exit
-	// Writes to the spool failed during the run (a full disk): it ends
-	// short where they began, as a killed run's does.
-	drainFailed := end != nil && end.DrainErrors > 0
-	if drainFailed {
-		res.Complete = false
+	if end != nil {
+		// Writes to the spool failed during the run (a full disk): it
+		// ends short where they began, as a killed run's does.
 		res.DrainErrors = end.DrainErrors
 	}
-	if res.Complete && len(spool.LogFiles(dir)) == 0 {
+	drainFailed := res.DrainErrors > 0
+	if end != nil && !drainFailed && len(spool.LogFiles(dir)) == 0 {
 		// A process that ended normally flushed whole chunks: a cut-off
 		// chunk means the file was damaged, not that the run was killed;
 		// so does a file shorter than it was at the end, cut between chunks.
@@ -175,7 +173,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 			return nil, BadInput(err)
 		}
 	}
-	res.Complete = (res.Complete || quick) && !drainFailed
+	res.Complete = (end != nil || quick) && !drainFailed
 
 	dumpDir := filepath.Join(dir, spool.DumpDir)
 	if err := safefs.EnsureDir(dumpDir); err != nil {
