@@ -120,14 +120,11 @@ func (p *Process) Standalone() bool { return p.meta.RunID == "" }
 // NoteDrainErrors counts failed spool writes (a full disk, say).
 func (p *Process) NoteDrainErrors(n uint64) { p.drainErrs.Add(n) }
 
-// NoteRotateLate records the rotator's late records (Rotator.Late).
-func (p *Process) NoteRotateLate(n uint64) { p.rotLate = n }
-
-// NoteRotateDeleted records the events the deleted logs held (Rotator.Deleted).
-func (p *Process) NoteRotateDeleted(n uint64) { p.rotDeleted = n }
-
-// NoteRotateLast records the newest log's number (Rotator.LastLog).
-func (p *Process) NoteRotateLast(seq int) { p.rotLast = seq }
+// NoteRotator records what end.json says of the rotating logs, once they
+// are closed: late records, the events the deleted logs held, the newest.
+func (p *Process) NoteRotator(r *Rotator) {
+	p.rotLate, p.rotDeleted, p.rotLast = r.Late, r.Deleted, r.LastLog()
+}
 
 // Move moves the capture folder, whole, into the output folder output (a
 // program's config(output=...) after the capture began). The spool's
@@ -170,7 +167,7 @@ func (p *Process) Move(output string) (string, error) {
 func (p *Process) End(lost, forks uint64) {
 	copyMaps(filepath.Join(p.Dir, spool.SpoolDir, spool.MapsEnd))
 	var size int64
-	if fi, err := os.Stat(filepath.Join(p.Dir, spool.SpoolDir, spool.FileName)); err == nil {
+	if fi, err := p.spool.Stat(); err == nil {
 		size = fi.Size()
 	}
 	_ = safefs.WriteJSON(filepath.Join(p.Dir, spool.SpoolDir, spool.EndFile), spool.EndMeta{

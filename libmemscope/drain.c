@@ -502,7 +502,7 @@ int ms_drainer_start(void) {
 	return rc;
 }
 
-uint64_t ms_drainer_stop(void) {
+void ms_drainer_stop(void) {
 	if (drainer_on && !in_child()) { // a forked child has no drain thread
 		pthread_mutex_lock(&drainer_mu);
 		drainer_quit = 1;
@@ -514,7 +514,6 @@ uint64_t ms_drainer_stop(void) {
 		drainer_stack = NULL;
 		drainer_on = 0;
 	}
-	return atomic_load(&drain_errs);
 }
 
 // How many batches drained into memory are not yet in their logs (each

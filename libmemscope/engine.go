@@ -141,7 +141,7 @@ func startDrain() {
 // stopDrain stops the periodic drain; what is still in the rings stays there.
 func stopDrain() {
 	if eng.cdrain {
-		C.ms_drainer_stop() // (its failed passes are counted in C: endCapture)
+		C.ms_drainer_stop()
 		return
 	}
 	close(eng.stop)
@@ -242,9 +242,7 @@ func msGoAtExit() {
 			eng.proc.NoteDrainErrors(1)
 		}
 		debug.SetGCPercent(eng.gcPercent) // the analyses at exit as any conversion
-		eng.proc.NoteRotateLate(eng.rot.Late)
-		eng.proc.NoteRotateDeleted(eng.rot.Deleted)
-		eng.proc.NoteRotateLast(eng.rot.LastLog())
+		eng.proc.NoteRotator(eng.rot)
 		C.ms_drain() // what raced with the above: late events, in full
 	} else {
 		C.ms_finish()

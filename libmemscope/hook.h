@@ -16,7 +16,7 @@ long ms_drain_into(void *buf, long cap); // the same into memory (rotating logs)
 int ms_drain_into_more(void);            // it left records in the rings: drain again at once
 void ms_sink_done(void);                  // one batch of those is written (crash handlers wait for all)
 int ms_drainer_start(void);    // the drain thread: ms_drain every 1-8 ms (spool mode)
-uint64_t ms_drainer_stop(void); // stops it; returns the failed passes
+void ms_drainer_stop(void);     // stops it (its failed passes: ms_drain_errors)
 uint64_t ms_drain_errors(void); // the drain passes that failed to write, any thread's
 void ms_finish(void);         // PROCESS_EXIT, final drain, then direct writes
 int ms_finish_begin(void);    // ms_finish without its drain (rotating logs drain into memory); 0 in a child
