@@ -160,19 +160,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 		// ends short where they began, as a killed run's does.
 		res.DrainErrors = end.DrainErrors
 	}
-	drainFailed := res.DrainErrors > 0
-	if end != nil && !drainFailed && len(spool.LogFiles(dir)) == 0 {
-		// A process that ended normally flushed whole chunks: a cut-off
-		// chunk means the file was damaged, not that the run was killed;
-		// so does a file shorter than it was at the end, cut between chunks.
-		path := filepath.Join(dir, spool.SpoolDir, spool.FileName)
-		if sp.Truncated {
-			return nil, BadInput(fmt.Errorf("%s: the spool is corrupt (a chunk runs past the end of the file, though the process ended normally)", path))
-		}
-		if err := sp.ShorterThanEnd(path, end); err != nil {
-			return nil, BadInput(err)
-		}
-	}
+	drainFailed := res.DrainErrors > 0 // (OpenCaptureEnded judged the spool by end)
 	res.Complete = (end != nil || quick) && !drainFailed
 
 	dumpDir := filepath.Join(dir, spool.DumpDir)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"msmemscope/config"
+
+	"msmemscope/trace"
 )
 
 // The capture folder (SPEC §2): one traced process image's files.
@@ -75,14 +77,17 @@ type EndMeta struct {
 	RotateDeleted uint64 `json:"rotate_deleted,omitempty"`
 }
 
-// ShorterThanEnd says when the single spool file s (at path) holds fewer
-// bytes than end.json says it had when its process ended: cut short
-// between two chunks.
-func (s *Spool) ShorterThanEnd(path string, end *EndMeta) error {
-	if end == nil || s.Bytes >= end.SpoolBytes {
-		return nil
+// Damaged reports a single spool file (at path) that was to be whole but
+// is cut short: inside a chunk, or, where its process's end.json gives
+// the file's size at the end, between two.
+func (s *Spool) Damaged(path string, end *EndMeta) error {
+	if s.Truncated {
+		return fmt.Errorf("%s: a chunk runs past the end of the file%s", path, trace.CutShort)
 	}
-	return fmt.Errorf("%s: the spool is cut short (%d bytes; it had %d when the process ended, spool/%s says)", path, s.Bytes, end.SpoolBytes, EndFile)
+	if end != nil && s.Bytes < end.SpoolBytes {
+		return fmt.Errorf("%s: the spool is cut short (%d bytes; it had %d when the process ended, spool/%s says)", path, s.Bytes, end.SpoolBytes, EndFile)
+	}
+	return nil
 }
 
 // ReadMeta reads a capture folder's process.json.

@@ -103,7 +103,16 @@ func OpenCaptureEnded(dir string, end *EndMeta) (*Spool, error) {
 		if end != nil && end.LastLog > 0 {
 			return nil, fmt.Errorf("%s: the rotated logs are missing (end.json names log %d as the newest)", filepath.Join(dir, SpoolDir), end.LastLog)
 		}
-		return OpenFile(filepath.Join(dir, SpoolDir, FileName))
+		// A process that ended normally, its writes all done, flushed
+		// whole chunks: a file cut short was damaged, not killed.
+		path := filepath.Join(dir, SpoolDir, FileName)
+		s, err := OpenFile(path)
+		if err == nil && end != nil && end.DrainErrors == 0 {
+			if err = s.Damaged(path, end); err != nil {
+				s.Close()
+			}
+		}
+		return s, err
 	}
 	if err := logsWhole(dir, logs, end); err != nil {
 		return nil, err

@@ -225,31 +225,24 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 	var err error
 	switch {
 	case in.found.File == "":
-		sp, err = OpenCaptureEnded(in.found.Capture, end)
-		whole = whole && len(LogFiles(in.found.Capture)) == 0
+		sp, err = OpenCaptureEnded(in.found.Capture, end) // (judged by end there)
 	case strings.HasSuffix(in.found.File, LogSuffix) && whole:
 		sp, err = OpenWholeLog(in.found.File)
 	case strings.HasSuffix(in.found.File, LogSuffix):
 		sp, err = OpenLog(in.found.File)
 	default:
 		sp, err = OpenFile(in.found.File)
+		if err == nil && whole {
+			if filepath.Base(in.found.File) != FileName {
+				end = nil // (end.json gives spool.bin's size)
+			}
+			if err = sp.Damaged(in.found.File, end); err != nil {
+				sp.Close()
+			}
+		}
 	}
 	if err != nil {
 		return nil, nil, err
-	}
-	name := in.found.File
-	if name == "" {
-		name = filepath.Join(in.found.Capture, SpoolDir, FileName)
-	}
-	if whole && sp.Truncated {
-		sp.Close()
-		return nil, nil, fmt.Errorf("%s: a chunk runs past the end of the file%s", name, trace.CutShort)
-	}
-	if whole && filepath.Base(name) == FileName {
-		if err := sp.ShorterThanEnd(name, end); err != nil {
-			sp.Close()
-			return nil, nil, err
-		}
 	}
 	if meta == nil {
 		meta = spoolMeta(sp)
