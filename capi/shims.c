@@ -20,13 +20,13 @@ char *capi_reply(const char *json, size_t n) {
 	return s;
 }
 
-#define REPLY(call)                      \
-	do {                                 \
-		if (ms_is_child()) return NULL; \
-		ms_guard_enter();                \
-		char *r_ = (call);               \
-		ms_guard_leave();                \
-		return r_;                       \
+#define REPLY(call)                                     \
+	do {                                            \
+		if (msmemscope_in_child()) return NULL; \
+		ms_guard_enter();                       \
+		char *r_ = (call);                      \
+		ms_guard_leave();                       \
+		return r_;                              \
 	} while (0)
 
 char *msmemscope_get_mem_report(void) { REPLY(msgo_get_mem_report()); }
@@ -61,10 +61,10 @@ void msmemscope_free_string(char *s) {
 	ms_guard_leave();
 }
 
-int msmemscope_interposed(void) { return ms_is_child() ? -1 : ms_interposed(); }
+int msmemscope_interposed(void) { return msmemscope_in_child() ? -1 : ms_interposed(); }
 
 int msmemscope_standalone(void) {
-	if (ms_is_child()) return -1;
+	if (msmemscope_in_child()) return -1;
 	ms_guard_enter();
 	int r = msgo_standalone();
 	ms_guard_leave();
@@ -75,7 +75,7 @@ char *msmemscope_window_begin(void) { REPLY(msgo_window_begin()); }
 char *msmemscope_window_end(int top) { REPLY(msgo_window_end(top)); }
 
 int msmemscope_exit_files(int on) {
-	if (ms_is_child()) return -1;
+	if (msmemscope_in_child()) return -1;
 	ms_guard_enter();
 	msgo_exit_files(on);
 	ms_guard_leave();

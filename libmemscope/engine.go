@@ -53,7 +53,7 @@ var eng struct {
 // names. Nothing runs in a forked child: its parent's Go runtime is not
 // there.
 func init() {
-	if C.ms_is_child() != 0 {
+	if C.msmemscope_in_child() != 0 {
 		return
 	}
 	loadConfig()

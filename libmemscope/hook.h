@@ -32,7 +32,7 @@ uint64_t ms_exit_sp(void);
 int ms_exit_regs(uint64_t *out); // the callee-saved registers exit() was called with (6), 0: none
 int ms_late_armed(void);
 int ms_dead_stacks(uint64_t *out, int cap); // ended threads' stacks as [lo, hi) pairs
-int ms_is_child(void);
+int msmemscope_in_child(void); // the C API's (capi_shims.c): a forked child
 void ms_guard_enter(void);
 void ms_guard_leave(void);
 void ms_fast_update(void); // after changing what the hot path records

@@ -424,7 +424,6 @@ void ms_finish(void) {
 int ms_pid(void) { return ms_mypid; }
 uint64_t ms_lost(void) { return atomic_load(&ms_lost_count); }
 uint64_t ms_forks(void) { return atomic_load(&ms_fork_count); }
-int ms_is_child(void) { return in_child(); }
 void ms_guard_enter(void) { guard_up(); }
 void ms_guard_leave(void) { guard_down(); }
 

@@ -285,7 +285,7 @@ int ms_py_enable(int depth) {
 }
 
 int ms_py_event(uint16_t kind, uint64_t a, const char *text, uint32_t len) {
-	if (ms_is_child()) return -1;
+	if (msmemscope_in_child()) return -1;
 	ms_guard_enter();
 	ms_emit(kind, text ? F_TEXT : 0, a, len, text, len);
 	ms_guard_leave();
