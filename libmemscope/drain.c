@@ -298,7 +298,8 @@ static int64_t seg_head(ms_thr *t, ms_seg *s, ms_seg **next) {
 // writes now waits while young, and always after a direct write of this pass,
 // as direct writes follow the iovecs of the same flush.
 static int drain_thread(int fd, ms_thr *t) {
-	int dead = atomic_load_explicit(&t->state, memory_order_acquire) == 1;
+	uint32_t st = atomic_load_explicit(&t->state, memory_order_acquire);
+	int dead = THR_STATE(st) == THR_DEAD;
 	ms_seg *s = t->rseg, *next = NULL;
 	int64_t h = -1;
 	int queued = 0;
@@ -331,10 +332,9 @@ static int drain_thread(int fd, ms_thr *t) {
 	// thread took it back meanwhile (thr_acquire). Rotating logs: once the
 	// mark saying so fits.
 	if (dead && s && h == s->tail && !next && (!sink || sink_room(2 * sizeof(ms_chunk)))) {
-		int one = 1;
-		if (!atomic_compare_exchange_strong(&t->state, &one, 3)) return 0;
+		if (!atomic_compare_exchange_strong(&t->state, &st, THR_WITH(st, THR_RELEASING))) return 0;
 		if (iov_flush(fd)) {
-			atomic_store(&t->state, 1);
+			atomic_store(&t->state, st);
 			return -1;
 		}
 		raw_munmap(s, s->bytes);
@@ -350,7 +350,7 @@ static int drain_thread(int fd, ms_thr *t) {
 		t->wend = t->flim = NULL;
 		atomic_store(&t->wp, NULL);
 		if (sink) drain_mark(-t->tid); // room checked above
-		atomic_store(&t->state, 2);
+		atomic_store(&t->state, THR_WITH(st, THR_FREE));
 	}
 	return 0;
 }
@@ -366,7 +366,7 @@ static long drain_locked(int fd, int dio) {
 	pass_waiting = pass_direct = 0;
 	int rc = epoch_start(fd);
 	for (ms_thr *t = atomic_load(&ms_threads); t && !rc; t = t->next_all) {
-		if (atomic_load(&t->state) == 2) continue;
+		if (thr_state(t) == THR_FREE) continue;
 		rc = drain_thread(fd, t);
 	}
 	if (iov_flush(fd)) rc = -1;
@@ -538,12 +538,12 @@ long ms_drain_into(void *buf, long cap) {
 	ms_thr *head = atomic_load(&ms_threads), *first = rr_next ? rr_next : head, *t = first;
 	rr_next = NULL;
 	size_t live = 0;
-	for (ms_thr *u = head; u; u = u->next_all) live += atomic_load(&u->state) != 2;
+	for (ms_thr *u = head; u; u = u->next_all) live += thr_state(u) != THR_FREE;
 	size_t share = sink_cap / (live ? live : 1);
 	thr_share = share > 65536 ? share : 65536;
 	pass_more = 0;
 	while (t && !rc) {
-		if (atomic_load(&t->state) != 2) {
+		if (thr_state(t) != THR_FREE) {
 			thr_partial = 0;
 			thr_left = thr_share;
 			rc = drain_thread(-1, t);
@@ -551,7 +551,7 @@ long ms_drain_into(void *buf, long cap) {
 				rc = 0; // its share is taken: on to the next thread
 				thr_partial = 1;
 			}
-			if (!rc && !thr_partial && atomic_load(&t->state) != 2 && !drain_mark(t->tid)) thr_partial = 1;
+			if (!rc && !thr_partial && thr_state(t) != THR_FREE && !drain_mark(t->tid)) thr_partial = 1;
 			pass_more |= thr_partial;
 		}
 		if (!(t = t->next_all)) t = head;

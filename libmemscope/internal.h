@@ -159,7 +159,7 @@ typedef struct ms_thr {
 	uint64_t last_epoch; // the owner's: the epoch its last R_EPOCH said
 	int precise_seen;    // the owner's: ms_precise as its last stamp saw it
 	uint64_t last_stamp; // the owner's: the stamp of its last stamp unit or stamped half
-	_Atomic int state;   // 0 owned, 1 dead (drain releases; its thread may take it back), 2 free for reuse, 3 being released
+	_Atomic uint32_t state; // THR_* in the low 2 bits; above them, how many times the ring changed owner
 	ms_seg *rseg;        // drain's current segment
 	_Atomic uint64_t segs; // segments allocated and not yet released
 	ms_seg *_Atomic spare[NSPARE]; // drained segments handed back for reuse
@@ -168,6 +168,17 @@ typedef struct ms_thr {
 
 extern HIDDEN ms_thr *_Atomic ms_threads;
 
+// ms_thr.state. A thread that ends gives its ring up (DEAD) and may take it
+// back for what it records after (thr_acquire). Each taking counts in the
+// upper bits, so that a compare-and-swap on the whole word fails once the
+// ring changed hands: the ending thread takes back only the ring it gave up
+// (not one the drain released, another thread took and gave up meanwhile),
+// and the drain releases only a ring drained since it was given up.
+enum { THR_OWNED, THR_DEAD, THR_FREE, THR_RELEASING };
+#define THR_STATE(v) ((v) & 3u)
+#define THR_WITH(v, st) (((v) & ~3u) | (st))
+static inline uint32_t thr_state(ms_thr *t) { return THR_STATE(atomic_load_explicit(&t->state, memory_order_acquire)); }
+
 // One TLS block, so the hot path finds it with one offset (ring.c).
 typedef struct {
 	ms_thr *fast; // thr while guard is 0, else NULL: the fast path's one test
@@ -175,6 +186,7 @@ typedef struct {
 	int guard;    // >0: inside msmemscope (or an internal thread): invisible
 	int own;      // >0: msmemscope's own work (msmemscope_own): recorded F_OWN, never the fast path
 	ms_thr *prev; // the ring this thread gave up at its end (thr_key_dtor)
+	uint32_t prev_state; // prev's state as it gave it up
 	void *alt;    // the alternate signal stack crash.c gave this thread, or NULL
 	uintptr_t frames_top; // a program thread's: above its start routine's frame (lifecycle.c), 0 unknown
 } ms_tls_t;

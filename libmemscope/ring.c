@@ -23,8 +23,9 @@ HIDDEN void thr_key_dtor(void *v) {
 		if (t->stack_lo) dead_stack_note(t->stack_lo, top);
 		half_close(t);
 		ms_tls.prev = t;
+		ms_tls.prev_state = THR_WITH(atomic_load_explicit(&t->state, memory_order_relaxed), THR_DEAD);
 		set_thr(NULL);
-		atomic_store_explicit(&t->state, 1, memory_order_release);
+		atomic_store_explicit(&t->state, ms_tls.prev_state, memory_order_release);
 	}
 	crash_altstack_free();
 }
@@ -93,16 +94,16 @@ HIDDEN ms_thr *thr_acquire(void) {
 	ms_thr *t = ms_tls.prev;
 	if (t) {
 		ms_tls.prev = NULL;
-		int dead = 1;
-		if (atomic_compare_exchange_strong(&t->state, &dead, 0)) {
+		uint32_t dead = ms_tls.prev_state;
+		if (atomic_compare_exchange_strong(&t->state, &dead, THR_WITH(dead + 4, THR_OWNED))) {
 			set_thr(t); // as it was: write on where it stopped
 			pthread_setspecific(ms_key, t);
 			return t;
 		}
 	}
 	for (t = atomic_load_explicit(&ms_threads, memory_order_acquire); t; t = t->next_all) {
-		int want = 2;
-		if (atomic_compare_exchange_strong(&t->state, &want, 0)) break;
+		uint32_t v = atomic_load(&t->state);
+		if (THR_STATE(v) == THR_FREE && atomic_compare_exchange_strong(&t->state, &v, THR_WITH(v + 4, THR_OWNED))) break;
 	}
 	if (!t) {
 		t = raw_mmap(4096);

@@ -409,6 +409,45 @@ func TestThreadExitKeepsOrder(t *testing.T) {
 	}
 }
 
+// TestThreadEndTakesNoOtherRing: a thread that records after its end (a
+// key destructor's free) while the ring it gave up was released and then
+// taken and given up by another thread: its FREE must say its own thread, not
+// the ring's new owner (tsdreuse.c sets the timing up; CI saw it by chance).
+func TestThreadEndTakesNoOtherRing(t *testing.T) {
+	bin := compile(t, "tsdreuse.c", "", "-pthread")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, bin)
+	tids := map[string]map[int64]int{} // size, kind -> thread -> rows
+	scanDump(t, readManifest(t, out).main(t).Dump, true, func(e *trace.Event) {
+		if e.Type == trace.TypeHost && (e.Size == 4343 || e.Size == 3131) {
+			k := fmt.Sprintf("%d %s", e.Size, e.Kind)
+			if tids[k] == nil {
+				tids[k] = map[int64]int{}
+			}
+			tids[k][e.Tid]++
+		}
+	})
+	one := func(k string, n int) int64 {
+		if len(tids[k]) != 1 {
+			t.Fatalf("%s rows by threads %v, want %d rows by one thread", k, tids[k], n)
+		}
+		for tid, got := range tids[k] {
+			if got != n {
+				t.Errorf("%s: %d rows, want %d", k, got, n)
+			}
+			return tid
+		}
+		return 0
+	}
+	a, b := one("4343 MALLOC", 1), one("3131 MALLOC", 10)
+	if got := one("4343 FREE", 1); got != a {
+		t.Errorf("thread A's late FREE says thread %d, A is %d (B is %d)", got, a, b)
+	}
+	if got := one("3131 FREE", 10); got != b {
+		t.Errorf("thread B's FREEs say thread %d, B is %d", got, b)
+	}
+}
+
 // TestAnalysesOnEveryInput: the step/exit leaks, decompose and the timeline
 // give the same answer on every input that holds one capture: the capture
 // folder, its spool/ folder, its spool file, a copy of that spool outside
