@@ -158,6 +158,22 @@ static int segs_write(int fd) {
 	return writev_all(fd, dio_iov, n);
 }
 
+// A write to the spool failed (a full disk, say): the spool is cut back to
+// its last whole chunk, the end of the flush before (this flush wrote the
+// partial bytes), and takes nothing more. Writing on once the disk has room
+// again would not mend it: a chunk cut short makes what follows unreadable,
+// and records after lost ones would be read against the wrong deltas (a
+// pair half's address, records.def). Later passes drop what they take from
+// the rings; end.json's drain_errors tells readers the capture ends short.
+static _Atomic int spool_stopped;
+static void spool_stop(int fd, long partial) {
+	atomic_store(&spool_stopped, 1);
+	off_t end = lseek(fd, 0, SEEK_END);
+	if (end >= partial && ftruncate(fd, end - partial)) {
+		// The reader stops at the cut chunk instead, as after a kill.
+	}
+}
+
 static int iov_flush(int fd) {
 	int rc = 0, i = 0;
 	if (sink) {
@@ -168,9 +184,15 @@ static int iov_flush(int fd) {
 		drained_bytes += (long)iov_pending;
 	}
 	iov_pending = 0;
-	if (i < niov) rc = writev_all(fd, &iov[i], niov - i);
+	if (!sink && atomic_load_explicit(&spool_stopped, memory_order_relaxed)) {
+		rc = -1;
+	} else {
+		long before = drained_bytes;
+		if (i < niov) rc = writev_all(fd, &iov[i], niov - i);
+		if (!rc) rc = segs_write(fd);
+		if (rc && !sink) spool_stop(fd, drained_bytes - before);
+	}
 	niov = nhdr = 0;
-	if (!rc) rc = segs_write(fd);
 	for (int j = 0; j < ndone; j++) seg_release(done_segs[j].t, done_segs[j].s);
 	ndone = 0;
 	return rc;
@@ -269,7 +291,7 @@ static int seg_done(int fd, ms_thr *t, ms_seg *s, uint32_t direct) {
 
 HIDDEN long write_direct(const uint64_t *r, uint32_t n, int32_t tid) {
 	int fd = atomic_load(&ms_spool_fd);
-	if (fd < 0) {
+	if (fd < 0 || atomic_load_explicit(&spool_stopped, memory_order_relaxed)) {
 		atomic_fetch_add(&ms_lost_count, 1);
 		return -1;
 	}
