@@ -159,17 +159,17 @@ static int segs_write(int fd) {
 }
 
 // A write to the spool failed (a full disk, say): the spool is cut back to
-// its last whole chunk, the end of the flush before (this flush wrote the
-// partial bytes), and takes nothing more. Writing on once the disk has room
-// again would not mend it: a chunk cut short makes what follows unreadable,
-// and records after lost ones would be read against the wrong deltas (a
-// pair half's address, records.def). Later passes drop what they take from
-// the rings; end.json's drain_errors tells readers the capture ends short.
+// where the failed write began, a chunk's end, and takes nothing more.
+// Writing on once the disk has room again would not mend it: a chunk cut
+// short makes what follows unreadable, and records after lost ones would be
+// read against the wrong deltas (a pair half's address, records.def). Later
+// passes drop what they take from the rings (and count as failed); end.json's
+// drain_errors tells readers the capture ends short. Callers hold
+// ms_drain_lock, so no flush is under way.
 static _Atomic int spool_stopped;
-static void spool_stop(int fd, long partial) {
+static void spool_stop(int fd, off_t cut) {
 	atomic_store(&spool_stopped, 1);
-	off_t end = lseek(fd, 0, SEEK_END);
-	if (end >= partial && ftruncate(fd, end - partial)) {
+	if (cut >= 0 && ftruncate(fd, cut)) {
 		// The reader stops at the cut chunk instead, as after a kill.
 	}
 }
@@ -184,13 +184,15 @@ static int iov_flush(int fd) {
 		drained_bytes += (long)iov_pending;
 	}
 	iov_pending = 0;
-	if (!sink && atomic_load_explicit(&spool_stopped, memory_order_relaxed)) {
-		rc = -1;
-	} else {
-		long before = drained_bytes;
+	if (sink) {
+		rc = segs_write(fd); // (none: the sink has no direct writes)
+	} else if (!atomic_load_explicit(&spool_stopped, memory_order_relaxed)) {
+		// Where this flush begins: whole chunks end there (O_APPEND
+		// writes land whole before or after it).
+		off_t start = lseek(fd, 0, SEEK_END);
 		if (i < niov) rc = writev_all(fd, &iov[i], niov - i);
 		if (!rc) rc = segs_write(fd);
-		if (rc && !sink) spool_stop(fd, drained_bytes - before);
+		if (rc) spool_stop(fd, start);
 	}
 	niov = nhdr = 0;
 	for (int j = 0; j < ndone; j++) seg_release(done_segs[j].t, done_segs[j].s);
@@ -289,7 +291,11 @@ static int seg_done(int fd, ms_thr *t, ms_seg *s, uint32_t direct) {
 	return 0;
 }
 
-HIDDEN long write_direct(const uint64_t *r, uint32_t n, int32_t tid) {
+// One chunk straight to the spool (after the final drain, and the crash
+// handler's calibration point), by whoever records it; locked: the caller
+// holds ms_drain_lock.
+static void warn_drain_failed(int err);
+HIDDEN long write_direct(const uint64_t *r, uint32_t n, int32_t tid, int locked) {
 	int fd = atomic_load(&ms_spool_fd);
 	if (fd < 0 || atomic_load_explicit(&spool_stopped, memory_order_relaxed)) {
 		atomic_fetch_add(&ms_lost_count, 1);
@@ -298,7 +304,17 @@ HIDDEN long write_direct(const uint64_t *r, uint32_t n, int32_t tid) {
 	char buf[sizeof(ms_chunk) + (REC_UNITS + DIRECT_UNITS) * 8];
 	enc_chunk(buf, MS_CHUNK_MAGIC, n, tid, ms_mypid);
 	memcpy(buf + sizeof(ms_chunk), r, n * 8);
-	return write_all(fd, buf, sizeof(ms_chunk) + n * 8); // O_APPEND: one write, one chunk
+	off_t start = lseek(fd, 0, SEEK_END);
+	if (!write_all(fd, buf, sizeof(ms_chunk) + n * 8)) return 0; // O_APPEND: one write, one chunk
+	int err = errno;
+	atomic_fetch_add(&ms_lost_count, 1);
+	if (atomic_fetch_add(&drain_errs, 1) == 0) warn_drain_failed(err);
+	// Part of it may be in the file: cut back, as a failed drain does
+	// (what other writers added since start goes too: lost, not torn).
+	if (!locked) pthread_mutex_lock(&ms_drain_lock);
+	spool_stop(fd, start);
+	if (!locked) pthread_mutex_unlock(&ms_drain_lock);
+	return -1;
 }
 
 // How far the writer got in s, the drain's segment: its final head once the
@@ -393,7 +409,8 @@ static long drain_locked(int fd, int dio) {
 	}
 	if (iov_flush(fd)) rc = -1;
 	pass_dio = 0;
-	return rc ? -1 : drained_bytes - before;
+	// Once the spool stopped, each pass drops what it took: a failure.
+	return rc || atomic_load(&spool_stopped) ? -1 : drained_bytes - before;
 }
 
 // warn_drain_failed says, once, that the spool stopped taking events (a
@@ -435,7 +452,7 @@ uint64_t ms_drain_errors(void) { return atomic_load(&drain_errs); }
 // A calibration point straight to the spool (ms_drain_lock held).
 static void calib_write(void) {
 	uint64_t r[REC_UNITS];
-	write_direct(r, enc_full(r, R_CALIB, 0, stamp_after(), mono_ns(), epoch_now(), 0, NULL, 0), 0);
+	write_direct(r, enc_full(r, R_CALIB, 0, stamp_after(), mono_ns(), epoch_now(), 0, NULL, 0), 0, 1);
 }
 
 // The drain of a crash handler (crash.c): everything published, through the
@@ -565,7 +582,9 @@ long ms_drain_into(void *buf, long cap) {
 	thr_share = share > 65536 ? share : 65536;
 	pass_more = 0;
 	while (t && !rc) {
-		if (thr_state(t) != THR_FREE) {
+		uint32_t st = atomic_load(&t->state);
+		if (THR_STATE(st) != THR_FREE) {
+			int32_t tid = t->tid;
 			thr_partial = 0;
 			thr_left = thr_share;
 			rc = drain_thread(-1, t);
@@ -573,7 +592,10 @@ long ms_drain_into(void *buf, long cap) {
 				rc = 0; // its share is taken: on to the next thread
 				thr_partial = 1;
 			}
-			if (!rc && !thr_partial && thr_state(t) != THR_FREE && !drain_mark(t->tid)) thr_partial = 1;
+			// Marked drained while the same owner holds it (released: marked
+			// -tid in drain_thread; taken since: not this owner's to mark).
+			uint32_t now = atomic_load(&t->state);
+			if (!rc && !thr_partial && THR_STATE(now) != THR_FREE && (now >> 2 != st >> 2 || !drain_mark(tid))) thr_partial = 1;
 			pass_more |= thr_partial;
 		}
 		if (!(t = t->next_all)) t = head;

@@ -277,7 +277,7 @@ HIDDEN uint64_t *ring_reserve(ms_thr *t, uint32_t n);
 HIDDEN uint64_t gate_set(uint64_t keep, uint64_t set);
 #define DIRECT_UNITS 1024 // payload units of an event written directly
 // drain.c: one chunk straight to the spool.
-HIDDEN long write_direct(const uint64_t *u, uint32_t n, int32_t tid);
+HIDDEN long write_direct(const uint64_t *u, uint32_t n, int32_t tid, int locked);
 
 // The next precise stamp falls due STAMP_UNITS units on (or at wend); the
 // fast path, which checks room against flim alone, stops there. So a

@@ -202,7 +202,7 @@ static __attribute__((noinline)) void emit_direct(uint16_t kind, uint16_t flags,
 	if (plen > DIRECT_UNITS * 8) plen = DIRECT_UNITS * 8;
 	uint32_t n = enc_full(buf, kind, flags, ts, a, b, site, payload, plen);
 	ms_thr *t = tls_thr;
-	write_direct(buf, n, t ? t->tid : (int32_t)syscall(SYS_gettid));
+	write_direct(buf, n, t ? t->tid : (int32_t)syscall(SYS_gettid), 0);
 }
 
 HIDDEN void emit_n(uint16_t kind, uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, const void *payload, uint32_t plen, uint32_t site) {
