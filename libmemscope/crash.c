@@ -29,14 +29,18 @@ extern __sighandler_t bsd_signal(int, __sighandler_t);
 
 static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 #define NCRASH (int)(sizeof crash_sigs / sizeof crash_sigs[0])
-// Signals that end a program by default (the CLI forwards them): drained
-// the same way, unless the program ignores them (then ours is not there:
-// an ignored signal stays ignored across exec).
-static const int end_sigs[] = {SIGTERM, SIGINT, SIGHUP};
+// Signals that end a program by default: drained the same way, unless the
+// program ignores them (then ours is not there: an ignored signal stays
+// ignored across exec). The first NFORWARD are the ones the CLI forwards;
+// the others (a write to a closed pipe, as in `prog | head -1`, a timer or
+// a user signal the program has no handler for) are drained only when they
+// end the program: a program's handler of them may run often.
+static const int end_sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGXCPU};
 #define NEND (int)(sizeof end_sigs / sizeof end_sigs[0])
+#define NFORWARD 3
 static int ending(int sig) {
 	for (int i = 0; i < NEND; i++)
-		if (end_sigs[i] == sig) return 1;
+		if (end_sigs[i] == sig) return 1 + (i >= NFORWARD);
 	return 0;
 }
 
@@ -292,7 +296,7 @@ static void crash_handler(int sig, siginfo_t *si, void *uc) {
 		return;
 	}
 	if (atomic_load_explicit(&ms_state, memory_order_acquire) == 2 && !in_child() &&
-	    !(end && guard && guard < INTERNAL_GUARD)) {
+	    !(end && guard && guard < INTERNAL_GUARD) && !(end == 2 && (has_prog || p.sa_handler == SIG_IGN))) {
 		guard_up();
 		crash_drain(sig, si, !has_prog);
 		guard_down();

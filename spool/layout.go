@@ -141,7 +141,7 @@ const (
 	EndedExit   = "exit"   // normally: exit or return from main (end.json)
 	EndedCrash  = "crash"  // of a crash signal, after the final drain (crash.json)
 	EndedQuick  = "_exit"  // by _exit or _Exit (Python's os._exit), after the final drain (crash.json, signal 0)
-	EndedSignal = "signal" // by SIGTERM, SIGINT or SIGHUP's default action, after the final drain (crash.json)
+	EndedSignal = "signal" // by another signal's default action (SIGTERM, SIGPIPE, ...), after the final drain (crash.json)
 	EndedExec   = "exec"   // it exec'd another program (whose image has a capture of its own)
 	EndedKilled = "killed" // otherwise (SIGKILL, say): the spool ends at the drain's last pass
 )
@@ -153,12 +153,23 @@ func Ended(end *EndMeta, crash *CrashMeta) string {
 		return EndedExit // a program's own crash handler may exit after ours drained
 	case crash != nil && crash.Signal == 0:
 		return EndedQuick
-	case crash != nil && (crash.Signal == int(syscall.SIGTERM) || crash.Signal == int(syscall.SIGINT) || crash.Signal == int(syscall.SIGHUP)):
-		return EndedSignal
-	case crash != nil:
+	case crash != nil && CrashSignal(syscall.Signal(crash.Signal)):
 		return EndedCrash
+	case crash != nil:
+		return EndedSignal
 	}
 	return EndedKilled
+}
+
+// CrashSignal reports whether sig is one of the faults the library's crash
+// handler drains on (libmemscope/crash.c's crash_sigs); its other handled
+// signals end a program by their default action (end_sigs there).
+func CrashSignal(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGABRT:
+		return true
+	}
+	return false
 }
 
 // ReadEnd reads end.json; nil when the image did not end normally (killed).

@@ -157,7 +157,8 @@ func TestQuickExit(t *testing.T) {
 }
 
 // TestEndingSignals: SIGTERM, SIGINT and SIGHUP raised right after the
-// program allocated, with no handler of its own: it dies of the signal
+// program allocated (and SIGUSR1, and a SIGPIPE from a write to a closed
+// pipe), with no handler of its own: it dies of the signal
 // (the CLI exits 128+N) and the capture holds every MALLOC (msmemscope's
 // handler drained first; "ended": "signal"). Ignored, the signal is
 // ignored: set by the program, or inherited (then msmemscope installs no
@@ -168,7 +169,8 @@ func TestEndingSignals(t *testing.T) {
 	for _, c := range []struct {
 		mode string
 		sig  syscall.Signal
-	}{{"sigterm", syscall.SIGTERM}, {"sigint", syscall.SIGINT}, {"sighup", syscall.SIGHUP}, {"unignterm", syscall.SIGTERM}} {
+	}{{"sigterm", syscall.SIGTERM}, {"sigint", syscall.SIGINT}, {"sighup", syscall.SIGHUP}, {"unignterm", syscall.SIGTERM},
+		{"sigusr1", syscall.SIGUSR1}, {"sigpipe", syscall.SIGPIPE}} {
 		t.Run(c.mode, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			r := runCLI(t, 60*time.Second, "", "--output="+out, bin, c.mode)

@@ -111,7 +111,7 @@ func collectRun(cfg config.Config, runID string, mainPid int, command []string, 
 		}
 		man.Processes = append(man.Processes, mp)
 	}
-	if len(dirs) == 0 && sig != 0 && crashSignal(sig) {
+	if len(dirs) == 0 && sig != 0 && spool.CrashSignal(sig) {
 		return nil, "", fmt.Errorf("no capture in %s: the program crashed with signal %d (%v) and left none (the capture is created as msmemscope's collector starts, and a crash before waits for it for 3 s)", cfg.Output, int(sig), sig)
 	}
 	if len(dirs) == 0 && sig != 0 {

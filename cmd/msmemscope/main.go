@@ -236,19 +236,10 @@ func howEnded(sig syscall.Signal, man *spool.Manifest) string {
 	case spool.EndedSignal:
 		return "the program was ended by " + what + "; its capture was completed in msmemscope's handler and holds every event recorded before it"
 	}
-	if crashSignal(sig) {
+	if spool.CrashSignal(sig) {
 		return "the program crashed with " + what + ", and its capture could not be completed (the handler was replaced, or the crash came inside msmemscope): it holds the events up to the drain's last pass (at most ~100 ms before the crash)"
 	}
 	return "the program was killed by " + what + "; its capture holds the events up to the drain's last pass (all but the last ~100 ms at most)"
-}
-
-// crashSignal reports whether the library's crash handler drains on sig.
-func crashSignal(sig syscall.Signal) bool {
-	switch sig {
-	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGABRT:
-		return true
-	}
-	return false
 }
 
 func exitCode(ps *os.ProcessState, err error) int {

@@ -11,7 +11,8 @@
  *   _exit  _exit(7) (no exit handlers: msmemscope's final drain is in it)
  *   _Exit  _Exit(7)
  *   term   a SIGTERM handler that calls _exit(7), then raise(SIGTERM)
- *   sigterm, sigint, sighup  raise that signal (its default action ends the process)
+ *   sigterm, sigint, sighup, sigusr1  raise that signal (its default action ends the process)
+ *   sigpipe  write to a pipe whose reading end is closed (SIGPIPE, as under `| head -1`)
  *   ignterm  SIGTERM ignored (signal), raised, then exit(0)
  *   unignterm  SIGTERM ignored then set to its default again (sigaction), raised
  * argv[2], if given: that many malloc(4093)/free pairs first (a busy drain).
@@ -90,6 +91,13 @@ int main(int argc, char **argv) {
 	if (!strcmp(mode, "sigterm") || !strcmp(mode, "unignterm")) raise(SIGTERM);
 	if (!strcmp(mode, "sigint")) raise(SIGINT);
 	if (!strcmp(mode, "sighup")) raise(SIGHUP);
+	if (!strcmp(mode, "sigusr1")) raise(SIGUSR1);
+	if (!strcmp(mode, "sigpipe")) {
+		int fd[2];
+		if (pipe(fd)) return 5;
+		close(fd[0]);
+		if (write(fd[1], "x", 1) < 0) return 5;
+	}
 	if (!strcmp(mode, "ignterm")) {
 		if (signal(SIGTERM, SIG_IGN) == SIG_ERR) return 5;
 		raise(SIGTERM);
