@@ -221,9 +221,17 @@ static void crash_mark(int sig, const siginfo_t *si, int drained) {
 // thread's pending pair half is taken as it is (the exit path's final
 // drain). Otherwise what is published goes: the program's handler may
 // recover and carry on recording.
-static void crash_drain(int sig, const siginfo_t *si, int final) {
+// Waits for the engine to open the spool (or to settle without one), at
+// most ENGINE_WAIT_NS: an image that ends in its first milliseconds (a
+// crash, an exec) has its events in the rings only.
+HIDDEN void engine_wait(void) {
 	uint64_t until = mono_ns() + ENGINE_WAIT_NS;
 	while (atomic_load(&ms_spool_fd) < 0 && !atomic_load(&engine_settled) && mono_ns() < until) sleep_ns(1000000);
+}
+
+static void crash_drain(int sig, const siginfo_t *si, int final) {
+	engine_wait();
+	uint64_t until;
 	if (atomic_load(&ms_spool_fd) < 0) return;
 	if (final && !atomic_load(&ms_direct)) {
 		atomic_store(&ms_direct, 1);

@@ -337,6 +337,7 @@ static void before_exec(const char *path) {
 	if (in_child() || atomic_load(&ms_state) != 2) return;
 	guard_up();
 	emit(R_EXEC, F_TEXT, stamp_after(), 0, path ? strlen(path) : 0, path, path ? (uint32_t)strnlen(path, 4000) : 0);
+	engine_wait(); // an exec in the image's first milliseconds
 	if (atomic_load(&ms_spool_fd) >= 0) ms_drain();
 	guard_down();
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"msmemscope/analyzer"
+	"msmemscope/spool"
 	"msmemscope/trace"
 )
 
@@ -445,6 +446,39 @@ func TestThreadEndTakesNoOtherRing(t *testing.T) {
 	}
 	if got := one("3131 FREE", 10); got != b {
 		t.Errorf("thread B's FREEs say thread %d, B is %d", got, b)
+	}
+}
+
+// TestExecAtOnce: an image that execs in its first milliseconds, before
+// the engine opened its spool, keeps its capture ("ended": "exec", its 11
+// MALLOCs): the exec waits for the spool, as a crash does. Before, its
+// events stayed in the rings and the run listed one process only.
+func TestExecAtOnce(t *testing.T) {
+	bin := compile(t, "execnow.c", "")
+	for i := 0; i < 3; i++ {
+		out := filepath.Join(t.TempDir(), "out")
+		mustRun(t, 0, out, bin)
+		m := readManifest(t, out)
+		if len(m.Processes) != 2 {
+			t.Fatalf("run %d: %d processes in the manifest, want 2 (the image before the exec and after)", i, len(m.Processes))
+		}
+		sizes := map[string]map[uint64]int{}
+		for _, p := range m.Processes {
+			cfg := readConfig(t, p.Folder)
+			n := map[uint64]int{}
+			scanDump(t, p.Dump, true, func(e *trace.Event) {
+				if e.Kind == trace.KindMalloc && (e.Size == 111 || e.Size == 16 || e.Size == 321) {
+					n[e.Size]++
+				}
+			})
+			sizes[cfg.Ended] = n
+		}
+		if n := sizes[spool.EndedExec]; n[111] != 1 || n[16] != 10 || n[321] != 0 {
+			t.Errorf("run %d: the image that exec'd: MALLOCs by size %v (by how each ended: %v), want 111: 1, 16: 10", i, n, sizes)
+		}
+		if n := sizes[spool.EndedExit]; n[321] != 1 || n[111] != 0 {
+			t.Errorf("run %d: the image after the exec: MALLOCs by size %v, want 321: 1", i, n)
+		}
 	}
 }
 
