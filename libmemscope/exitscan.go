@@ -57,6 +57,11 @@ func msGoLeakScan(sp C.uint64_t) {
 // scanLeaks sorts the blocks alive now into leak kinds and records them
 // (R_KINDS) after everything else in the spool.
 func scanLeaks(sp uint64) error {
+	// The program's other threads stand still from before the live blocks
+	// are listed until their memory is read: one still allocating would
+	// otherwise free listed blocks (read then as lost) and add unlisted ones.
+	st := stopThreads()
+	defer resumeThreads()
 	var blocks []leakscan.Block
 	if eng.rot != nil {
 		// Rotating logs: the rotator knows the live blocks (the oldest
@@ -71,9 +76,6 @@ func scanLeaks(sp uint64) error {
 			return err
 		}
 	}
-	// The program's other threads stand still while their memory is read.
-	st := stopThreads()
-	defer resumeThreads()
 	text, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		return err
