@@ -231,7 +231,6 @@ HIDDEN void engine_wait(void) {
 
 static void crash_drain(int sig, const siginfo_t *si, int final) {
 	engine_wait();
-	uint64_t until;
 	if (atomic_load(&ms_spool_fd) < 0) return;
 	if (final && !atomic_load(&ms_direct)) {
 		atomic_store(&ms_direct, 1);
@@ -240,7 +239,7 @@ static void crash_drain(int sig, const siginfo_t *si, int final) {
 	long n = ms_drain_crash(tls_guard >= INTERNAL_GUARD ? LOCK_WAIT_NS / 10 : LOCK_WAIT_NS);
 	// Rotating logs: a batch the engine drained before is written to its log
 	// by a goroutine that runs on meanwhile; the process must not die first.
-	until = mono_ns() + LOCK_WAIT_NS;
+	uint64_t until = mono_ns() + LOCK_WAIT_NS;
 	while (ms_rotating && atomic_load(&ms_sink_busy) > 0 && mono_ns() < until) sleep_ns(100000);
 	if (final) crash_mark(sig, si, n >= 0);
 }

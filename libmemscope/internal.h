@@ -459,7 +459,7 @@ static inline uint32_t site_id(uintptr_t ra) {
 HIDDEN void crash_install(void);       // ms_init: our handlers, the program's kept
 HIDDEN void crash_altstack(void);      // a recording thread's alternate signal stack
 HIDDEN void crash_altstack_free(void); // its end
-HIDDEN void engine_wait(void);          // until the spool is open (or never will be), 3 s at most
+HIDDEN void engine_wait(void);         // until the spool is open (or never will be), 3 s at most
 // Around the exit's Go work: the asynchronous signals blocked while it runs
 // on the alternate signal stack (exit() from a signal handler).
 HIDDEN int exit_work_begin(sigset_t *old);
