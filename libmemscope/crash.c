@@ -40,7 +40,12 @@ static const int end_sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGALRM, SIGUSR
 #define NFORWARD 3
 static int ending(int sig) {
 	for (int i = 0; i < NEND; i++)
-		if (end_sigs[i] == sig) return 1 + (i >= NFORWARD);
+		if (end_sigs[i] == sig) return 1;
+	return 0;
+}
+static int forwarded(int sig) {
+	for (int i = 0; i < NFORWARD; i++)
+		if (end_sigs[i] == sig) return 1;
 	return 0;
 }
 
@@ -303,7 +308,7 @@ static void crash_handler(int sig, siginfo_t *si, void *uc) {
 		return;
 	}
 	if (atomic_load_explicit(&ms_state, memory_order_acquire) == 2 && !in_child() &&
-	    !(end && guard && guard < INTERNAL_GUARD) && !(end == 2 && (has_prog || p.sa_handler == SIG_IGN))) {
+	    !(end && guard && guard < INTERNAL_GUARD) && !(end && !forwarded(sig) && (has_prog || p.sa_handler == SIG_IGN))) {
 		guard_up();
 		crash_drain(sig, si, !has_prog);
 		guard_down();

@@ -77,6 +77,12 @@ type EndMeta struct {
 	RotateDeleted uint64 `json:"rotate_deleted,omitempty"`
 }
 
+// SpoolWhole reports whether e (nil: no end.json) says the image ended
+// normally with every write to its spool done: then a spool or log cut
+// short was damaged, not ended early (a killed run's, or one whose writes
+// failed, may end inside a chunk or a frame).
+func (e *EndMeta) SpoolWhole() bool { return e != nil && e.DrainErrors == 0 }
+
 // Damaged reports a single spool file (at path) that was to be whole but
 // is cut short: inside a chunk, or, where its process's end.json gives
 // the file's size at the end, between two.

@@ -107,7 +107,7 @@ func OpenCaptureEnded(dir string, end *EndMeta) (*Spool, error) {
 		// whole chunks: a file cut short was damaged, not killed.
 		path := filepath.Join(dir, SpoolDir, FileName)
 		s, err := OpenFile(path)
-		if err == nil && end != nil && end.DrainErrors == 0 {
+		if err == nil && end.SpoolWhole() {
 			if err = s.Damaged(path, end); err != nil {
 				s.Close()
 			}
@@ -121,7 +121,7 @@ func OpenCaptureEnded(dir string, end *EndMeta) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(ls.damaged) > 0 && end != nil && end.DrainErrors == 0 {
+	if len(ls.damaged) > 0 && end.SpoolWhole() {
 		// The process ended normally: its logs were closed whole.
 		ls.Close()
 		return nil, fmt.Errorf("%s%s", ls.damaged[0], trace.CutShort)

@@ -220,7 +220,7 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 	}
 	// (A capture whose spool writes failed may end inside a chunk, as a
 	// killed run's.)
-	whole := in.found.Capture == "" || end != nil && end.DrainErrors == 0
+	whole := in.found.Capture == "" || end.SpoolWhole()
 	var sp *Spool
 	var err error
 	switch {
