@@ -77,16 +77,18 @@ type batch struct {
 
 const batchSize = 4096
 
-// decodeBatches runs next on its own goroutine, so decoding the spool and
-// formatting the dump use both cores; pre (if not nil) sees each event
-// there too, then keep (if not nil) says whether it goes in a batch (an
-// event is looked at while it is in this core's cache). The channel
-// closes at the end (or after a batch carrying an error). Batches the
-// consumer is done with come back through free.
-func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, free <-chan []trace.Event) <-chan batch {
-	out := make(chan batch, 8)
+// decodeBatches runs next on its own goroutine and pre and keep on a
+// second one, batch by batch in order, so that decoding the spool, feeding
+// the analyses and formatting the dump spread over the cores (the decoder
+// alone is the longest of them, and on two cores the scheduler balances the
+// other two against it). pre (if not nil) sees every event, then keep (if
+// not nil) says whether it stays in its batch. The channel closes at the
+// end (or after a batch carrying an error). Batches the consumer is done
+// with come back through free.
+func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, free chan []trace.Event) <-chan batch {
+	decoded := make(chan batch, 4)
 	go func() {
-		defer close(out)
+		defer close(decoded)
 		for {
 			var b batch
 			select {
@@ -108,20 +110,48 @@ func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trac
 				if e != dst {
 					*dst = *e
 				}
+				n++
+			}
+			b.events = b.events[:n]
+			if n > 0 || b.err != nil {
+				decoded <- b
+			}
+			if b.err != nil || n < batchSize {
+				return
+			}
+		}
+	}()
+	if pre == nil && keep == nil {
+		return decoded
+	}
+	out := make(chan batch, 4)
+	go func() {
+		defer close(out)
+		for b := range decoded {
+			n := 0
+			for i := range b.events {
+				e := &b.events[i]
 				if pre != nil {
-					pre(dst)
+					pre(e)
 				}
-				if keep != nil && !keep(dst) {
-					continue // (its place is reused)
+				if keep != nil && !keep(e) {
+					continue
+				}
+				if n != i {
+					b.events[n] = *e
 				}
 				n++
 			}
 			b.events = b.events[:n]
 			if n > 0 || b.err != nil {
 				out <- b
-			}
-			if b.err != nil || n < batchSize {
-				return
+			} else if cap(b.events) >= batchSize {
+				// (a batch whose events all stayed out: its place is reused)
+				b.events = b.events[:batchSize]
+				select {
+				case free <- b.events:
+				default:
+				}
 			}
 		}
 	}()
