@@ -80,7 +80,10 @@ func finish(runs []*run, first bool) error {
 // annotate adds the first pass's results to a row about to be written.
 func annotate(runs []*run, e *trace.Event) {
 	for _, r := range runs {
-		if an, ok := r.a.(analyzer.Annotator); ok && r.first {
+		if !r.first { // (before the type assertion: this runs for every row)
+			continue
+		}
+		if an, ok := r.a.(analyzer.Annotator); ok {
 			an.Annotate(e)
 		}
 	}

@@ -47,6 +47,8 @@ type CSVWriter struct {
 	err    error
 
 	id, stamp decRun          // the ID and Timestamp columns
+	allocIDs  decRun          // the Attr's allocation_id
+	ptrs      hexRun          // the Ptr column
 	heads     [16]rowHead     // by Kind (rows alternate MALLOC and FREE)
 	whos      [16]rowWho      // by thread id
 	plain     [numCols]string // per column, the last value seen that needs no quotes
@@ -131,7 +133,7 @@ func (w *CSVWriter) appendRow(b []byte, e *Event) []byte {
 	if e.HasPtr {
 		b = append(b, "0x"...)
 		h := len(b)
-		b = appendHex(b, e.Ptr)
+		b = w.ptrs.append(b, e.Ptr)
 		hex = b[h:]
 	} else {
 		b = append(b, NA...)
@@ -150,7 +152,7 @@ func (w *CSVWriter) appendRow(b []byte, e *Event) []byte {
 func (w *CSVWriter) appendAttr(b []byte, e *Event, ptrHex []byte) []byte {
 	start := len(b)
 	b = append(b, '"')
-	b = e.appendAttr(b, ptrHex)
+	b = e.appendAttr(b, ptrHex, &w.allocIDs)
 	if e.IsMemory() && len(e.Extra) == 0 && strings.IndexByte(e.Owner, '"') < 0 && strings.IndexByte(e.Inefficient, '"') < 0 {
 		// Most rows: a MALLOC's or FREE's Attr has commas and no '"' in
 		// its numbers, so it is quoted as it is, without a look.

@@ -89,15 +89,17 @@ var hexPairs = func() (t [512]byte) {
 }()
 
 // decRun formats a run of numbers that change mostly in their low digits
-// (row ids, nanosecond stamps): the digits above the low six are formatted
-// once per change and copied otherwise.
+// (row ids, nanosecond stamps, allocation ids): the digits above the low
+// three are formatted once per change and copied otherwise, so a row's
+// number costs one three-digit step. (Stamps a few tens of ns apart change
+// their thousands every ~50 rows; ids every 1000.)
 type decRun struct {
 	hi     uint64
-	digits []byte // hi's digits; empty until the first number ≥ 1e6
-	word   uint64 // the same as 8 little-endian bytes, when they fit
+	digits []byte // hi's digits; empty until the first number ≥ 1000
+	w0, w1 uint64 // the same as 16 little-endian bytes, when they fit
 }
 
-const decRunLow = 1e6
+const decRunLow = 1000
 
 func (r *decRun) append(b []byte, v uint64) []byte {
 	hi := v / decRunLow
@@ -106,26 +108,59 @@ func (r *decRun) append(b []byte, v uint64) []byte {
 	}
 	if hi != r.hi || len(r.digits) == 0 {
 		r.hi, r.digits = hi, appendUint(r.digits[:0], hi)
-		var w [8]byte
+		var w [16]byte
 		copy(w[:], r.digits)
-		r.word = binary.LittleEndian.Uint64(w[:])
+		r.w0, r.w1 = binary.LittleEndian.Uint64(w[:8]), binary.LittleEndian.Uint64(w[8:])
 	}
+	j := (v - hi*decRunLow) * 4
 	n := len(r.digits)
-	if n > 8 {
+	if n > 16 {
 		b = append(b, r.digits...)
-		b = grow(b, decRunDigits)
-		putDec(b[len(b)-decRunDigits:], v-hi*decRunLow)
-		return b
+		return append(b, digitTriples[j], digitTriples[j+1], digitTriples[j+2])
 	}
-	// One 8-byte store instead of a copy call: the bytes it writes past
-	// the high digits are the low digits' place, written next (with one
-	// high digit, one byte past the end, within the capacity just made:
-	// b must be a buffer of the caller's own, not a window on another).
-	b = slices.Grow(b, 8+decRunDigits)
+	// Two 8-byte stores instead of a copy call: the bytes they write past
+	// the high digits are the low digits' place, written next, or spare
+	// capacity just made (b must be a buffer of the caller's own, not a
+	// window on another).
+	b = slices.Grow(b, 16+decRunDigits)
 	l := len(b)
-	binary.LittleEndian.PutUint64(b[l:l+8], r.word)
+	d := b[l : l+16]
+	binary.LittleEndian.PutUint64(d[:8], r.w0)
+	binary.LittleEndian.PutUint64(d[8:], r.w1)
 	b = b[:l+n+decRunDigits]
-	putDec(b[l+n:l+n+decRunDigits], v-hi*decRunLow)
+	b[l+n], b[l+n+1], b[l+n+2] = digitTriples[j], digitTriples[j+1], digitTriples[j+2]
+	return b
+}
+
+// hexRun is decRun for hex addresses: blocks of one heap share all but their
+// low six digits (16 MiB), which are formatted; the rest is copied.
+type hexRun struct {
+	hi     uint64
+	digits []byte // hi's hex digits; empty until the first address ≥ 1<<24
+	w0, w1 uint64
+}
+
+func (r *hexRun) append(b []byte, v uint64) []byte {
+	hi := v >> 24
+	if hi == 0 {
+		return appendHex(b, v)
+	}
+	if hi != r.hi || len(r.digits) == 0 {
+		r.hi, r.digits = hi, appendHex(r.digits[:0], hi)
+		var w [16]byte
+		copy(w[:], r.digits)
+		r.w0, r.w1 = binary.LittleEndian.Uint64(w[:8]), binary.LittleEndian.Uint64(w[8:])
+	}
+	n := len(r.digits) // ≤ 10: hi has 40 bits
+	b = slices.Grow(b, 16+6)
+	l := len(b)
+	d := b[l : l+16]
+	binary.LittleEndian.PutUint64(d[:8], r.w0)
+	binary.LittleEndian.PutUint64(d[8:], r.w1)
+	b = b[:l+n+6]
+	lo := b[l+n : l+n+6]
+	i, j, k := (v>>15)&0x1fe, (v>>7)&0x1fe, (v<<1)&0x1fe // each byte's pair, at 2×byte
+	lo[0], lo[1], lo[2], lo[3], lo[4], lo[5] = hexPairs[i], hexPairs[i+1], hexPairs[j], hexPairs[j+1], hexPairs[k], hexPairs[k+1]
 	return b
 }
 
@@ -138,4 +173,4 @@ var digitTriples = func() (t [4000]byte) {
 }()
 
 // decRunDigits is decRunLow's number of zeros.
-const decRunDigits = 6
+const decRunDigits = 3

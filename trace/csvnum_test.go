@@ -18,7 +18,8 @@ func TestNumbersAsStrconv(t *testing.T) {
 	for i := 0; i < 100000; i++ {
 		vals = append(vals, rng.Uint64()>>uint(rng.Intn(64)))
 	}
-	var run, stamp decRun
+	var run, stamp, ids decRun
+	var ptrs, heap hexRun
 	b := make([]byte, 0, 4) // small: the growing path too
 	for _, v := range vals {
 		check := func(name string, got []byte, want string) {
@@ -34,5 +35,11 @@ func TestNumbersAsStrconv(t *testing.T) {
 		// a stamp-like run: the high digits repeat
 		s := 33815921309668 + v%5_000_000
 		check("decRun stamps", stamp.append(b[:0], s), strconv.FormatUint(s, 10))
+		// allocation ids: a MALLOC's new id, then an older one freed
+		check("decRun ids", ids.append(b[:0], v%3_000_000), strconv.FormatUint(v%3_000_000, 10))
+		check("hexRun", ptrs.append([]byte("x"), v), "x"+strconv.FormatUint(v, 16))
+		// a heap's addresses: the high digits repeat
+		h := 0x55d0c2a00000 + v%(1<<20)
+		check("hexRun heap", heap.append(b[:0], h), strconv.FormatUint(h, 16))
 	}
 }

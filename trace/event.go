@@ -158,16 +158,20 @@ func (e *Event) IsMemory() bool { return e.Kind == KindMalloc || e.Kind == KindF
 
 // AppendAttr appends the Attr column ("{k:v,k:v}") to b. The typed fields come
 // first in a fixed order, then Extra.
-func (e *Event) AppendAttr(b []byte) []byte { return e.appendAttr(b, nil) }
+func (e *Event) AppendAttr(b []byte) []byte { return e.appendAttr(b, nil, nil) }
 
 // appendAttr is AppendAttr given e.Ptr's hex digits (nil: formatted here).
-func (e *Event) appendAttr(b, ptrHex []byte) []byte {
+func (e *Event) appendAttr(b, ptrHex []byte, ids *decRun) []byte {
 	b = append(b, '{')
 	n := len(b) // a pair after the first starts with ','
 	switch e.Kind {
 	case KindMalloc, KindFree:
 		b = append(b, "allocation_id:"...)
-		b = appendUint(b, e.AllocID)
+		if ids != nil {
+			b = ids.append(b, e.AllocID)
+		} else {
+			b = appendUint(b, e.AllocID)
+		}
 		b = append(b, ",addr:0x"...)
 		if ptrHex != nil {
 			b = append(b, ptrHex...)
