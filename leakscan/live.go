@@ -33,7 +33,34 @@ type Live struct {
 	lastEpoch uint64
 	lastTick  uint64
 	haveEpoch bool
+
+	// Recent MALLOCs not yet counted in lives: a FREE of the same address
+	// from the same thread cancels one, as the pair changes no count (the
+	// thread freed that block, or one allocated after it: either way not
+	// the block an address live at the end has). Most of a spool is such
+	// pairs, which then never touch the map. Blocks counts what is left.
+	pend    []pending // by address hash; addr 0: empty
+	threads map[int32]*threadPend
+	cur     *threadPend // the thread of the last record (chunks are per thread)
 }
+
+// pending is a MALLOC held back from lives.
+type pending struct {
+	addr, t, n, size uint64
+	tid              int32
+}
+
+// threadPend is what a thread's next record may need of its past: the
+// MALLOC its last FREE cancelled (a failed realloc's MALLOC, next in the
+// thread's records, brings that block back).
+type threadPend struct {
+	tid  int32
+	undo pending
+}
+
+const pendSlots = 4096
+
+func pendSlot(addr uint64) int { return int((addr >> 4) * 0x9E3779B97F4A7C15 >> (64 - 12)) }
 
 // OpenLive opens the spool file at path for Update reads, from its start.
 func OpenLive(path string) (*Live, error) {
@@ -41,7 +68,8 @@ func OpenLive(path string) (*Live, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Live{t: t, lives: u64map.Map[addrLife]{Runs: true, Grain: 4}}, nil
+	return &Live{t: t, lives: u64map.Map[addrLife]{Runs: true, Grain: 4}, pend: make([]pending, pendSlots),
+		threads: map[int32]*threadPend{}}, nil
 }
 
 // Offset is how many bytes of the file the Updates have read.
@@ -73,21 +101,69 @@ func (l *Live) observe(rec *spool.Rec) {
 		}
 		t = l.lastTick // epochs change seldom: one lookup a run
 	}
-	a := l.lives.Slot(rec.A)
+	th := l.cur
+	if th == nil || th.tid != rec.Tid {
+		if th = l.threads[rec.Tid]; th == nil {
+			th = &threadPend{tid: rec.Tid}
+			l.threads[rec.Tid] = th
+		}
+		l.cur = th
+	}
+	p := &l.pend[pendSlot(rec.A)]
 	if rec.Kind == format.RFree {
-		a.frees++
+		if p.addr == rec.A && p.tid == rec.Tid && rec.A != 0 {
+			th.undo, *p = *p, pending{} // the pair cancels
+			return
+		}
+		th.undo = pending{}
+		l.lives.Slot(rec.A).frees++
 		return
 	}
-	a.mallocs++
 	l.n++
-	// A failed realloc's MALLOC brings back the block just freed, at its size.
-	if rec.Flags&format.FUndo == 0 && (a.mallocs == 1 || t >= a.lastM) {
-		a.lastM, a.size, a.n = t, rec.B, l.n
+	undo := th.undo
+	th.undo = pending{}
+	if rec.Flags&format.FUndo != 0 {
+		// A failed realloc's MALLOC brings back the block just freed, at its
+		// size: the MALLOC its FREE cancelled is held again.
+		if undo.addr == rec.A && rec.A != 0 {
+			l.hold(p, undo)
+			return
+		}
+		l.lives.Slot(rec.A).mallocs++
+		return
+	}
+	if rec.A == 0 {
+		l.count(pending{t: t, n: l.n, size: rec.B})
+		return
+	}
+	l.hold(p, pending{addr: rec.A, t: t, n: l.n, size: rec.B, tid: rec.Tid})
+}
+
+// hold puts m in its slot p, counting the MALLOC held there before.
+func (l *Live) hold(p *pending, m pending) {
+	if p.addr != 0 {
+		l.count(*p)
+	}
+	*p = m
+}
+
+// count adds a MALLOC to lives.
+func (l *Live) count(m pending) {
+	a := l.lives.Slot(m.addr)
+	a.mallocs++
+	if a.mallocs == 1 || m.t >= a.lastM {
+		a.lastM, a.size, a.n = m.t, m.size, m.n
 	}
 }
 
 // Blocks returns the blocks live after the chunks read, by address.
 func (l *Live) Blocks() []Block {
+	for i := range l.pend {
+		if l.pend[i].addr != 0 {
+			l.count(l.pend[i])
+			l.pend[i] = pending{}
+		}
+	}
 	var out []Block
 	l.lives.Each(func(a uint64, b *addrLife) {
 		if b.live() {
