@@ -48,7 +48,7 @@ type CSVWriter struct {
 
 	id, stamp decRun          // the ID and Timestamp columns
 	allocIDs  decRun          // the Attr's allocation_id
-	ptrs      hexRun          // the Ptr column
+	ptrs      [16]hexRun      // the Ptr column, by thread slot (each thread its arena)
 	heads     [16]rowHead     // by Kind (rows alternate MALLOC and FREE)
 	whos      [16]rowWho      // by thread id
 	plain     [numCols]string // per column, the last value seen that needs no quotes
@@ -133,7 +133,7 @@ func (w *CSVWriter) appendRow(b []byte, e *Event) []byte {
 	if e.HasPtr {
 		b = append(b, "0x"...)
 		h := len(b)
-		b = w.ptrs.append(b, e.Ptr)
+		b = w.ptrs[e.Tid&15].append(b, e.Ptr)
 		hex = b[h:]
 	} else {
 		b = append(b, NA...)
