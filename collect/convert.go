@@ -228,8 +228,9 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	res.Rows, err = write(res.DumpPath, DumpOptions{Format: cfg.DataFormat, Pid: int64(meta.Pid), PythonTraces: pythonTraces(dumpDir)},
 		func(w RowWriter) error {
-			// The analyses that only read rows are fed on the decoding
-			// goroutine: the writing one has the most to do.
+			// The analyses that only read rows are fed on a goroutine
+			// of their own, between the decoder and the formatters
+			// (decodeBatches).
 			pre := func(e *trace.Event) {
 				if e.Device != "" && e.Device != trace.DeviceHost {
 					res.DeviceSeen = true

@@ -161,8 +161,9 @@ func decodeBatches(next func(*trace.Event) (*trace.Event, error), pre func(*trac
 // eachBatch hands f each batch of events next decodes (on another
 // goroutine), in order, until the end or an error; pre (if not nil) sees
 // each event first and keep (if not nil) then decides whether it goes in
-// the batch, both on the decoding goroutine. f calls release once the
-// batch's events may be reused (it may do so later, from elsewhere).
+// the batch, both on a goroutine between the decoder's and f's. f calls
+// release once the batch's events may be reused (it may do so later, from
+// elsewhere).
 func eachBatch(next func(*trace.Event) (*trace.Event, error), pre func(*trace.Event), keep func(*trace.Event) bool, f func(evs []trace.Event, release func()) error) error {
 	free := make(chan []trace.Event, 16)
 	batches := decodeBatches(next, pre, keep, free)

@@ -147,11 +147,13 @@ func (l *Live) hold(p *pending, m pending) {
 	*p = m
 }
 
-// count adds a MALLOC to lives.
+// count adds a MALLOC to lives. The block an address holds is its latest
+// MALLOC's: by stamp, and among equal stamps (an epoch's compact records
+// share its start) the one read last, whatever order they are counted in.
 func (l *Live) count(m pending) {
 	a := l.lives.Slot(m.addr)
 	a.mallocs++
-	if a.mallocs == 1 || m.t >= a.lastM {
+	if a.mallocs == 1 || m.t > a.lastM || m.t == a.lastM && m.n > a.n {
 		a.lastM, a.size, a.n = m.t, m.size, m.n
 	}
 }
