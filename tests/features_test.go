@@ -591,6 +591,15 @@ func TestChildLeaksSaid(t *testing.T) {
 	if strings.Contains(r.Stderr, "(true): leaks:") {
 		t.Errorf("a summary for the child that leaked nothing:\n%s", r.Stderr)
 	}
+	// --input= on the output folder converts every process of the run,
+	// not only the shell (its main process).
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "sh", "-c", bin+"; /bin/true; true")
+	m := readManifest(t, out)
+	again := runCLI(t, 120*time.Second, "", "--input="+out)
+	if got := strings.Count(again.Stderr, " rows (complete) -> "); again.Code != 0 || got != len(m.Processes) || len(m.Processes) < 3 {
+		t.Errorf("--input=%s: exit %d, converted %d captures of the run's %d processes:\n%s", out, again.Code, got, len(m.Processes), again.Stderr)
+	}
 }
 
 // TestLogAloneReportsInItsCapture: a rotated log given alone to --input
