@@ -35,9 +35,14 @@ $(LIB): $(GOSRC)
 	$(GO) build -buildmode=c-shared -o $@ ./capi
 	@rm -f $(BUILD)/lib/libmemscope.h
 
-$(CLI): $(GOSRC)
+$(CLI): $(GOSRC) python/msmemscope/_startup/sitecustomize.py
 	@mkdir -p $(dir $@)
 	$(GO) build -ldflags "-X main.sourceStartup=$(abspath python/msmemscope/_startup)" -o $@ ./cmd/msmemscope
+	@# The startup hook the CLI gives a traced Python, compiled now for the
+	@# interpreters here: compiled at the program's start, its compiler's
+	@# blocks would be the program's rows (with PYTHONDONTWRITEBYTECODE, every run).
+	@for py in $(PYTHON_REAL) $(wildcard $(PYENV_VERSIONS)/*/bin/python3); do \
+		$$py -m py_compile python/msmemscope/_startup/sitecustomize.py 2>/dev/null || true; done
 
 $(VENV)/.ok:
 	@test -n "$(PYTHON_REAL)" || { echo "python3 not found"; exit 1; }
