@@ -88,16 +88,40 @@ var hexPairs = func() (t [512]byte) {
 	return t
 }()
 
+// highDigits is the cached part of a run of numbers: the digits of hi (a
+// number's part above its low digits), and their first 16 bytes as words.
+type highDigits struct {
+	hi     uint64
+	digits []byte // empty until the first number with a high part
+	w0, w1 uint64
+}
+
+// set caches hi's digits, as format appends them, unless they are cached.
+func (h *highDigits) set(hi uint64, format func([]byte, uint64) []byte) {
+	if hi == h.hi && len(h.digits) > 0 {
+		return
+	}
+	h.hi, h.digits = hi, format(h.digits[:0], hi)
+	var w [16]byte
+	copy(w[:], h.digits)
+	h.w0, h.w1 = binary.LittleEndian.Uint64(w[:8]), binary.LittleEndian.Uint64(w[8:])
+}
+
+// words stores the cached digits at d (16 bytes: those past the digits are
+// the low digits' place, or spare capacity) with two word stores instead of
+// a copy call. (d must lie in a buffer of the caller's own, not in a window
+// on another's.)
+func (h *highDigits) words(d []byte) {
+	binary.LittleEndian.PutUint64(d[:8], h.w0)
+	binary.LittleEndian.PutUint64(d[8:16], h.w1)
+}
+
 // decRun formats a run of numbers that change mostly in their low digits
 // (row ids, nanosecond stamps, allocation ids): the digits above the low
 // three are formatted once per change and copied otherwise, so a row's
 // number costs one three-digit step. (Stamps a few tens of ns apart change
 // their thousands every ~50 rows; ids every 1000.)
-type decRun struct {
-	hi     uint64
-	digits []byte // hi's digits; empty until the first number ≥ 1000
-	w0, w1 uint64 // the same as 16 little-endian bytes, when they fit
-}
+type decRun struct{ highDigits }
 
 const decRunLow = 1000
 
@@ -106,27 +130,15 @@ func (r *decRun) append(b []byte, v uint64) []byte {
 	if hi == 0 {
 		return appendUint(b, v)
 	}
-	if hi != r.hi || len(r.digits) == 0 {
-		r.hi, r.digits = hi, appendUint(r.digits[:0], hi)
-		var w [16]byte
-		copy(w[:], r.digits)
-		r.w0, r.w1 = binary.LittleEndian.Uint64(w[:8]), binary.LittleEndian.Uint64(w[8:])
-	}
+	r.set(hi, appendUint)
 	j := (v - hi*decRunLow) * 4
-	n := len(r.digits)
-	if n > 16 {
+	if len(r.digits) > 16 {
 		b = append(b, r.digits...)
 		return append(b, digitTriples[j], digitTriples[j+1], digitTriples[j+2])
 	}
-	// Two 8-byte stores instead of a copy call: the bytes they write past
-	// the high digits are the low digits' place, written next, or spare
-	// capacity just made (b must be a buffer of the caller's own, not a
-	// window on another).
 	b = slices.Grow(b, 16+decRunDigits)
-	l := len(b)
-	d := b[l : l+16]
-	binary.LittleEndian.PutUint64(d[:8], r.w0)
-	binary.LittleEndian.PutUint64(d[8:], r.w1)
+	l, n := len(b), len(r.digits)
+	r.words(b[l : l+16])
 	b = b[:l+n+decRunDigits]
 	b[l+n], b[l+n+1], b[l+n+2] = digitTriples[j], digitTriples[j+1], digitTriples[j+2]
 	return b
@@ -134,31 +146,19 @@ func (r *decRun) append(b []byte, v uint64) []byte {
 
 // hexRun is decRun for hex addresses: blocks of one heap share all but their
 // low six digits (16 MiB), which are formatted; the rest is copied.
-type hexRun struct {
-	hi     uint64
-	digits []byte // hi's hex digits; empty until the first address ≥ 1<<24
-	w0, w1 uint64
-}
+type hexRun struct{ highDigits }
 
 func (r *hexRun) append(b []byte, v uint64) []byte {
 	hi := v >> 24
 	if hi == 0 {
 		return appendHex(b, v)
 	}
-	if hi != r.hi || len(r.digits) == 0 {
-		r.hi, r.digits = hi, appendHex(r.digits[:0], hi)
-		var w [16]byte
-		copy(w[:], r.digits)
-		r.w0, r.w1 = binary.LittleEndian.Uint64(w[:8]), binary.LittleEndian.Uint64(w[8:])
-	}
-	n := len(r.digits) // ≤ 10: hi has 40 bits
+	r.set(hi, appendHex) // (at most 10 digits: hi has 40 bits)
 	b = slices.Grow(b, 16+6)
-	l := len(b)
-	d := b[l : l+16]
-	binary.LittleEndian.PutUint64(d[:8], r.w0)
-	binary.LittleEndian.PutUint64(d[8:], r.w1)
+	l, n := len(b), len(r.digits)
+	r.words(b[l : l+16])
 	b = b[:l+n+6]
-	lo := b[l+n : l+n+6]
+	lo := b[l+n:]
 	i, j, k := (v>>15)&0x1fe, (v>>7)&0x1fe, (v<<1)&0x1fe // each byte's pair, at 2×byte
 	lo[0], lo[1], lo[2], lo[3], lo[4], lo[5] = hexPairs[i], hexPairs[i+1], hexPairs[j], hexPairs[j+1], hexPairs[k], hexPairs[k+1]
 	return b
