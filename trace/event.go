@@ -160,7 +160,8 @@ func (e *Event) IsMemory() bool { return e.Kind == KindMalloc || e.Kind == KindF
 // first in a fixed order, then Extra.
 func (e *Event) AppendAttr(b []byte) []byte { return e.appendAttr(b, nil, nil) }
 
-// appendAttr is AppendAttr given e.Ptr's hex digits (nil: formatted here).
+// appendAttr is AppendAttr given e.Ptr's hex digits (nil: formatted here)
+// and the CSV writer's run of allocation ids (nil: each formatted alone).
 func (e *Event) appendAttr(b, ptrHex []byte, ids *decRun) []byte {
 	b = append(b, '{')
 	n := len(b) // a pair after the first starts with ','
