@@ -504,7 +504,7 @@ func runInefficient(path string, opt IneffOptions, prog *Progress, write bool) (
 // Summary is the console report of check_inefficient.
 func (r *IneffReport) Summary(top int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "check_inefficient %s: %d rows, %d apis, %d PTA/HAL blocks of at least %d bytes judged (idle_threshold %d)\n",
+	fmt.Fprintf(&b, "check_inefficient %s: %d rows analysed, %d apis, %d PTA/HAL blocks of at least %d bytes judged (idle_threshold %d)\n",
 		r.Input, r.Rows, r.APIs, r.Judged, r.MemSize, r.IdleThreshold)
 	for _, t := range r.Types {
 		s := r.Totals[t]
