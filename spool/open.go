@@ -26,6 +26,9 @@ type Found struct {
 	// File is the file to read alone: a dump file, a spool file or a
 	// rotated log; "" for a capture folder.
 	File string
+	// Output: path is an output folder, and Capture the capture it names
+	// (its only one, or its newest run's main process).
+	Output bool
 }
 
 // HasSpool reports whether the input is a capture folder with its spool.
@@ -70,7 +73,7 @@ func Find(path string) (Found, error) {
 	if err != nil {
 		return Found{}, err
 	}
-	return Found{Capture: d}, nil
+	return Found{Capture: d, Output: true}, nil
 }
 
 // DamagedMeta says when dir holds a spool (or rotated logs) whose

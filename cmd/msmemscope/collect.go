@@ -163,11 +163,9 @@ func offline(inv *cli.Invocation) int {
 			logx.Warnf("--input: left out: %v", err)
 		}
 	}
-	// An output folder (no capture itself, nor a capture's spool/ folder)
-	// is converted whole, every process of every run in it: spool.Find
-	// names only its main process, which --timeline wants.
-	output := fi.IsDir() && !spool.IsCapture(in) && len(spool.DumpFiles(in)) == 0 && filepath.Base(filepath.Clean(in)) != spool.SpoolDir
-	if ferr == nil && found.Capture != "" && !output && (fi.IsDir() || filepath.Base(in) == spool.FileName) {
+	// An output folder is converted whole, every process of every run in
+	// it: spool.Find names only its main process, which --timeline wants.
+	if ferr == nil && found.Capture != "" && !found.Output && (fi.IsDir() || filepath.Base(in) == spool.FileName) {
 		in = found.Capture // a capture's spool/ folder or its spool file: the capture (a rotated log is read alone)
 	} else if !fi.IsDir() {
 		return offlineFile(inv, in) // a dump file: analyses (and --data-format) on it
