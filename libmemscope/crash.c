@@ -38,16 +38,13 @@ static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 static const int end_sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGXCPU};
 #define NEND (int)(sizeof end_sigs / sizeof end_sigs[0])
 #define NFORWARD 3
-static int ending(int sig) {
+static int end_index(int sig) {
 	for (int i = 0; i < NEND; i++)
-		if (end_sigs[i] == sig) return 1;
-	return 0;
+		if (end_sigs[i] == sig) return i;
+	return -1;
 }
-static int forwarded(int sig) {
-	for (int i = 0; i < NFORWARD; i++)
-		if (end_sigs[i] == sig) return 1;
-	return 0;
-}
+static int ending(int sig) { return end_index(sig) >= 0; }
+static int forwarded(int sig) { return (unsigned)end_index(sig) < NFORWARD; }
 
 // For each crash signal: ours is installed, and the program's handler as the
 // program believes it to be (the one before ours, or what its sigaction and
