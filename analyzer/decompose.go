@@ -32,13 +32,16 @@ type DecomposeStat struct {
 
 // DecomposeReport is the decompose summary.
 type DecomposeReport struct {
-	Categories []DecomposeStat `json:"categories"` // largest peak first
-	Owners     []DecomposeStat `json:"owners"`
+	Categories []DecomposeStat   `json:"categories"` // largest peak first
+	Owners     []DecomposeStat   `json:"owners"`
+	Devices    []DeviceDecompose `json:"devices,omitempty"` // CUDA devices (decompose_device.go)
 }
 
 type decLive struct {
 	owner, cat *DecomposeStat
 	size       uint64
+	dev        *devStats // a CUDA device's block
+	class      devClass
 }
 
 // DecomposeAnalyzer accumulates a DecomposeReport; memory grows with live blocks.
@@ -46,11 +49,13 @@ type DecomposeAnalyzer struct {
 	live   map[blockKey]decLive
 	owners map[string]*DecomposeStat
 	cats   map[string]*DecomposeStat
+	devs   map[string]*devStats // by Device Id
 }
 
 // NewDecomposeAnalyzer returns an empty analyzer.
 func NewDecomposeAnalyzer() *DecomposeAnalyzer {
-	return &DecomposeAnalyzer{live: map[blockKey]decLive{}, owners: map[string]*DecomposeStat{}, cats: map[string]*DecomposeStat{}}
+	return &DecomposeAnalyzer{live: map[blockKey]decLive{}, owners: map[string]*DecomposeStat{}, cats: map[string]*DecomposeStat{},
+		devs: map[string]*devStats{}}
 }
 
 // Category names the category of an owner.
@@ -84,16 +89,23 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 		if old, ok := a.live[key]; ok {
 			old.owner.live -= old.size
 			old.cat.live -= old.size
+			if old.dev != nil {
+				a.observeDevice(old.dev, old.class, old.cat, old.size, false)
+			}
 		}
 		owner := e.Owner
 		if owner == "" {
 			owner = e.Type
 		}
-		l := decLive{stat(a.owners, owner), stat(a.cats, Category(owner)), e.Size}
+		l := decLive{owner: stat(a.owners, owner), cat: stat(a.cats, Category(owner)), size: e.Size}
 		for _, s := range []*DecomposeStat{l.owner, l.cat} {
 			s.Blocks++
 			s.live += e.Size
 			s.Peak = max(s.Peak, s.live)
+		}
+		if l.class = classOf(e); l.class != devNone {
+			l.dev = a.device(e.Device)
+			a.observeDevice(l.dev, l.class, l.cat, e.Size, true)
 		}
 		a.live[key] = l
 	case trace.KindFree:
@@ -101,8 +113,13 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 		if l, ok := a.live[key]; ok {
 			l.owner.live -= l.size
 			l.cat.live -= l.size
+			if l.dev != nil {
+				a.observeDevice(l.dev, l.class, l.cat, l.size, false)
+			}
 			delete(a.live, key)
 		}
+	case trace.KindSnapshot:
+		a.observeSnapshot(e)
 	}
 }
 
@@ -123,7 +140,7 @@ func sorted(m map[string]*DecomposeStat) []DecomposeStat {
 
 // Finish returns the report (end bytes: still live after the last event).
 func (a *DecomposeAnalyzer) Finish() *DecomposeReport {
-	return &DecomposeReport{Categories: sorted(a.cats), Owners: sorted(a.owners)}
+	return &DecomposeReport{Categories: sorted(a.cats), Owners: sorted(a.owners), Devices: a.finishDevices()}
 }
 
 // Category returns the figures of one category (zero when absent).
@@ -136,8 +153,8 @@ func (r *DecomposeReport) Category(name string) DecomposeStat {
 	return DecomposeStat{Name: name}
 }
 
-// WriteCSV writes the report: Kind (category or owner), Name, Peak(byte),
-// End(byte), Allocations.
+// WriteCSV writes the report: Kind (category, owner, or a CUDA device's
+// cuda:N), Name, Peak(byte), End(byte), Allocations.
 func (r *DecomposeReport) WriteCSV(w io.Writer) error {
 	var b []byte
 	b = append(b, "Kind,Name,Peak(byte),End(byte),Allocations\n"...)
@@ -146,20 +163,29 @@ func (r *DecomposeReport) WriteCSV(w io.Writer) error {
 		stats []DecomposeStat
 	}{{"category", r.Categories}, {"owner", r.Owners}} {
 		for _, s := range part.stats {
-			b = append(b, part.kind...)
-			b = append(b, ',')
-			b = append(b, s.Name...)
-			b = append(b, ',')
-			b = strconv.AppendUint(b, s.Peak, 10)
-			b = append(b, ',')
-			b = strconv.AppendUint(b, s.End, 10)
-			b = append(b, ',')
-			b = strconv.AppendUint(b, s.Blocks, 10)
-			b = append(b, '\n')
+			b = appendDecomposeLine(b, part.kind, s)
+		}
+	}
+	for _, d := range r.Devices {
+		for _, s := range d.Lines {
+			b = appendDecomposeLine(b, d.Device, s)
 		}
 	}
 	_, err := w.Write(b)
 	return err
+}
+
+func appendDecomposeLine(b []byte, kind string, s DecomposeStat) []byte {
+	b = append(b, kind...)
+	b = append(b, ',')
+	b = append(b, s.Name...)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, s.Peak, 10)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, s.End, 10)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, s.Blocks, 10)
+	return append(b, '\n')
 }
 
 // Summary is the console report: one line per category.
@@ -168,6 +194,9 @@ func (r *DecomposeReport) Summary() string {
 	sb.WriteString("decompose (peak / end bytes per owner):\n")
 	for _, s := range r.Categories {
 		fmt.Fprintf(&sb, "  %-16s peak %12d  end %12d  (%d allocations)\n", s.Name, s.Peak, s.End, s.Blocks)
+	}
+	for _, d := range r.Devices {
+		sb.WriteString(d.summary())
 	}
 	return sb.String()
 }

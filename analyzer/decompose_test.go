@@ -1,6 +1,8 @@
 package analyzer
 
 import (
+	"maps"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -38,5 +40,46 @@ func TestDecomposePeakAndEnd(t *testing.T) {
 	}
 	if !strings.Contains(sb.String(), "owner,PTA@model@weight,100,100,1\n") {
 		t.Errorf("csv:\n%s", sb.String())
+	}
+}
+
+// A CUDA device's lines: tensor blocks (one a driver block of
+// cudaMallocAsync's), PyTorch's segment, another library's block, and the
+// device's used bytes at a SNAPSHOT.
+func TestDecomposeDeviceLines(t *testing.T) {
+	a := NewDecomposeAnalyzer()
+	id := uint64(0)
+	ev := func(kind trace.Kind, typ, owner string, size uint64, extra ...trace.KV) *trace.Event {
+		if kind == trace.KindMalloc {
+			id++
+		}
+		return &trace.Event{Kind: kind, Type: typ, Device: "0", Pid: 1, AllocID: id, Owner: owner, Size: size, Extra: extra}
+	}
+	const M = 1 << 20
+	a.Observe(ev(trace.KindMalloc, trace.TypeHAL, "HAL@pytorch", 8*M))
+	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@weight", 2*M))
+	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@aten", 3*M))
+	a.Observe(ev(trace.KindFree, trace.TypePTA, "", 0)) // the aten block
+	a.Observe(ev(trace.KindMalloc, trace.TypeHAL, "HAL", 5*M))
+	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA", 1*M, trace.KV{Key: "kind", Value: "device"}))
+	a.Observe(&trace.Event{Kind: trace.KindSnapshot, Device: "0", Extra: []trace.KV{{Key: "used", Value: strconv.Itoa(20 * M)}}})
+	a.Observe(&trace.Event{Kind: trace.KindMalloc, Type: trace.TypeHost, Device: trace.DeviceHost, Pid: 1, AllocID: 99, Size: 7})
+	r := a.Finish()
+	if len(r.Devices) != 1 || r.Devices[0].Device != "cuda:0" {
+		t.Fatalf("devices %+v, want cuda:0 alone", r.Devices)
+	}
+	got := map[string][2]uint64{}
+	for _, s := range r.Devices[0].Lines {
+		got[s.Name] = [2]uint64{s.Peak, s.End}
+	}
+	want := map[string][2]uint64{"weight": {2 * M, 2 * M}, "aten": {3 * M, 0}, "allocated": {5 * M, 3 * M},
+		"reserved": {8 * M, 8 * M}, "cached_free": {8 * M, 6 * M}, "outside_pytorch": {5 * M, 5 * M},
+		"context_inferred": {6 * M, 6 * M}} // 20 - (8 + 5 + 1)
+	if !maps.Equal(got, want) {
+		t.Errorf("lines %v\nwant %v", got, want)
+	}
+	var b strings.Builder
+	if err := r.WriteCSV(&b); err != nil || !strings.Contains(b.String(), "\ncuda:0,cached_free,8388608,6291456,0\n") {
+		t.Errorf("CSV %q (%v)", b.String(), err)
 	}
 }

@@ -110,8 +110,9 @@ static uint16_t off_flag(void) { return atomic_load_explicit(&ms_collecting, mem
 
 // A device MALLOC with the program's stacks; its b holds the size, the
 // device and the kind (DEV_B_*: a rotated log that repeats the record keeps
-// them), an R_DEVATTR before it the stream of an async one.
-static void dev_alloc(uint16_t sub, uint16_t kind, uint64_t dev, uint64_t stream, uint64_t p, uint64_t size, uintptr_t ra) {
+// them), an R_DEVATTR before it the stream of an async one (stream: NULL
+// for the others; the default stream is 0).
+static void dev_alloc(uint16_t sub, uint16_t kind, uint64_t dev, const uint64_t *stream, uint64_t p, uint64_t size, uintptr_t ra) {
 	if (!wanted(dev)) return;
 	guard_up();
 	ms_thr *t = cur_thr();
@@ -119,7 +120,7 @@ static void dev_alloc(uint16_t sub, uint16_t kind, uint64_t dev, uint64_t stream
 	uint16_t fl = sub | off_flag() | (ms_tls.own ? F_OWN : 0);
 	uint32_t site = site_id(ra);
 	if (site == SITE_SELF) site = 0;
-	if (stream) emit(R_DEVATTR, kind, stamp_after(), dev, stream, NULL, 0);
+	if (stream) emit(R_DEVATTR, kind, stamp_after(), dev, *stream, NULL, 0);
 	uint64_t ts = stamp_after();
 	size = dev_b(size, dev) | (uint64_t)kind << DEV_B_KIND_SHIFT;
 	if (ms_py_depth > 0)
@@ -207,14 +208,14 @@ typedef CUresult (*fn_launch_ex)(const CUlaunchConfigHead *, CUfunction, void **
 static CUresult do_alloc(fn_alloc f, uintptr_t ra, CUdeviceptr *dp, size_t n) {
 	NOT_LOADED(f);
 	CUresult r = f(dp, n);
-	if (r == 0 && dp) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), 0, *dp, n, ra);
+	if (r == 0 && dp) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), NULL, *dp, n, ra);
 	OOM(r, DEV_DEVICE, cur_device(), n);
 	return r;
 }
 static CUresult do_pitch(fn_pitch f, uintptr_t ra, CUdeviceptr *dp, size_t *pitch, size_t w, size_t h, unsigned e) {
 	NOT_LOADED(f);
 	CUresult r = f(dp, pitch, w, h, e);
-	if (r == 0 && dp && pitch) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), 0, *dp, *pitch * h, ra);
+	if (r == 0 && dp && pitch) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), NULL, *dp, *pitch * h, ra);
 	OOM(r, DEV_DEVICE, cur_device(), w * h);
 	return r;
 }
@@ -229,14 +230,14 @@ static CUresult do_free(fn_free f, uintptr_t ra, CUdeviceptr p) {
 static CUresult do_alloc_async(fn_alloc_async f, uintptr_t ra, CUdeviceptr *dp, size_t n, CUstream s) {
 	NOT_LOADED(f);
 	CUresult r = f(dp, n, s);
-	if (r == 0 && dp) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), (uint64_t)(uintptr_t)s, *dp, n, ra);
+	if (r == 0 && dp) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), &(uint64_t){(uintptr_t)s}, *dp, n, ra);
 	OOM(r, DEV_DEVICE, cur_device(), n);
 	return r;
 }
 static CUresult do_alloc_pool(fn_alloc_pool f, uintptr_t ra, CUdeviceptr *dp, size_t n, void *pool, CUstream s) {
 	NOT_LOADED(f);
 	CUresult r = f(dp, n, pool, s);
-	if (r == 0 && dp) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), (uint64_t)(uintptr_t)s, *dp, n, ra);
+	if (r == 0 && dp) dev_alloc(F_HAL, DEV_DEVICE, cur_device(), &(uint64_t){(uintptr_t)s}, *dp, n, ra);
 	OOM(r, DEV_DEVICE, cur_device(), n);
 	return r;
 }
@@ -251,20 +252,20 @@ static CUresult do_free_async(fn_free_async f, uintptr_t ra, CUdeviceptr p, CUst
 static CUresult do_managed(fn_managed f, uintptr_t ra, CUdeviceptr *dp, size_t n, unsigned fl) {
 	NOT_LOADED(f);
 	CUresult r = f(dp, n, fl);
-	if (r == 0 && dp) dev_alloc(F_HAL, DEV_MANAGED, cur_device(), 0, *dp, n, ra);
+	if (r == 0 && dp) dev_alloc(F_HAL, DEV_MANAGED, cur_device(), NULL, *dp, n, ra);
 	OOM(r, DEV_MANAGED, cur_device(), n);
 	return r;
 }
 static CUresult do_host(fn_host f, uintptr_t ra, void **pp, size_t n) {
 	NOT_LOADED(f);
 	CUresult r = f(pp, n);
-	if (r == 0 && pp) dev_alloc(F_PINNED, DEV_PINNED, NO_DEVICE, 0, (uint64_t)(uintptr_t)*pp, n, ra);
+	if (r == 0 && pp) dev_alloc(F_PINNED, DEV_PINNED, NO_DEVICE, NULL, (uint64_t)(uintptr_t)*pp, n, ra);
 	return r;
 }
 static CUresult do_host_alloc(fn_host_alloc f, uintptr_t ra, void **pp, size_t n, unsigned fl) {
 	NOT_LOADED(f);
 	CUresult r = f(pp, n, fl);
-	if (r == 0 && pp) dev_alloc(F_PINNED, DEV_PINNED, NO_DEVICE, 0, (uint64_t)(uintptr_t)*pp, n, ra);
+	if (r == 0 && pp) dev_alloc(F_PINNED, DEV_PINNED, NO_DEVICE, NULL, (uint64_t)(uintptr_t)*pp, n, ra);
 	return r;
 }
 static CUresult do_free_host(fn_free_host f, uintptr_t ra, void *p) {
@@ -288,7 +289,7 @@ static CUresult do_create(fn_create f, uintptr_t ra, CUmemHandle *h, size_t n, c
 	uint64_t dev = prop && prop->location.type == 1 && prop->location.id >= 0 ? (uint64_t)prop->location.id : NO_DEVICE;
 	if (r == 0 && h) {
 		if (vmm_tracked()) vmm_handle_put(*h, dev); // its maps' device, recorded or not (--device)
-		dev_alloc(F_VMM, DEV_VMM, dev, 0, *h, n, ra);
+		dev_alloc(F_VMM, DEV_VMM, dev, NULL, *h, n, ra);
 	}
 	OOM(r, DEV_VMM, dev, n);
 	return r;

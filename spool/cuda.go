@@ -38,17 +38,18 @@ func (d *Decoder) noteDevAttr(r *Rec) {
 	d.streams[r.Tid] = r.B
 }
 
-// devOf is the kind, device and stream of a device MALLOC: the first two
-// from its b, the stream from the R_DEVATTR its thread wrote just before
-// it (async allocations only; a rotated log's repeat of the block has none).
-func (d *Decoder) devOf(r *Rec) (uint8, int16, uint64) {
+// devOf is the kind, device and stream of a device MALLOC, and whether it
+// was an async allocation: the first two from its b, the stream from the
+// R_DEVATTR its thread wrote just before it (async allocations only; a
+// rotated log's repeat of the block has none).
+func (d *Decoder) devOf(r *Rec) (uint8, int16, uint64, bool) {
 	kind := uint8(r.B >> format.DevBKindShift)
 	dev := devOfB(r.B)
-	stream, ok := d.streams[r.Tid]
-	if ok {
+	stream, async := d.streams[r.Tid]
+	if async {
 		delete(d.streams, r.Tid)
 	}
-	return kind, dev, stream
+	return kind, dev, stream, async
 }
 
 // devOfB is the CUDA ordinal in a device record's b (-1: none).
@@ -142,6 +143,9 @@ func (d *Decoder) vmmMapping(r *Rec, e *trace.Event) *trace.Event {
 	}
 	e.Device = deviceOf(block{dev: devOfB(r.B)})
 	e.Ptr, e.HasPtr = r.A, true
+	if d.torch != nil && d.torch.pre {
+		d.torch.mapping(d, r)
+	}
 	if d.fast {
 		return e
 	}

@@ -19,6 +19,7 @@ type block struct {
 	size   uint64
 	hidden bool  // allocated while collection was off: no MALLOC row yet (its stacks: Decoder.hidden)
 	own    bool  // msmemscope's own (format.FOwn): no row, nor for its FREE
+	async  bool  // CUDA memory of an async allocation (cuMemAllocAsync: cudaMallocAsync's blocks)
 	kind   uint8 // CUDA memory: its format.Dev* kind (R_DEVATTR); 0 for the host's
 	dev    int16 // CUDA memory: its device ordinal, -1 none (pinned host memory)
 	tid    int32
@@ -69,6 +70,12 @@ type Decoder struct {
 	events  uint64            // events recorded (rows they make, or one each that makes none)
 	unrowed map[string]uint64 // events that made no row, by reason (Unwritten)
 	reason  string            // why the record at hand makes no row
+
+	hist       []histEntry // PyTorch's CUDA tensor blocks, merged by time (cudahist.go)
+	hi         int         // the next of hist
+	held       *Rec        // a record held back while hist entries before it were merged
+	heldNs     uint64
+	readerDone bool
 }
 
 // Reasons an event makes no row (config.json's events_not_written).
@@ -125,8 +132,8 @@ func NewDecoder(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) *De
 		r: sp.Reader(), meta: meta, cfg: cfg, pid: int64(meta.Pid),
 		live:   u64map.Map[block]{Runs: true, Grain: 4}, // blocks allocated together are near
 		hidden: map[uint64][2]string{}, ranges: map[uint64]string{}, unrowed: map[string]uint64{},
-		lastFree: map[int32]*freed{},
-		symDir:   dir, stackMemo: map[string]string{},
+		lastFree: map[int32]*freed{}, hist: readHistory(dir, cfg.LogMode == "rotate"),
+		symDir: dir, stackMemo: map[string]string{},
 		sp: sp, pyMemo: map[string]string{}, pyLines: map[PyFrame]int{}, scopes: map[int32][]string{},
 	}
 	d.steps.UseStepCalls = sp.HasStep
@@ -174,7 +181,7 @@ func LearnTorch(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) (*T
 func (d *Decoder) UseTorch(ti *TorchInfo) {
 	d.torch = newTorchDec(d.cfg, false)
 	if ti != nil {
-		d.torch.pta, d.torch.cat, d.torch.tag = ti.t.pta, ti.t.cat, ti.t.tag
+		d.torch.pta, d.torch.cat, d.torch.tag, d.torch.seg = ti.t.pta, ti.t.cat, ti.t.tag, ti.t.seg
 	}
 }
 
@@ -318,9 +325,22 @@ func (d *Decoder) Next() (*trace.Event, error) {
 		return d.emit(e), nil
 	}
 	for {
-		r, ns, err := d.r.Next()
-		if err != nil || r == nil {
+		r, ns, err := d.nextRec()
+		if err != nil {
 			return nil, err
+		}
+		if d.hi < len(d.hist) && (r == nil || d.hist[d.hi].ns <= ns) {
+			if r != nil {
+				d.held, d.heldNs = r, ns
+			}
+			d.hi++
+			if ev := d.tensorEntry(&d.hist[d.hi-1]); ev != nil {
+				return d.emit(ev), nil
+			}
+			continue
+		}
+		if r == nil {
+			return nil, nil
 		}
 		d.records++
 		pend := len(d.pending)
@@ -479,7 +499,7 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	b := block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid, dev: -1}
 	var stream uint64
 	if isDevice(r.Flags) {
-		b.kind, b.dev, stream = d.devOf(r)
+		b.kind, b.dev, stream, b.async = d.devOf(r)
 	}
 	if len(d.hidden) > 0 {
 		if old, ok := d.live.Get(uint64(key)); ok && old.hidden {

@@ -36,14 +36,21 @@ type torchDec struct {
 	launch bool
 	access bool
 	depth  map[int32]int // operators open per thread
+	open   int           // operators open in all threads (a CUDA tensor block's thread is not known)
 
 	// Learnt by the first pass, by allocation id.
 	pta map[uint64]bool
 	cat map[uint64]uint8
 	tag map[uint64]string // describe(obj, owner=)
+	seg map[uint64]bool   // HAL blocks that are PyTorch's segments (cudahist.go)
+
+	// The first pass's view of PyTorch's segments (cudahist.go).
+	segAt     map[uint64]bool   // segment addresses whose HAL MALLOC is still to come
+	segRanges [][2]uint64       // ranges PyTorch mapped (expandable segments)
+	maps      map[uint64]uint64 // virtual address -> the handle block mapped there
 
 	// The writing pass.
-	used      uint64            // live PTA bytes
+	used      map[string]uint64 // live PTA bytes per device
 	launchRow map[uint64]uint64 // launch index -> its ATEN_START row ID
 	launchOp  map[uint64]string
 	watch     []WatchFinding
@@ -62,7 +69,8 @@ type WatchFinding struct {
 
 func newTorchDec(cfg config.Config, pre bool) *torchDec {
 	return &torchDec{pre: pre, launch: cfg.Events.Launch, access: cfg.Events.Access, depth: map[int32]int{},
-		pta: map[uint64]bool{}, cat: map[uint64]uint8{}, tag: map[uint64]string{},
+		pta: map[uint64]bool{}, cat: map[uint64]uint8{}, tag: map[uint64]string{}, seg: map[uint64]bool{},
+		segAt: map[uint64]bool{}, maps: map[uint64]uint64{}, used: map[string]uint64{},
 		launchRow: map[uint64]uint64{}, launchOp: map[uint64]string{}}
 }
 
@@ -75,16 +83,26 @@ func torchPrepass(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) (
 		return nil, err
 	}
 	t := newTorchDec(cfg, false)
-	t.pta, t.cat, t.tag = d.torch.pta, d.torch.cat, d.torch.tag
+	t.pta, t.cat, t.tag, t.seg = d.torch.pta, d.torch.cat, d.torch.tag, d.torch.seg
 	return t, nil
 }
 
-// lookup finds the live block at a storage address.
+// lookup finds the live block at a storage address: a host block, a CUDA
+// tensor block of PyTorch's allocator history, or the driver's block of an
+// async allocation (cudaMallocAsync's: one a tensor).
 func (d *Decoder) lookupBlock(addr uint64) *block {
 	if addr == 0 {
 		return nil
 	}
 	if b := d.live.Ptr(uint64(MakeKey(format.FHost, addr))); b != nil && !b.own {
+		return b
+	}
+	if len(d.hist) > 0 {
+		if b := d.live.Ptr(uint64(MakeKey(subTensor, addr))); b != nil {
+			return b
+		}
+	}
+	if b := d.live.Ptr(uint64(MakeKey(format.FHal, addr))); b != nil && b.async {
 		return b
 	}
 	return nil
@@ -103,8 +121,10 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 		name, lines, _ := strings.Cut(text, "\n")
 		if r.Kind == format.ROpStart {
 			t.depth[r.Tid]++
+			t.open++
 		} else if t.depth[r.Tid] > 0 {
 			t.depth[r.Tid]--
+			t.open--
 		}
 		var rows []*trace.Event
 		if r.Kind == format.ROpStart && t.launch {
@@ -204,9 +224,21 @@ func (d *Decoder) torchEmitted(e *trace.Event) {
 		}
 	case trace.KindMalloc:
 		if t.pre {
-			if t.depth[int32(e.Tid)] > 0 && t.cat[e.AllocID] == 0 {
+			inOp := t.depth[int32(e.Tid)] > 0
+			switch e.Type {
+			case trace.TypePTA: // a CUDA tensor block (cudahist.go)
+				t.pta[e.AllocID] = true
+				inOp = t.open > 0
+			case trace.TypeHAL:
+				t.halMalloc(e)
+			}
+			if inOp && t.cat[e.AllocID] == 0 {
 				t.cat[e.AllocID] = catRank["aten"]
 			}
+			return
+		}
+		if t.seg[e.AllocID] {
+			e.Owner = "HAL@pytorch"
 			return
 		}
 		if len(t.tag) == 0 && len(t.pta) == 0 {
@@ -231,20 +263,22 @@ func (d *Decoder) torchEmitted(e *trace.Event) {
 			owner += "@" + catName[c]
 		}
 		e.Owner = owner
-		t.used += e.Size
+		used := t.used[e.Device] + e.Size
+		t.used[e.Device] = used
 		if !d.fast {
-			e.Set("total", strconv.FormatUint(t.used, 10))
-			e.Set("used", strconv.FormatUint(t.used, 10))
+			e.Set("total", strconv.FormatUint(used, 10))
+			e.Set("used", strconv.FormatUint(used, 10))
 		}
 	case trace.KindFree:
 		if t.pre || !t.pta[e.AllocID] {
 			return
 		}
 		e.Type = trace.TypePTA
-		t.used -= min(t.used, e.Size)
+		used := t.used[e.Device] - min(t.used[e.Device], e.Size)
+		t.used[e.Device] = used
 		if !d.fast {
-			e.Set("total", strconv.FormatUint(t.used, 10))
-			e.Set("used", strconv.FormatUint(t.used, 10))
+			e.Set("total", strconv.FormatUint(used, 10))
+			e.Set("used", strconv.FormatUint(used, 10))
 		}
 	}
 }

@@ -37,6 +37,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _lib
+from . import _cuda_history
 from ._records import R_OP_START, R_OP_END, R_SNAPSHOT, R_WATCH, R_TAG
 
 
@@ -114,6 +115,10 @@ def snapshot() -> None:
     is present."""
     if _lib.in_child():
         return
+    st = _state
+    if st is not None and st.history is not None:
+        with _owned():
+            st.history.read()  # the CUDA tensor blocks since the last snapshot
     attrs = []
     try:
         with open("/proc/self/statm") as f:
@@ -209,6 +214,12 @@ class _State:
         self.access = bool(ev.get("access"))
         self.ops: Dict[Any, _Op] = {}
         self.watch = _Watch(cfg["watch"]) if cfg.get("watch") else None
+        self.history: Optional[_cuda_history.History] = None
+        cuda, ordinals = _cuda_history.wanted(cfg)
+        if cuda and ev.get("alloc", True):
+            with _owned():
+                self.history = _cuda_history.History(torch, ordinals, _history_file, _owned)
+                self.history.begin()
         state = self
         Tensor = torch.Tensor
         fmt = _format
@@ -320,6 +331,11 @@ class _State:
                 self.watch.finish()
 
 
+def _history_file() -> Optional[str]:
+    d = _lib.capture_dir()
+    return os.path.join(d, "spool", _cuda_history.FILE) if d else None
+
+
 # ---- watch ----
 _NTH = re.compile(r"^(.*)#(\d+)$")
 
@@ -335,6 +351,13 @@ def _base(name: str) -> str:
     return name.split(".", 1)[0] if name.count("::") == 1 else name
 
 
+def _host_storage(t: Any) -> Any:
+    """The tensor's block, readable here: a device's is copied to the host
+    (its address is not one the CPU can read)."""
+    st = t.untyped_storage()
+    return st if st.device.type == "cpu" else st.cpu()
+
+
 class _Watch:
     def __init__(self, w: Dict[str, Any]) -> None:
         self.start, self.start_nth = _name_nth(w.get("start"))
@@ -348,14 +371,14 @@ class _Watch:
         self.dir: Optional[str] = None
 
     def _hash(self, t: Any) -> int:
-        st = t.untyped_storage()
+        st = _host_storage(t)
         return _lib.get().msmemscope_hash64(st.data_ptr(), st.nbytes())
 
     def _dump(self, n: int, name: str, t: Any) -> None:
         # Asked each time: config(output=...) may have moved the capture.
         self.dir = os.path.join(_lib.capture_dir() or ".", "watch_dump")
         os.makedirs(self.dir, mode=0o750, exist_ok=True)
-        st = t.untyped_storage()
+        st = _host_storage(t)
         data = ctypes.string_at(st.data_ptr(), st.nbytes())
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
         fd = os.open(os.path.join(self.dir, "%d_%s.bin" % (n, safe)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
@@ -499,6 +522,9 @@ def disable() -> None:
     if st is None:
         return
     snapshot()
+    if st.history is not None:
+        with _owned():
+            st.history.close()
     if threading.get_ident() == st.tid:
         st.exit()
 

@@ -1,0 +1,184 @@
+package analyzer
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"msmemscope/trace"
+)
+
+// Decompose per CUDA device: its tensor blocks by category, and what
+// PyTorch's own tools cannot show beside them, from the HAL rows (the
+// driver's blocks) and the device SNAPSHOT rows (cuMemGetInfo):
+//   - allocated: PTA bytes (torch.cuda.memory_allocated());
+//   - reserved: HAL blocks that are PyTorch's segments (Owner HAL@pytorch:
+//     torch.cuda.memory_reserved());
+//   - cached_free: reserved minus the tensor blocks in it, what the
+//     caching allocator holds and no tensor uses;
+//   - outside_pytorch: the other HAL blocks (library workspaces, NCCL,
+//     other libraries' cudaMalloc);
+//   - context_inferred: the device's used bytes (total − free) minus every
+//     driver block the rows hold, at each device SNAPSHOT: the CUDA context and whatever
+//     the driver did not allocate through the API (other processes' memory
+//     on a shared GPU too). Inferred: no call allocates it.
+
+// Device line names, in the order they are reported after the categories.
+var deviceLines = []string{"allocated", "reserved", "cached_free", "outside_pytorch", "context_inferred"}
+
+type devClass uint8
+
+const (
+	devNone devClass = iota
+	devPTA
+	devPTADriver // a tensor block that is a driver block too (cudaMallocAsync's)
+	devHAL
+	devReserved // a HAL block of PyTorch's
+)
+
+type devStats struct {
+	name             string
+	pta, ptaDrv      uint64 // tensor blocks; those of them that are driver blocks
+	hal, seg         uint64 // other HAL blocks; PyTorch's segments
+	lines            map[string]*DecomposeStat
+	cats             map[string]*DecomposeStat
+	sawSeg, sawSnaps bool
+}
+
+// DeviceDecompose is one CUDA device's lines: its categories, then
+// deviceLines (lines with nothing to say are left out).
+type DeviceDecompose struct {
+	Device string          `json:"device"` // cuda:N
+	Lines  []DecomposeStat `json:"lines"`
+}
+
+func (a *DecomposeAnalyzer) device(id string) *devStats {
+	d := a.devs[id]
+	if d == nil {
+		d = &devStats{name: "cuda:" + id, lines: map[string]*DecomposeStat{}, cats: map[string]*DecomposeStat{}}
+		a.devs[id] = d
+	}
+	return d
+}
+
+func classOf(e *trace.Event) devClass {
+	if e.Device == trace.DeviceHost || e.Device == "" {
+		return devNone
+	}
+	switch e.Type {
+	case trace.TypePTA:
+		if _, drv := e.Get("kind"); drv { // the driver's kind: a HAL block made a tensor's
+			return devPTADriver
+		}
+		return devPTA
+	case trace.TypeHAL:
+		if strings.HasSuffix(e.Owner, "@pytorch") {
+			return devReserved
+		}
+		return devHAL
+	}
+	return devNone
+}
+
+// observeDevice accounts a device block's MALLOC (sign +1) or FREE (-1).
+func (a *DecomposeAnalyzer) observeDevice(d *devStats, c devClass, cat *DecomposeStat, size uint64, malloc bool) {
+	add := func(v *uint64) {
+		if malloc {
+			*v += size
+		} else {
+			*v -= min(*v, size)
+		}
+	}
+	switch c {
+	case devPTA, devPTADriver:
+		add(&d.pta)
+		if c == devPTADriver {
+			add(&d.ptaDrv)
+		}
+		if cat != nil {
+			s := stat(d.cats, cat.Name)
+			if malloc {
+				s.Blocks++
+			}
+			add(&s.live)
+			s.Peak = max(s.Peak, s.live)
+		}
+	case devReserved:
+		d.sawSeg = true
+		add(&d.seg)
+	case devHAL:
+		add(&d.hal)
+	}
+	d.set("allocated", d.pta)
+	if d.sawSeg {
+		d.set("reserved", d.seg)
+		inSeg := d.pta - d.ptaDrv // (a driver block of its own is in no segment)
+		d.set("cached_free", d.seg-min(d.seg, inSeg))
+	}
+	d.set("outside_pytorch", d.hal)
+}
+
+func (d *devStats) set(line string, v uint64) {
+	s := stat(d.lines, line)
+	s.live = v
+	s.Peak = max(s.Peak, v)
+}
+
+// observeSnapshot takes a device SNAPSHOT row's used bytes.
+func (a *DecomposeAnalyzer) observeSnapshot(e *trace.Event) {
+	if e.Device == trace.DeviceHost || e.Device == "" {
+		return
+	}
+	v, ok := e.Get("used")
+	if !ok {
+		return
+	}
+	used, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return
+	}
+	d := a.device(e.Device)
+	d.sawSnaps = true
+	drv := d.hal + d.seg + d.ptaDrv // every driver block the rows hold
+	d.set("context_inferred", used-min(used, drv))
+}
+
+func (a *DecomposeAnalyzer) finishDevices() []DeviceDecompose {
+	var out []DeviceDecompose
+	ids := make([]string, 0, len(a.devs))
+	for id := range a.devs {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(x, y string) int { // by ordinal
+		return cmp.Or(cmp.Compare(len(x), len(y)), strings.Compare(x, y))
+	})
+	for _, id := range ids {
+		d := a.devs[id]
+		dd := DeviceDecompose{Device: d.name}
+		for _, c := range TorchCategories {
+			if s := d.cats[c]; s != nil {
+				s.End = s.live
+				dd.Lines = append(dd.Lines, *s)
+			}
+		}
+		for _, n := range deviceLines {
+			if s := d.lines[n]; s != nil {
+				s.End = s.live
+				dd.Lines = append(dd.Lines, *s)
+			}
+		}
+		out = append(out, dd)
+	}
+	return out
+}
+
+func (dd DeviceDecompose) summary() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "  %s:\n", dd.Device)
+	for _, s := range dd.Lines {
+		fmt.Fprintf(&sb, "    %-16s peak %12d  end %12d\n", s.Name, s.Peak, s.End)
+	}
+	return sb.String()
+}

@@ -1,0 +1,184 @@
+package spool
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"msmemscope/format"
+	"msmemscope/trace"
+)
+
+// PyTorch's CUDA tensor blocks. The caching allocator makes no driver call
+// per tensor, so its blocks come from its own history, which the Python
+// package reads while collection is on and appends to spool/HistoryFile
+// (python/msmemscope/_cuda_history.py). The decoder merges those entries
+// into the rows by time: a block's alloc and free are PTA MALLOC and FREE
+// rows on its device, and the segments PyTorch reserved mark the HAL blocks
+// that hold them (Owner HAL@pytorch). Both passes of a capture with PyTorch
+// records read the same entries, so allocation ids agree.
+
+// HistoryFile is the history's file in the spool folder.
+const HistoryFile = "cuda_history.bin"
+
+var historyMagic = []byte("MSCUDAH1")
+
+const historyEntry = 40
+
+// The history's actions (_cuda_history.py's A_*).
+const (
+	histAlloc    = 1
+	histFree     = 2
+	histSegAlloc = 3
+	histSegFree  = 4
+	histSegMap   = 5
+	histSegUnmap = 6
+)
+
+// subTensor keys a CUDA tensor block: it lies inside a HAL block and may
+// start where that block starts.
+const subTensor = 0xe
+
+type histEntry struct {
+	ns, addr, size, stream uint64
+	action                 uint8
+	dev                    int16
+}
+
+// readHistory reads a capture's history, in time order (entries of one
+// time keep the file's order). None for a rotating capture: its logs stand
+// alone, and the history spans the run.
+func readHistory(dir string, rotate bool) []histEntry {
+	if dir == "" || rotate {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, HistoryFile))
+	if err != nil || !bytes.HasPrefix(b, historyMagic) {
+		return nil
+	}
+	b = b[len(historyMagic):]
+	out := make([]histEntry, 0, len(b)/historyEntry)
+	le := binary.LittleEndian
+	for ; len(b) >= historyEntry; b = b[historyEntry:] { // (a write cut short leaves a part entry: dropped)
+		out = append(out, histEntry{action: b[0], dev: int16(b[1]), ns: le.Uint64(b[8:]), addr: le.Uint64(b[16:]),
+			size: le.Uint64(b[24:]), stream: le.Uint64(b[32:])})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].ns < out[j].ns })
+	return out
+}
+
+// tensorEntry turns a history entry into its row (nil: none).
+func (d *Decoder) tensorEntry(h *histEntry) *trace.Event {
+	switch h.action {
+	case histSegAlloc, histSegMap:
+		if d.torch != nil && d.torch.pre {
+			d.torch.segment(d, h)
+		}
+		return nil
+	case histAlloc, histFree:
+	default:
+		return nil
+	}
+	d.events++
+	key := uint64(MakeKey(subTensor, h.addr))
+	var b block
+	if h.action == histAlloc {
+		d.nextAID++
+		b = block{id: d.nextAID, size: h.size, dev: h.dev, tid: int32(d.pid)}
+		d.live.Put(key, b)
+	} else {
+		var ok bool
+		if b, ok = d.live.Take(key); !ok {
+			d.unrowed[NotWrittenUntracked]++
+			return nil
+		}
+	}
+	// (Tid: the process's; the history does not say which thread allocated.)
+	e := d.slot(h.ns, int32(d.pid))
+	if d.dst == nil {
+		d.arena = d.arena[1:]
+	}
+	e.Kind, e.Type, e.Device = trace.KindFree, trace.TypePTA, deviceOf(b)
+	e.Ptr, e.HasPtr = h.addr, true
+	e.AllocID, e.Size = b.id, b.size
+	if h.action == histAlloc {
+		e.Kind, e.Owner = trace.KindMalloc, "PTA"
+		if h.stream != 0 && !d.fast {
+			e.Set("stream", "0x"+strconv.FormatUint(h.stream, 16))
+		}
+	}
+	return e
+}
+
+// segment learns which HAL blocks PyTorch's allocator reserved: the
+// cuMemAlloc block a segment starts at, or the cuMemCreate handles mapped
+// into a range it maps (expandable segments). The driver's call and the
+// history's entry are stamped by two clocks: either may come first.
+func (t *torchDec) segment(d *Decoder, h *histEntry) {
+	if h.action == histSegAlloc {
+		if b, ok := d.live.Get(uint64(MakeKey(format.FHal, h.addr))); ok {
+			t.seg[b.id] = true
+		} else {
+			t.segAt[h.addr] = true // its MALLOC row is still to come
+		}
+		return
+	}
+	t.segRanges = append(t.segRanges, [2]uint64{h.addr, h.addr + h.size})
+	for va, id := range t.maps {
+		if va >= h.addr && va < h.addr+h.size {
+			t.seg[id] = true
+		}
+	}
+}
+
+// halMalloc, in the first pass, marks a HAL block whose segment entry came
+// before it.
+func (t *torchDec) halMalloc(e *trace.Event) {
+	if len(t.segAt) > 0 && t.segAt[e.Ptr] {
+		delete(t.segAt, e.Ptr)
+		t.seg[e.AllocID] = true
+	}
+}
+
+// mapping notes, in the first pass, which handle a MAP row maps where; one
+// into a range PyTorch mapped is PyTorch's.
+func (t *torchDec) mapping(d *Decoder, r *Rec) {
+	if r.Kind == format.RVmmUnmap {
+		delete(t.maps, r.A)
+		return
+	}
+	if len(r.Payload) < 16 {
+		return
+	}
+	b, ok := d.live.Get(uint64(MakeKey(format.FVmm, binary.LittleEndian.Uint64(r.Payload[8:]))))
+	if !ok {
+		return
+	}
+	t.maps[r.A] = b.id
+	for _, rg := range t.segRanges {
+		if r.A >= rg[0] && r.A < rg[1] {
+			t.seg[b.id] = true
+		}
+	}
+}
+
+// nextRec is the next record in time order: one held back while history
+// entries before it were merged, else the reader's.
+func (d *Decoder) nextRec() (*Rec, uint64, error) {
+	if d.held != nil {
+		r := d.held
+		d.held = nil
+		return r, d.heldNs, nil
+	}
+	if d.readerDone {
+		return nil, 0, nil
+	}
+	r, ns, err := d.r.Next()
+	if r == nil && err == nil {
+		d.readerDone = true
+	}
+	return r, ns, err
+}
