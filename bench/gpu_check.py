@@ -15,6 +15,12 @@ step the script records torch.cuda's own figures and marks the step
   * the HAL bytes alive (driver allocations msmemscope recorded) with
     torch.cuda.memory_reserved(): cuMemAlloc blocks for the default
     allocator, cuMemCreate blocks for expandable segments (exact);
+  * with the operator hooks on (the default options), the PTA bytes alive
+    on device 0 (the tensor blocks, from the caching allocator's history)
+    with torch.cuda.memory_allocated(), and their peak with
+    max_memory_allocated(), for each of the three allocators (exact);
+    decompose's reserved line at the end with memory_reserved() (the
+    caching allocator's two variants);
   * the kernel launches recorded (--level=kernel) with torch.profiler's
     kernel count over the same steps;
   * the step time, traced over bare, with the driver layer alone
@@ -110,6 +116,9 @@ def read_capture(out: str) -> dict:
     # C stack); the rest is other libraries' (cuBLAS's handles...).
     live.update({"torch_" + k: 0 for k in list(live)})
     kind_of = {}
+    pta = {"live": 0, "peak": 0}  # tensor blocks on device 0
+    pta_size = {}
+    pta_at = []
     at_mark, launches, marks = [], 0, []
     rows = {"HAL": 0, "HOST_PINNED": 0, "KERNEL_LAUNCH": 0, "KERNEL_UNNAMED": 0, "OOM": 0, "SNAPSHOT_DEVICE": 0,
             "MAP": 0, "UNMAP": 0, "all": 0}
@@ -128,6 +137,14 @@ def read_capture(out: str) -> dict:
                 rows["SNAPSHOT_DEVICE"] += 1
             elif row[ev] in ("MAP", "UNMAP"):  # VMM mappings (expandable segments): no bytes of their own
                 rows[row[ev]] += 1
+            elif t == "PTA" and row[head.index("Device Id")] == "0":
+                a = attrs(row[at])
+                if row[ev] == "MALLOC":
+                    pta_size[a["allocation_id"]] = int(a["size"])
+                    pta["live"] += int(a["size"])
+                    pta["peak"] = max(pta["peak"], pta["live"])
+                elif row[ev] == "FREE":
+                    pta["live"] -= pta_size.pop(a.get("allocation_id"), 0)
             elif t in ("HAL", "HOST_PINNED"):
                 rows[t] += 1
                 a = attrs(row[at])
@@ -149,12 +166,18 @@ def read_capture(out: str) -> dict:
             elif row[ev] == "MSTX" and row[name].startswith("gpucheck "):
                 at_mark.append(dict(live))
                 marks.append(launches)
+                pta_at.append(dict(pta))
     ooms = []
     for p in glob.glob(os.path.join(folder, "analysis", "oom_report_*.json")):
         ooms += [{k: f[k] for k in ("device", "kind", "requested")} | {"live_total": f["live"]["total_size"],
                  "live_sites": len(f["live"]["mem_report"])} for f in json.load(open(p))]
     top = sorted(names.items(), key=lambda kv: -kv[1])[:8]
-    return {"live_at_step": at_mark, "launches_at_step": marks, "rows": rows, "folder": folder, "oom_reports": ooms,
+    device_lines = {}
+    for p in glob.glob(os.path.join(folder, "analysis", "decompose_*.csv")):
+        with open(p, newline="") as f:
+            device_lines = {r["Name"]: [int(r["Peak(byte)"]), int(r["End(byte)"])] for r in csv.DictReader(f)
+                            if r["Kind"] == "cuda:0"}
+    return {"pta_at_step": pta_at, "decompose_cuda0": device_lines, "live_at_step": at_mark, "launches_at_step": marks, "rows": rows, "folder": folder, "oom_reports": ooms,
             "kernel_names_top": top}
 
 
@@ -206,6 +229,26 @@ def compare(res: dict, kind: str) -> dict:
             "mismatches": bad[:5], "hal_rows": cap["rows"]["HAL"]}
 
 
+def compare_pta(res: dict, reserved_too: bool) -> dict:
+    """PTA bytes alive (and their peak) at each mark against
+    memory_allocated() (and max_memory_allocated()); decompose's reserved
+    line at the end against the last memory_reserved()."""
+    cap = res.get("capture")
+    if not cap or len(cap["pta_at_step"]) != len(res["steps"]):
+        return {"ok": False, "why": "marks missing from the capture", "error": res.get("error", "")[-500:]}
+    bad = [(i, c["live"], s["allocated"], c["peak"], s["max_allocated"])
+           for i, (c, s) in enumerate(zip(cap["pta_at_step"], res["steps"]))
+           if c["live"] != s["allocated"] or c["peak"] != s["max_allocated"]]
+    out = {"ok": not bad, "pta_bytes": [c["live"] for c in cap["pta_at_step"]],
+           "allocated": [s["allocated"] for s in res["steps"]], "mismatches": bad[:5],
+           "decompose_cuda0": cap["decompose_cuda0"]}
+    if reserved_too:
+        end = cap["decompose_cuda0"].get("reserved", [0, None])[1]
+        out["reserved_end"], out["memory_reserved_last"] = end, res["steps"][-1]["reserved"]
+        out["ok"] = out["ok"] and end == res["steps"][-1]["reserved"]
+    return out
+
+
 def outside(res: dict) -> int:
     """Driver memory (every kind) not allocated by PyTorch's caching allocator, at the last mark."""
     last = res["capture"]["live_at_step"][-1]
@@ -255,10 +298,17 @@ def main() -> int:
         "expandable": run(script, args, "expandable_segments:True", driver),
         "async": run(script, args, "backend:cudaMallocAsync", driver),
         "default_options": run(script, args, "", []),
+        # tensor blocks: the operator hooks (level op) read the allocator's history
+        "pta_default": run(script, args, "", ["--analysis=decompose"]),
+        "pta_expandable": run(script, args, "expandable_segments:True", ["--analysis=decompose"]),
+        "pta_async": run(script, args, "backend:cudaMallocAsync", ["--analysis=decompose"]),
     }
     checks = {
         "hal_device_bytes_equal_reserved_default_allocator": compare(runs["default"], "torch_device"),
         "hal_vmm_bytes_equal_reserved_expandable_segments": compare(runs["expandable"], "torch_vmm"),
+        "pta_bytes_equal_allocated_default_allocator": compare_pta(runs["pta_default"], True),
+        "pta_bytes_equal_allocated_expandable_segments": compare_pta(runs["pta_expandable"], True),
+        "pta_bytes_equal_allocated_cudamallocasync": compare_pta(runs["pta_async"], False),
     }
     cap = runs["default"].get("capture")
     kern = runs["profiler"].get("kernels")
@@ -280,7 +330,7 @@ def main() -> int:
         checks["oom_row_and_report"]["ok"] = True  # no device to run out of
     bare = runs["bare"].get("median_step_s")
     ratios = {}
-    for k in ("default", "expandable", "async", "default_options"):
+    for k in ("default", "expandable", "async", "default_options", "pta_default", "pta_expandable", "pta_async"):
         m = runs[k].get("median_step_s")
         if bare and m:
             ratios[k] = round(m / bare, 3)
@@ -295,7 +345,6 @@ def main() -> int:
                                                if runs[k].get("capture") and runs[k]["capture"]["live_at_step"]},
         "async_backend": {"hal_live_at_step": a and [c["device"] for c in a["live_at_step"]],
                           "reserved": [s["reserved"] for s in runs["async"].get("steps", [])]},
-        "pta_on_cuda": "not collected by this version: tensor blocks on a CUDA device make no PTA rows yet",
         "runs": runs,
         "seconds": round(time.time() - t0, 1),
     }
