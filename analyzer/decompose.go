@@ -42,6 +42,7 @@ type decLive struct {
 	size       uint64
 	dev        *devStats // a CUDA device's block
 	class      devClass
+	site       *DecomposeStat // an outside-PyTorch block's site
 }
 
 // DecomposeAnalyzer accumulates a DecomposeReport; memory grows with live blocks.
@@ -90,7 +91,7 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 			old.owner.live -= old.size
 			old.cat.live -= old.size
 			if old.dev != nil {
-				a.observeDevice(old.dev, old.class, old.cat, old.size, false)
+				a.observeDevice(old.dev, old.class, old.cat, old.site, old.size, false)
 			}
 		}
 		owner := e.Owner
@@ -105,7 +106,10 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 		}
 		if l.class = classOf(e); l.class != devNone {
 			l.dev = a.device(e.Device)
-			a.observeDevice(l.dev, l.class, l.cat, e.Size, true)
+			if l.class == devHAL {
+				l.site = stat(l.dev.outSites, siteOf(e))
+			}
+			a.observeDevice(l.dev, l.class, l.cat, l.site, e.Size, true)
 		}
 		a.live[key] = l
 	case trace.KindFree:
@@ -114,7 +118,7 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 			l.owner.live -= l.size
 			l.cat.live -= l.size
 			if l.dev != nil {
-				a.observeDevice(l.dev, l.class, l.cat, l.size, false)
+				a.observeDevice(l.dev, l.class, l.cat, l.site, l.size, false)
 			}
 			delete(a.live, key)
 		}
@@ -178,7 +182,13 @@ func (r *DecomposeReport) WriteCSV(w io.Writer) error {
 func appendDecomposeLine(b []byte, kind string, s DecomposeStat) []byte {
 	b = append(b, kind...)
 	b = append(b, ',')
-	b = append(b, s.Name...)
+	if strings.ContainsAny(s.Name, ",\"\r\n") { // a site: C++ names hold commas
+		b = append(b, '"')
+		b = append(b, strings.ReplaceAll(s.Name, `"`, `""`)...)
+		b = append(b, '"')
+	} else {
+		b = append(b, s.Name...)
+	}
 	b = append(b, ',')
 	b = strconv.AppendUint(b, s.Peak, 10)
 	b = append(b, ',')

@@ -19,7 +19,8 @@ import (
 //   - cached_free: reserved minus the tensor blocks in it, what the
 //     caching allocator holds and no tensor uses;
 //   - outside_pytorch: the other HAL blocks (library workspaces, NCCL,
-//     other libraries' cudaMalloc);
+//     other libraries' cudaMalloc), and below it the sites that allocated
+//     them (lines "outside_pytorch at SITE", largest peak first);
 //   - context_inferred: the device's used bytes (total − free) minus every
 //     driver block the rows hold, at each device SNAPSHOT: the CUDA context and whatever
 //     the driver did not allocate through the API (other processes' memory
@@ -44,6 +45,7 @@ type devStats struct {
 	hal, seg         uint64 // other HAL blocks; PyTorch's segments
 	lines            map[string]*DecomposeStat
 	cats             map[string]*DecomposeStat
+	outSites         map[string]*DecomposeStat // outside_pytorch by allocation site
 	sawSeg, sawSnaps bool
 }
 
@@ -57,7 +59,8 @@ type DeviceDecompose struct {
 func (a *DecomposeAnalyzer) device(id string) *devStats {
 	d := a.devs[id]
 	if d == nil {
-		d = &devStats{name: "cuda:" + id, lines: map[string]*DecomposeStat{}, cats: map[string]*DecomposeStat{}}
+		d = &devStats{name: "cuda:" + id, lines: map[string]*DecomposeStat{}, cats: map[string]*DecomposeStat{},
+			outSites: map[string]*DecomposeStat{}}
 		a.devs[id] = d
 	}
 	return d
@@ -82,8 +85,21 @@ func classOf(e *trace.Event) devClass {
 	return devNone
 }
 
-// observeDevice accounts a device block's MALLOC (sign +1) or FREE (-1).
-func (a *DecomposeAnalyzer) observeDevice(d *devStats, c devClass, cat *DecomposeStat, size uint64, malloc bool) {
+// siteOf names where a block was allocated: its site, else its C stack's
+// first frame.
+func siteOf(e *trace.Event) string {
+	if e.Site != "" {
+		return e.Site
+	}
+	if f, _, _ := strings.Cut(e.CStack, ";"); f != "" {
+		return f
+	}
+	return "unknown"
+}
+
+// observeDevice accounts a device block's MALLOC or FREE; site is an
+// outside-PyTorch block's.
+func (a *DecomposeAnalyzer) observeDevice(d *devStats, c devClass, cat, site *DecomposeStat, size uint64, malloc bool) {
 	add := func(v *uint64) {
 		if malloc {
 			*v += size
@@ -110,6 +126,13 @@ func (a *DecomposeAnalyzer) observeDevice(d *devStats, c devClass, cat *Decompos
 		add(&d.seg)
 	case devHAL:
 		add(&d.hal)
+		if site != nil {
+			if malloc {
+				site.Blocks++
+			}
+			add(&site.live)
+			site.Peak = max(site.Peak, site.live)
+		}
 	}
 	d.set("allocated", d.pta)
 	if d.sawSeg {
@@ -167,6 +190,12 @@ func (a *DecomposeAnalyzer) finishDevices() []DeviceDecompose {
 			if s := d.lines[n]; s != nil {
 				s.End = s.live
 				dd.Lines = append(dd.Lines, *s)
+			}
+			if n == "outside_pytorch" {
+				for _, s := range sorted(d.outSites) {
+					s.Name = "outside_pytorch at " + s.Name
+					dd.Lines = append(dd.Lines, s)
+				}
 			}
 		}
 		out = append(out, dd)

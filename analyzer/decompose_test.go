@@ -60,7 +60,12 @@ func TestDecomposeDeviceLines(t *testing.T) {
 	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@weight", 2*M))
 	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@aten", 3*M))
 	a.Observe(ev(trace.KindFree, trace.TypePTA, "", 0)) // the aten block
-	a.Observe(ev(trace.KindMalloc, trace.TypeHAL, "HAL", 5*M))
+	lib := ev(trace.KindMalloc, trace.TypeHAL, "HAL", 4*M)
+	lib.Site = "ws<int, int> libcublas.so+0x10" // a site with a comma: quoted in the CSV
+	a.Observe(lib)
+	nccl := ev(trace.KindMalloc, trace.TypeHAL, "HAL", 1*M)
+	nccl.CStack = "ncclInit libnccl.so+0x20;main prog+0x30" // no site: the stack's first frame
+	a.Observe(nccl)
 	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA", 1*M, trace.KV{Key: "kind", Value: "device"}))
 	a.Observe(&trace.Event{Kind: trace.KindSnapshot, Device: "0", Extra: []trace.KV{{Key: "used", Value: strconv.Itoa(20 * M)}}})
 	a.Observe(&trace.Event{Kind: trace.KindMalloc, Type: trace.TypeHost, Device: trace.DeviceHost, Pid: 1, AllocID: 99, Size: 7})
@@ -74,12 +79,17 @@ func TestDecomposeDeviceLines(t *testing.T) {
 	}
 	want := map[string][2]uint64{"weight": {2 * M, 2 * M}, "aten": {3 * M, 0}, "allocated": {5 * M, 3 * M},
 		"reserved": {8 * M, 8 * M}, "cached_free": {8 * M, 6 * M}, "outside_pytorch": {5 * M, 5 * M},
+		"outside_pytorch at ws<int, int> libcublas.so+0x10": {4 * M, 4 * M},
+		"outside_pytorch at ncclInit libnccl.so+0x20":       {1 * M, 1 * M},
 		"context_inferred": {6 * M, 6 * M}} // 20 - (8 + 5 + 1)
 	if !maps.Equal(got, want) {
 		t.Errorf("lines %v\nwant %v", got, want)
 	}
 	var b strings.Builder
-	if err := r.WriteCSV(&b); err != nil || !strings.Contains(b.String(), "\ncuda:0,cached_free,8388608,6291456,0\n") {
+	if err := r.WriteCSV(&b); err != nil || !strings.Contains(b.String(), "\ncuda:0,cached_free,8388608,6291456,0\n") ||
+		!strings.Contains(b.String(), "\ncuda:0,outside_pytorch,5242880,5242880,0\n"+
+			`cuda:0,"outside_pytorch at ws<int, int> libcublas.so+0x10",4194304,4194304,1`+"\n"+
+			"cuda:0,outside_pytorch at ncclInit libnccl.so+0x20,1048576,1048576,1\ncuda:0,context_inferred,") {
 		t.Errorf("CSV %q (%v)", b.String(), err)
 	}
 }

@@ -197,6 +197,8 @@ def test_decompose_device_lines(run):
     assert dev["reserved"] == (4 * MiB, 4 * MiB)
     assert dev["cached_free"] == (4 * MiB, 4 * MiB - w - x)
     assert dev["outside_pytorch"] == (3 * MiB, 3 * MiB)
+    sites = [k for k in dev if k.startswith("outside_pytorch at ")]
+    assert len(sites) == 1 and dev[sites[0]] == (3 * MiB, 3 * MiB), sites  # where it was allocated
     # cuMemGetInfo's used bytes beyond the driver blocks the rows hold:
     # the segment allocated before start()
     assert dev["context_inferred"][1] == 2 * MiB
