@@ -104,8 +104,9 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 			s.live += e.Size
 			s.Peak = max(s.Peak, s.live)
 		}
-		if l.class = classOf(e); l.class != devNone {
+		if isDevice(e) {
 			l.dev = a.device(e.Device)
+			l.class = l.dev.classOf(e)
 			if l.class == devHAL {
 				l.site = stat(l.dev.outSites, siteOf(e))
 			}
@@ -119,9 +120,14 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 			l.cat.live -= l.size
 			if l.dev != nil {
 				a.observeDevice(l.dev, l.class, l.cat, l.site, l.size, false)
+				if l.class == devReserved {
+					l.dev.dropSpan(e.Ptr) // (a handle's spans go with its UNMAP rows)
+				}
 			}
 			delete(a.live, key)
 		}
+	case trace.KindMap, trace.KindUnmap:
+		a.observeMapping(e)
 	case trace.KindSnapshot:
 		a.observeSnapshot(e)
 	}

@@ -13,11 +13,14 @@ import (
 // Decompose per CUDA device: its tensor blocks by category, and what
 // PyTorch's own tools cannot show beside them, from the HAL rows (the
 // driver's blocks) and the device SNAPSHOT rows (cuMemGetInfo):
-//   - allocated: PTA bytes (torch.cuda.memory_allocated());
+//   - requested: PTA bytes, the sizes the tensors asked for
+//     (memory_stats()["requested_bytes.all.current"]; memory_allocated()
+//     counts the allocator's rounded blocks);
 //   - reserved: HAL blocks that are PyTorch's segments (Owner HAL@pytorch:
 //     torch.cuda.memory_reserved());
-//   - cached_free: reserved minus the tensor blocks in it, what the
-//     caching allocator holds and no tensor uses;
+//   - cached_free: reserved minus the tensor blocks that lie in those
+//     segments: what the caching allocator holds for no tensor, the
+//     rounding of its blocks included;
 //   - outside_pytorch: the other HAL blocks (library workspaces, NCCL,
 //     other libraries' cudaMalloc), and below it the sites that allocated
 //     them (lines "outside_pytorch at SITE", largest peak first);
@@ -27,13 +30,14 @@ import (
 //     on a shared GPU too). Inferred: no call allocates it.
 
 // Device line names, in the order they are reported after the categories.
-var deviceLines = []string{"allocated", "reserved", "cached_free", "outside_pytorch", "context_inferred"}
+var deviceLines = []string{"requested", "reserved", "cached_free", "outside_pytorch", "context_inferred"}
 
 type devClass uint8
 
 const (
 	devNone devClass = iota
 	devPTA
+	devPTAInSeg  // a tensor block inside one of PyTorch's segments
 	devPTADriver // a tensor block that is a driver block too (cudaMallocAsync's)
 	devHAL
 	devReserved // a HAL block of PyTorch's
@@ -41,8 +45,11 @@ const (
 
 type devStats struct {
 	name             string
-	pta, ptaDrv      uint64 // tensor blocks; those of them that are driver blocks
-	hal, seg         uint64 // other HAL blocks; PyTorch's segments
+	pta, ptaDrv      uint64          // tensor blocks; those of them that are driver blocks
+	inSeg            uint64          // tensor blocks inside PyTorch's segments
+	hal, seg         uint64          // other HAL blocks; PyTorch's segments
+	segs             []span          // where PyTorch's segments are, by start
+	torchHandles     map[uint64]bool // PyTorch's cuMemCreate handles (expandable segments)
 	lines            map[string]*DecomposeStat
 	cats             map[string]*DecomposeStat
 	outSites         map[string]*DecomposeStat // outside_pytorch by allocation site
@@ -60,29 +67,82 @@ func (a *DecomposeAnalyzer) device(id string) *devStats {
 	d := a.devs[id]
 	if d == nil {
 		d = &devStats{name: "cuda:" + id, lines: map[string]*DecomposeStat{}, cats: map[string]*DecomposeStat{},
-			outSites: map[string]*DecomposeStat{}}
+			outSites: map[string]*DecomposeStat{}, torchHandles: map[uint64]bool{}}
 		a.devs[id] = d
 	}
 	return d
 }
 
-func classOf(e *trace.Event) devClass {
-	if e.Device == trace.DeviceHost || e.Device == "" {
-		return devNone
-	}
+// classOf is a device MALLOC's class; a segment of PyTorch's is noted
+// where it lies (a cuMemAlloc block: its range; a cuMemCreate handle: where
+// MAP rows put it).
+func (d *devStats) classOf(e *trace.Event) devClass {
 	switch e.Type {
 	case trace.TypePTA:
 		if _, drv := e.Get("kind"); drv { // the driver's kind: a HAL block made a tensor's
 			return devPTADriver
 		}
+		if d.inSegment(e.Ptr) {
+			return devPTAInSeg
+		}
 		return devPTA
 	case trace.TypeHAL:
 		if strings.HasSuffix(e.Owner, "@pytorch") {
+			if k, _ := e.Get("kind"); k == "vmm" {
+				d.torchHandles[e.Ptr] = true
+			} else {
+				d.addSpan(e.Ptr, e.Size)
+			}
 			return devReserved
 		}
 		return devHAL
 	}
 	return devNone
+}
+
+// isDevice reports whether a row is a CUDA device's.
+func isDevice(e *trace.Event) bool { return e.Device != trace.DeviceHost && e.Device != "" }
+
+// span is an address range, [start, end).
+type span struct{ start, end uint64 }
+
+func (d *devStats) addSpan(p, n uint64) {
+	i, _ := slices.BinarySearchFunc(d.segs, p, func(s span, p uint64) int { return cmp.Compare(s.start, p) })
+	d.segs = slices.Insert(d.segs, i, span{p, p + n})
+}
+
+func (d *devStats) dropSpan(p uint64) {
+	if i, ok := slices.BinarySearchFunc(d.segs, p, func(s span, p uint64) int { return cmp.Compare(s.start, p) }); ok {
+		d.segs = slices.Delete(d.segs, i, i+1)
+	}
+}
+
+func (d *devStats) inSegment(p uint64) bool {
+	i, ok := slices.BinarySearchFunc(d.segs, p, func(s span, p uint64) int { return cmp.Compare(s.start, p) })
+	if ok {
+		return true
+	}
+	return i > 0 && p < d.segs[i-1].end
+}
+
+// observeMapping takes a MAP or UNMAP row: where a handle of PyTorch's
+// expandable segments is mapped.
+func (a *DecomposeAnalyzer) observeMapping(e *trace.Event) {
+	if !isDevice(e) {
+		return
+	}
+	d := a.device(e.Device)
+	if e.Kind == trace.KindUnmap {
+		d.dropSpan(e.Ptr)
+		return
+	}
+	h, _ := e.Get("handle")
+	hv, err := strconv.ParseUint(strings.TrimPrefix(h, "0x"), 16, 64)
+	n, _ := e.Get("size")
+	nv, err2 := strconv.ParseUint(n, 10, 64)
+	if err == nil && err2 == nil && d.torchHandles[hv] {
+		d.addSpan(e.Ptr, nv)
+	}
 }
 
 // siteOf names where a block was allocated: its site, else its C stack's
@@ -108,10 +168,13 @@ func (a *DecomposeAnalyzer) observeDevice(d *devStats, c devClass, cat, site *De
 		}
 	}
 	switch c {
-	case devPTA, devPTADriver:
+	case devPTA, devPTADriver, devPTAInSeg:
 		add(&d.pta)
 		if c == devPTADriver {
 			add(&d.ptaDrv)
+		}
+		if c == devPTAInSeg {
+			add(&d.inSeg)
 		}
 		if cat != nil {
 			s := stat(d.cats, cat.Name)
@@ -124,6 +187,7 @@ func (a *DecomposeAnalyzer) observeDevice(d *devStats, c devClass, cat, site *De
 	case devReserved:
 		d.sawSeg = true
 		add(&d.seg)
+		// (A freed segment's span goes with its FREE: Observe has the row.)
 	case devHAL:
 		add(&d.hal)
 		if site != nil {
@@ -134,11 +198,10 @@ func (a *DecomposeAnalyzer) observeDevice(d *devStats, c devClass, cat, site *De
 			site.Peak = max(site.Peak, site.live)
 		}
 	}
-	d.set("allocated", d.pta)
+	d.set("requested", d.pta)
 	if d.sawSeg {
 		d.set("reserved", d.seg)
-		inSeg := d.pta - d.ptaDrv // (a driver block of its own is in no segment)
-		d.set("cached_free", d.seg-min(d.seg, inSeg))
+		d.set("cached_free", d.seg-min(d.seg, d.inSeg))
 	}
 	d.set("outside_pytorch", d.hal)
 }
@@ -151,7 +214,7 @@ func (d *devStats) set(line string, v uint64) {
 
 // observeSnapshot takes a device SNAPSHOT row's used bytes.
 func (a *DecomposeAnalyzer) observeSnapshot(e *trace.Event) {
-	if e.Device == trace.DeviceHost || e.Device == "" {
+	if !isDevice(e) {
 		return
 	}
 	v, ok := e.Get("used")

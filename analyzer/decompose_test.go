@@ -49,24 +49,31 @@ func TestDecomposePeakAndEnd(t *testing.T) {
 func TestDecomposeDeviceLines(t *testing.T) {
 	a := NewDecomposeAnalyzer()
 	id := uint64(0)
-	ev := func(kind trace.Kind, typ, owner string, size uint64, extra ...trace.KV) *trace.Event {
+	ev := func(kind trace.Kind, typ, owner string, ptr, size uint64, extra ...trace.KV) *trace.Event {
 		if kind == trace.KindMalloc {
 			id++
 		}
-		return &trace.Event{Kind: kind, Type: typ, Device: "0", Pid: 1, AllocID: id, Owner: owner, Size: size, Extra: extra}
+		return &trace.Event{Kind: kind, Type: typ, Device: "0", Pid: 1, AllocID: id, Owner: owner, Ptr: ptr, Size: size, Extra: extra}
 	}
 	const M = 1 << 20
-	a.Observe(ev(trace.KindMalloc, trace.TypeHAL, "HAL@pytorch", 8*M))
-	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@weight", 2*M))
-	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@aten", 3*M))
-	a.Observe(ev(trace.KindFree, trace.TypePTA, "", 0)) // the aten block
-	lib := ev(trace.KindMalloc, trace.TypeHAL, "HAL", 4*M)
+	a.Observe(ev(trace.KindMalloc, trace.TypeHAL, "HAL@pytorch", 0x7e0000000000, 8*M))
+	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@weight", 0x7e0000000000, 2*M))
+	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@aten", 0x7e0000200000, 3*M))
+	a.Observe(ev(trace.KindFree, trace.TypePTA, "", 0x7e0000200000, 0)) // the aten block
+	// a tensor in a segment reserved before the capture: in no segment it knows
+	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@activation", 0x7f0000000000, 1*M))
+	// expandable segments: a handle of PyTorch's, mapped; a tensor inside
+	a.Observe(ev(trace.KindMalloc, trace.TypeHAL, "HAL@pytorch", 0x1000, 2*M, trace.KV{Key: "kind", Value: "vmm"}))
+	a.Observe(&trace.Event{Kind: trace.KindMap, Type: trace.TypeHAL, Device: "0", Ptr: 0x7c0000000000,
+		Extra: []trace.KV{{Key: "size", Value: strconv.Itoa(2 * M)}, {Key: "offset", Value: "0"}, {Key: "handle", Value: "0x1000"}}})
+	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA@gradient", 0x7c0000100000, M/2))
+	lib := ev(trace.KindMalloc, trace.TypeHAL, "HAL", 0x7d0000000000, 4*M)
 	lib.Site = "ws<int, int> libcublas.so+0x10" // a site with a comma: quoted in the CSV
 	a.Observe(lib)
-	nccl := ev(trace.KindMalloc, trace.TypeHAL, "HAL", 1*M)
+	nccl := ev(trace.KindMalloc, trace.TypeHAL, "HAL", 0x7d0001000000, 1*M)
 	nccl.CStack = "ncclInit libnccl.so+0x20;main prog+0x30" // no site: the stack's first frame
 	a.Observe(nccl)
-	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA", 1*M, trace.KV{Key: "kind", Value: "device"}))
+	a.Observe(ev(trace.KindMalloc, trace.TypePTA, "PTA", 0x7d0002000000, 1*M, trace.KV{Key: "kind", Value: "device"}))
 	a.Observe(&trace.Event{Kind: trace.KindSnapshot, Device: "0", Extra: []trace.KV{{Key: "used", Value: strconv.Itoa(20 * M)}}})
 	a.Observe(&trace.Event{Kind: trace.KindMalloc, Type: trace.TypeHost, Device: trace.DeviceHost, Pid: 1, AllocID: 99, Size: 7})
 	r := a.Finish()
@@ -77,16 +84,19 @@ func TestDecomposeDeviceLines(t *testing.T) {
 	for _, s := range r.Devices[0].Lines {
 		got[s.Name] = [2]uint64{s.Peak, s.End}
 	}
-	want := map[string][2]uint64{"weight": {2 * M, 2 * M}, "aten": {3 * M, 0}, "allocated": {5 * M, 3 * M},
-		"reserved": {8 * M, 8 * M}, "cached_free": {8 * M, 6 * M}, "outside_pytorch": {5 * M, 5 * M},
+	// requested: weight 2 + activation 1 + gradient 0.5 + the async block 1;
+	// cached_free: (8 + 2) - (weight 2 + gradient 0.5)
+	want := map[string][2]uint64{"weight": {2 * M, 2 * M}, "aten": {3 * M, 0}, "activation": {M, M},
+		"gradient": {M / 2, M / 2}, "requested": {5 * M, 4*M + M/2},
+		"reserved": {10 * M, 10 * M}, "cached_free": {8 * M, 7*M + M/2}, "outside_pytorch": {5 * M, 5 * M},
 		"outside_pytorch at ws<int, int> libcublas.so+0x10": {4 * M, 4 * M},
 		"outside_pytorch at ncclInit libnccl.so+0x20":       {1 * M, 1 * M},
-		"context_inferred": {6 * M, 6 * M}} // 20 - (8 + 5 + 1)
+		"context_inferred": {4 * M, 4 * M}} // 20 - (10 + 5 + 1)
 	if !maps.Equal(got, want) {
 		t.Errorf("lines %v\nwant %v", got, want)
 	}
 	var b strings.Builder
-	if err := r.WriteCSV(&b); err != nil || !strings.Contains(b.String(), "\ncuda:0,cached_free,8388608,6291456,0\n") ||
+	if err := r.WriteCSV(&b); err != nil || !strings.Contains(b.String(), "\ncuda:0,cached_free,8388608,7864320,0\n") ||
 		!strings.Contains(b.String(), "\ncuda:0,outside_pytorch,5242880,5242880,0\n"+
 			`cuda:0,"outside_pytorch at ws<int, int> libcublas.so+0x10",4194304,4194304,1`+"\n"+
 			"cuda:0,outside_pytorch at ncclInit libnccl.so+0x20,1048576,1048576,1\ncuda:0,context_inferred,") {

@@ -16,9 +16,11 @@ step the script records torch.cuda's own figures and marks the step
     torch.cuda.memory_reserved(): cuMemAlloc blocks for the default
     allocator, cuMemCreate blocks for expandable segments (exact);
   * with the operator hooks on (the default options), the PTA bytes alive
-    on device 0 (the tensor blocks, from the caching allocator's history)
-    with torch.cuda.memory_allocated(), and their peak with
-    max_memory_allocated(), for each of the three allocators (exact);
+    on device 0 (the tensor blocks, from the caching allocator's history:
+    the sizes asked for) with memory_stats()'s requested_bytes, and their
+    peak with its peak, for the caching allocator's two variants; with
+    cudaMallocAsync (no rounding) with memory_allocated() and
+    max_memory_allocated() (exact);
     decompose's reserved line at the end with memory_reserved() (the
     caching allocator's two variants);
   * the kernel launches recorded (--level=kernel) with torch.profiler's
@@ -53,6 +55,7 @@ if smoke:
     for name in ("synchronize", "memory_allocated", "max_memory_allocated", "memory_reserved"):
         setattr(torch.cuda, name, lambda *a: 0)
     torch.cuda.get_device_name = lambda *a: "none (smoke test on the CPU)"
+    torch.cuda.memory_stats = lambda *a: {}
 torch.manual_seed(0)
 dev = torch.device("cpu" if smoke else "cuda")
 model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
@@ -74,8 +77,10 @@ for i in range(steps):
     opt.step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t
+    st = torch.cuda.memory_stats()
     out.append({"step": i, "seconds": dt, "allocated": torch.cuda.memory_allocated(),
-                "max_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved()})
+                "max_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved(),
+                "requested": st.get("requested_bytes.all.current"), "max_requested": st.get("requested_bytes.all.peak")})
     if mark:
         mark("gpucheck %d" % i)
         step()  # a device SNAPSHOT row (cuMemGetInfo) each
@@ -229,20 +234,23 @@ def compare(res: dict, kind: str) -> dict:
             "mismatches": bad[:5], "hal_rows": cap["rows"]["HAL"]}
 
 
-def compare_pta(res: dict, reserved_too: bool) -> dict:
-    """PTA bytes alive (and their peak) at each mark against
-    memory_allocated() (and max_memory_allocated()); decompose's reserved
+def compare_pta(res: dict, caching: bool) -> dict:
+    """PTA bytes alive (and their peak) at each mark against PyTorch's
+    figure: the requested bytes for the caching allocator (its blocks are
+    rounded; the tensors' sizes are the ones asked for), memory_allocated()
+    for cudaMallocAsync; for the caching allocator, decompose's reserved
     line at the end against the last memory_reserved()."""
     cap = res.get("capture")
     if not cap or len(cap["pta_at_step"]) != len(res["steps"]):
         return {"ok": False, "why": "marks missing from the capture", "error": res.get("error", "")[-500:]}
-    bad = [(i, c["live"], s["allocated"], c["peak"], s["max_allocated"])
+    cur, peak = ("requested", "max_requested") if caching else ("allocated", "max_allocated")
+    bad = [(i, c["live"], s[cur], c["peak"], s[peak])
            for i, (c, s) in enumerate(zip(cap["pta_at_step"], res["steps"]))
-           if c["live"] != s["allocated"] or c["peak"] != s["max_allocated"]]
-    out = {"ok": not bad, "pta_bytes": [c["live"] for c in cap["pta_at_step"]],
-           "allocated": [s["allocated"] for s in res["steps"]], "mismatches": bad[:5],
-           "decompose_cuda0": cap["decompose_cuda0"]}
-    if reserved_too:
+           if c["live"] != s[cur] or c["peak"] != s[peak]]
+    out = {"ok": not bad, "compared_with": cur, "pta_bytes": [c["live"] for c in cap["pta_at_step"]],
+           cur: [s[cur] for s in res["steps"]], "allocated": [s["allocated"] for s in res["steps"]],
+           "mismatches": bad[:5], "decompose_cuda0": cap["decompose_cuda0"]}
+    if caching:
         end = cap["decompose_cuda0"].get("reserved", [0, None])[1]
         out["reserved_end"], out["memory_reserved_last"] = end, res["steps"][-1]["reserved"]
         out["ok"] = out["ok"] and end == res["steps"][-1]["reserved"]
@@ -306,8 +314,8 @@ def main() -> int:
     checks = {
         "hal_device_bytes_equal_reserved_default_allocator": compare(runs["default"], "torch_device"),
         "hal_vmm_bytes_equal_reserved_expandable_segments": compare(runs["expandable"], "torch_vmm"),
-        "pta_bytes_equal_allocated_default_allocator": compare_pta(runs["pta_default"], True),
-        "pta_bytes_equal_allocated_expandable_segments": compare_pta(runs["pta_expandable"], True),
+        "pta_bytes_equal_requested_default_allocator": compare_pta(runs["pta_default"], True),
+        "pta_bytes_equal_requested_expandable_segments": compare_pta(runs["pta_expandable"], True),
         "pta_bytes_equal_allocated_cudamallocasync": compare_pta(runs["pta_async"], False),
     }
     cap = runs["default"].get("capture")

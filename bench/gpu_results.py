@@ -43,4 +43,4 @@ print("Whole commands (s): %s.\n" % ", ".join("%s %s" % (k, v.get("whole_seconds
 if not any(k.startswith("pta_") for k in r["checks"]):
     print("Not compared on a GPU yet: PTA rows of CUDA tensor blocks and decompose's device lines (this JSON "
           "is from a check that predates them; the current bench/gpu_check.py compares them with "
-          "memory_allocated(), max_memory_allocated() and memory_reserved()).\n")
+          "PyTorch's requested bytes and their peak, and memory_reserved()).\n")

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -21,6 +22,9 @@ import (
 // that hold them (Owner HAL@pytorch). Both passes of a capture with PyTorch
 // records read the same entries, so allocation ids agree.
 
+// The entries are read once per Spool (Spool.history): the passes of one
+// conversion see the same entries even while a running program appends.
+
 // HistoryFile is the history's file in the spool folder.
 const HistoryFile = "cuda_history.bin"
 
@@ -36,6 +40,7 @@ const (
 	histSegFree  = 4
 	histSegMap   = 5
 	histSegUnmap = 6
+	histAsync    = 7 // the process's allocator is cudaMallocAsync: its async driver blocks are tensors'
 )
 
 // subTensor keys a CUDA tensor block: it lies inside a HAL block and may
@@ -48,11 +53,35 @@ type histEntry struct {
 	dev                    int16
 }
 
-// readHistory reads a capture's history, in time order (entries of one
-// time keep the file's order). None for a rotating capture: its logs stand
-// alone, and the history spans the run.
-func readHistory(dir string, rotate bool) []histEntry {
-	if dir == "" || rotate {
+// cudaHistory is a capture's history as the decoders use it.
+type cudaHistory struct {
+	entries    []histEntry // alloc, free and segment entries, in time order
+	asyncTorch bool        // histAsync: every async driver block is a tensor block
+}
+
+// history is the capture's history, read at the first call. None for a
+// rotating capture: its logs stand alone, and the history spans the run.
+func (s *Spool) history(dir string, rotate bool) *cudaHistory {
+	s.histOnce.Do(func() {
+		s.hist = &cudaHistory{}
+		if rotate {
+			return
+		}
+		for _, h := range readHistory(dir) {
+			if h.action == histAsync {
+				s.hist.asyncTorch = true
+			} else {
+				s.hist.entries = append(s.hist.entries, h)
+			}
+		}
+	})
+	return s.hist
+}
+
+// readHistory reads a capture's history file, in time order (entries of
+// one time keep the file's order).
+func readHistory(dir string) []histEntry {
+	if dir == "" {
 		return nil
 	}
 	b, err := os.ReadFile(filepath.Join(dir, SpoolDir, HistoryFile))
@@ -73,7 +102,7 @@ func readHistory(dir string, rotate bool) []histEntry {
 // tensorEntry turns a history entry into its row (nil: none).
 func (d *Decoder) tensorEntry(h *histEntry) *trace.Event {
 	switch h.action {
-	case histSegAlloc, histSegMap:
+	case histSegAlloc, histSegMap, histSegUnmap, histSegFree:
 		if d.torch != nil && d.torch.pre {
 			d.torch.segment(d, h)
 		}
@@ -118,7 +147,14 @@ func (d *Decoder) tensorEntry(h *histEntry) *trace.Event {
 // into a range it maps (expandable segments). The driver's call and the
 // history's entry are stamped by two clocks: either may come first.
 func (t *torchDec) segment(d *Decoder, h *histEntry) {
-	if h.action == histSegAlloc {
+	switch h.action {
+	case histSegFree:
+		delete(t.segAt, h.addr)
+		return
+	case histSegUnmap:
+		t.segRanges = slices.DeleteFunc(t.segRanges, func(r [2]uint64) bool { return r[0] >= h.addr && r[1] <= h.addr+h.size })
+		return
+	case histSegAlloc:
 		if b, ok := d.live.Get(uint64(MakeKey(format.FHal, h.addr))); ok {
 			t.seg[b.id] = true
 		} else {

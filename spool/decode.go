@@ -72,6 +72,7 @@ type Decoder struct {
 	reason  string            // why the record at hand makes no row
 
 	hist       []histEntry // PyTorch's CUDA tensor blocks, merged by time (cudahist.go)
+	asyncTorch bool        // every async driver block is a tensor block (cudaMallocAsync)
 	hi         int         // the next of hist
 	held       *Rec        // a record held back while hist entries before it were merged
 	heldNs     uint64
@@ -132,11 +133,13 @@ func NewDecoder(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) *De
 		r: sp.Reader(), meta: meta, cfg: cfg, pid: int64(meta.Pid),
 		live:   u64map.Map[block]{Runs: true, Grain: 4}, // blocks allocated together are near
 		hidden: map[uint64][2]string{}, ranges: map[uint64]string{}, unrowed: map[string]uint64{},
-		lastFree: map[int32]*freed{}, hist: readHistory(dir, cfg.LogMode == "rotate"),
-		symDir: dir, stackMemo: map[string]string{},
+		lastFree: map[int32]*freed{},
+		symDir:   dir, stackMemo: map[string]string{},
 		sp: sp, pyMemo: map[string]string{}, pyLines: map[PyFrame]int{}, scopes: map[int32][]string{},
 	}
 	d.steps.UseStepCalls = sp.HasStep
+	h := sp.history(dir, cfg.LogMode == "rotate")
+	d.hist, d.asyncTorch = h.entries, h.asyncTorch
 	d.r.SetLive(func(k BlockKey) bool { return d.live.Has(uint64(k)) })
 	return d
 }
@@ -167,7 +170,7 @@ type TorchInfo struct{ t *torchDec }
 
 // LearnTorch runs that first pass; nil when the spool has no PyTorch records.
 func LearnTorch(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) (*TorchInfo, error) {
-	if !sp.HasTorch {
+	if h := sp.history(dir, cfg.LogMode == "rotate"); !sp.HasTorch && len(h.entries) == 0 && !h.asyncTorch {
 		return nil, nil
 	}
 	t, err := torchPrepass(sp, dir, meta, cfg)
@@ -474,6 +477,11 @@ func owner(typ string) string {
 func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 	key := KeyOf(r)
 	size := BlockSize(r)
+	b := block{hidden: r.Flags&format.FOff != 0, tid: r.Tid, dev: -1}
+	var stream uint64
+	if isDevice(r.Flags) { // (first: its R_DEVATTR is this MALLOC's, whatever becomes of it)
+		b.kind, b.dev, stream, b.async = d.devOf(r)
+	}
 	if r.Flags&format.FUndo != 0 {
 		// A failed realloc: the block freed just before lives on.
 		d.reason = NotWrittenUndo
@@ -496,10 +504,9 @@ func (d *Decoder) malloc(r *Rec, e *trace.Event) *trace.Event {
 		return nil
 	}
 	d.nextAID++
-	b := block{id: d.nextAID, size: size, hidden: r.Flags&format.FOff != 0, tid: r.Tid, dev: -1}
-	var stream uint64
-	if isDevice(r.Flags) {
-		b.kind, b.dev, stream, b.async = d.devOf(r)
+	b.id, b.size = d.nextAID, size
+	if b.async && d.asyncTorch && d.torch != nil && d.torch.pre {
+		d.torch.pta[b.id] = true // cudaMallocAsync's blocks are the tensors'
 	}
 	if len(d.hidden) > 0 {
 		if old, ok := d.live.Get(uint64(key)); ok && old.hidden {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"sync"
 
 	"msmemscope/format"
 )
@@ -363,6 +364,9 @@ type Spool struct {
 	PadBytes          int64  // padding chunks (direct writes keep 4 KiB alignment)
 	Truncated         bool   // the file ended inside a chunk (a killed run)
 	Py                PyMeta // Python code objects, msmemscope's own folders, configuration (pycode.go)
+
+	histOnce sync.Once
+	hist     *cudaHistory // PyTorch's CUDA allocator history (cudahist.go)
 }
 
 // OpenFile reads the whole spool once to index chunks per thread and collect

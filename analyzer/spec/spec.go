@@ -77,7 +77,7 @@ var All = []Analysis{
 			{Name: "inefficient_type", Type: "Optional[List[str]]", Default: nil, Description: "types to look for: early_allocation, late_deallocation, temporary_idleness; None: all three"},
 			{Name: "idle_threshold", Type: "int", Default: DefaultIdleThreshold, Description: "temporary_idleness: more than this many apis between two accesses of a block"},
 		}},
-	{Name: Decompose, Option: "decompose", Needs: []trace.Kind{trace.KindMalloc, trace.KindFree, trace.KindSnapshot}},
+	{Name: Decompose, Option: "decompose", Needs: []trace.Kind{trace.KindMalloc, trace.KindFree, trace.KindSnapshot, trace.KindMap, trace.KindUnmap}},
 }
 
 func find(match func(*Analysis) bool) *Analysis {

@@ -5,27 +5,36 @@ of the segments it holds (those are the HAL rows). What it hands out is in
 its history (``torch.cuda.memory._record_memory_history``, read back with
 ``_snapshot()``). While the PyTorch collection is on, msmemscope keeps that
 history recording (without stack traces, its cheap setting), reads it at
-start, at every ``step()`` and at ``stop()``, and appends what it read to
-``spool/cuda_history.bin``; the conversion merges those entries into the
-rows by time, as PTA MALLOC/FREE rows on their device, and marks the HAL
-blocks that are PyTorch's segments (spool/cudahist.go).
+start, at every ``step()``, every 4,096 operator launches and at ``stop()``,
+and appends what it read to ``spool/cuda_history.bin``; the conversion
+merges those entries into the rows by time, as PTA MALLOC/FREE rows on
+their device, and marks the HAL blocks that are PyTorch's segments
+(spool/cudahist.go).
 
-* A history the user turned on is left as it is, and read from where the
-  last read stopped; one msmemscope turned on is cleared after each read,
-  so it never grows past a step's entries.
+* Sizes are the sizes asked for (the history's, and the state's
+  ``requested_size``), as a CPU tensor's block is: their sum is
+  ``memory_stats()["requested_bytes.all.current"]``;
+  ``memory_allocated()`` counts the allocator's rounded blocks.
+* A history msmemscope turned on is cleared after each read, so it never
+  grows past a read's entries. One the program turns on (before or after
+  msmemscope did) is the program's: msmemscope reads it only at ``stop()``
+  (each read converts the whole history), never clears it, and takes its
+  own back if the program turns it off.
 * Each read compares the history with the allocator's state in the same
-  snapshot: a block the history missed (entries lost while it was cleared,
-  or dropped by a user's ``max_entries``) gets its MALLOC or FREE at the
-  read's time, so the live bytes always match the allocator's.
-* Blocks alive when the history started were allocated before collection:
-  like host blocks allocated before ``start()``, they make no rows.
-* ``backend:cudaMallocAsync`` keeps no history; its blocks are the driver's
-  own ``cuMemAllocAsync`` blocks, made PTA blocks by the storages that name
-  them, as host blocks are on the CPU.
+  snapshot: a block the history missed (entries lost between a read and its
+  clearing, or dropped by a ring's ``max_entries``) gets its MALLOC or FREE
+  at the read's time, so the live bytes always match the allocator's.
+* Blocks alive when the history first started were allocated before
+  collection: like host blocks allocated before ``start()``, they make no
+  rows. Blocks of an earlier ``start()``...``stop()`` keep their rows: one
+  freed in between gets its FREE at the next ``start()``.
+* ``backend:cudaMallocAsync`` keeps no history; each of its blocks is a
+  driver ``cuMemAllocAsync`` block, and a mark in the file makes those PTA
+  blocks.
 
 msmemscope never starts CUDA itself (that would break DataLoader workers
 forked later): the history starts when the program's first CUDA call does
-(``torch.cuda._lazy_call``).
+(``torch.cuda._lazy_call``), and never in a forked child.
 
 File: an 8-byte magic, then 40-byte little-endian entries: action (u8),
 device ordinal (u8), 6 bytes of padding, the time as CLOCK_MONOTONIC ns
@@ -34,34 +43,34 @@ device ordinal (u8), 6 bytes of padding, the time as CLOCK_MONOTONIC ns
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import time
 import warnings
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from . import _lib
+
 MAGIC = b"MSCUDAH1"
 FILE = "cuda_history.bin"
 ENTRY = struct.Struct("<BB6xQQQQ")
 
-A_ALLOC, A_FREE, A_SEG_ALLOC, A_SEG_FREE, A_SEG_MAP, A_SEG_UNMAP = 1, 2, 3, 4, 5, 6
+A_ALLOC, A_FREE, A_SEG_ALLOC, A_SEG_FREE, A_SEG_MAP, A_SEG_UNMAP, A_ASYNC = 1, 2, 3, 4, 5, 6, 7
 # The caching allocator's actions; memory_allocated() drops a block at its
 # free_requested ("free" before PyTorch 2.1), not at free_completed.
 _ACTIONS = {"alloc": A_ALLOC, "free_requested": A_FREE, "free": A_FREE, "segment_alloc": A_SEG_ALLOC,
             "segment_free": A_SEG_FREE, "segment_map": A_SEG_MAP, "segment_unmap": A_SEG_UNMAP}
-MAX_ENTRIES = 1 << 22  # of a history msmemscope turned on: far more than a step makes
+MAX_ENTRIES = 1 << 20  # of a history msmemscope turned on (~0.2 GB at most): reads come far sooner
+READ_EVERY = 4096  # operator launches between reads of msmemscope's history
 
-
-def _record(torch: Any, clear: bool) -> None:
-    rec = torch.cuda.memory._record_memory_history
-    try:
-        rec("all", context=None, stacks="python", max_entries=MAX_ENTRIES, clear_history=clear)
-    except TypeError:  # a PyTorch without clear_history: the entries' times tell the new ones
-        rec("all", context=None, stacks="python", max_entries=MAX_ENTRIES)
+# Tensor blocks the rows hold, across start()/stop(): (device, address) ->
+# requested size, or None for a block allocated before collection.
+_live: Dict[Tuple[int, int], Optional[int]] = {}
 
 
 def _active(snap: Dict[str, Any], devices: Optional[Set[int]]) -> Dict[Tuple[int, int], int]:
-    """The blocks a snapshot holds allocated: (device, address) -> size."""
+    """The blocks a snapshot holds allocated: (device, address) -> the size asked for."""
     out = {}
     for seg in snap.get("segments", []):
         dev = seg.get("device", 0)
@@ -71,63 +80,138 @@ def _active(snap: Dict[str, Any], devices: Optional[Set[int]]) -> Dict[Tuple[int
         for b in seg.get("blocks", []):
             a = b.get("address", addr)
             if b.get("state") == "active_allocated":
-                out[(dev, a)] = b.get("size", 0)
+                out[(dev, a)] = b.get("requested_size", b.get("size", 0))
             addr = a + b.get("size", 0)
     return out
 
 
 class History:
-    """One process's reading of the caching allocator's history."""
+    """One start()...stop()'s reading of the caching allocator's history."""
 
     def __init__(self, torch: Any, devices: Optional[Set[int]], path: Any, owned: Any) -> None:
         self.torch = torch
-        self.owned = owned  # () -> a context in which the thread's work is msmemscope's own
         self.devices = devices  # CUDA ordinals to keep; None: every one
         self.path = path  # () -> the file to append to, or None
+        self.owned = owned  # () -> a context in which the thread's work is msmemscope's own
         self.on = False  # the history is recording and read
         self.closed = False
         self.mine = False  # msmemscope turned it on (and clears it)
-        # Per device, the time of the last entry read and how many read
-        # had it: a user's ring (max_entries) drops old entries, so a place
-        # in it is not an index.
+        self.orig: Any = None  # the program's _record_memory_history, before msmemscope wrapped it
+        # Per device, the time of the last entry read and how many read had
+        # it: a ring (max_entries) drops old entries, so a place in it is
+        # not an index.
         self.seen: Dict[int, Tuple[int, int]] = {}
-        self.live: Dict[Tuple[int, int], Optional[int]] = {}  # blocks the rows hold (None: before collection)
+        # Blocks the last read mended from the state, with its time: their
+        # entries, older, may come in the next read (a program's history).
+        self.mended: Dict[Tuple[int, int], int] = {}
 
     def begin(self) -> None:
         cuda = self.torch.cuda
         try:
-            if cuda.get_allocator_backend() != "native":
-                return  # cudaMallocAsync: the driver's blocks are the tensors'
+            backend = cuda.get_allocator_backend()
+        except Exception:
+            return
+        if backend == "cudaMallocAsync":  # no history: each driver block is a tensor's
+            self._append(ENTRY.pack(A_ASYNC, 0, time.monotonic_ns(), 0, 0, 0))
+            return
+        if backend != "native":
+            return
+        try:
             cuda._lazy_call(self._start)
         except Exception:
             return
 
     def _start(self) -> None:
-        # (Run by the program's first CUDA call, inside PyTorch's lazy init.)
-        with self.owned():
-            self._begin_now()
+        # Run by the program's first CUDA call, inside PyTorch's lazy init:
+        # nothing may escape it (it would fail that call).
+        try:
+            if _lib.in_child() or self.closed or self.on:
+                return
+            with self.owned():
+                self._begin_now()
+        except Exception as e:
+            try:
+                warnings.warn("msmemscope: PyTorch's CUDA allocator history is unavailable (%s): CUDA "
+                              "tensor blocks make no PTA rows" % e, RuntimeWarning, stacklevel=2)
+            except Exception:  # warnings made errors
+                pass
+
+    def _record(self, clear: bool) -> None:
+        rec = self.orig
+        try:
+            rec("all", context=None, stacks="python", max_entries=MAX_ENTRIES, clear_history=clear)
+        except TypeError:  # a PyTorch without clear_history: the entries' times tell the new ones
+            rec("all", context=None, stacks="python", max_entries=MAX_ENTRIES)
 
     def _begin_now(self) -> None:
-        if self.closed or self.on:
-            return
         torch = self.torch
+        mem = torch.cuda.memory
+        self.orig = getattr(mem._record_memory_history, "_msmemscope_orig", mem._record_memory_history)
         try:
             user = bool(torch._C._cuda_isHistoryEnabled())
         except Exception:
             user = False
-        try:
-            if not user:
-                _record(torch, True)
-                self.mine = True
-            snap = torch.cuda.memory._snapshot()
-        except Exception as e:  # an allocator or a PyTorch without history
-            warnings.warn("msmemscope: PyTorch's CUDA allocator history is unavailable (%s): CUDA tensor "
-                          "blocks make no PTA rows" % e, RuntimeWarning, stacklevel=2)
-            return
-        self.on = True
-        self.live = {k: None for k in _active(snap, self.devices)}
+        if not user:
+            self._record(True)
+            self.mine = True
+        snap = mem._snapshot()
+        mono = time.monotonic_ns()
+        active = _active(snap, self.devices)
+        out = []
+        for k in [k for k in _live if k not in active]:  # freed while collection was off
+            size = _live.pop(k)
+            if size is not None:
+                out.append(ENTRY.pack(A_FREE, k[0], mono, k[1], size, 0))
+        for k in active:
+            if k not in _live:  # allocated before this start(): no rows
+                _live[k] = None
         for d, trace in enumerate(snap.get("device_traces", [])):
             self._new(d, trace)  # already in the state: read as seen
+        if out:
+            self._append(b"".join(out))
+        self._wrap()
+        self.on = True
+
+    def _wrap(self) -> None:
+        """Notices the program turning the history on or off itself."""
+        mem = self.torch.cuda.memory
+        orig, hist = self.orig, self
+
+        @functools.wraps(orig)
+        def _record_memory_history(*args: Any, **kwargs: Any) -> Any:
+            active = hist.on and not hist.closed
+            if active:
+                with hist.owned():
+                    hist.read()  # what was recorded under the settings before
+            r = orig(*args, **kwargs)
+            if active:
+                enabled = args[0] if args else kwargs.get("enabled", "all")
+                if enabled in (None, False):  # the program turned it off: msmemscope keeps its own
+                    with hist.owned():
+                        hist._record(True)
+                    hist.mine = True
+                else:
+                    hist.mine = False
+            return r
+
+        _record_memory_history._msmemscope_orig = orig  # type: ignore[attr-defined]
+        mem._record_memory_history = _record_memory_history
+
+    def _unwrap(self) -> None:
+        mem = self.torch.cuda.memory
+        if getattr(mem._record_memory_history, "_msmemscope_orig", None) is self.orig:
+            mem._record_memory_history = self.orig
+
+    def launched(self, n: int) -> None:
+        """After operator launch n: msmemscope's history is read every
+        READ_EVERY launches, so that it stays small without step()."""
+        if n % READ_EVERY == 0 and self.mine and self.on:
+            self.read()
+
+    def step(self) -> None:
+        if not self.mine:
+            return  # the program's history: read at stop() only (a read converts all of it)
+        self.read()
 
     def read(self) -> None:
         """Appends the entries since the last read to the file."""
@@ -140,14 +224,18 @@ class History:
             return
         if self.mine:
             try:
-                _record(torch, True)
+                self._record(True)
             except Exception:
                 pass
         mono = time.monotonic_ns()
-        off = time.time_ns() - mono  # history times are Unix microseconds
+        # History times are Unix microseconds, the start of the microsecond
+        # an event happened in: its end keeps it after the driver call (a
+        # segment's HAL MALLOC) that came before it.
+        off = time.time_ns() - mono - 999
         out: List[bytes] = []
         pack = ENTRY.pack
-        live = self.live
+        live, mended = _live, self.mended
+        self.mended = {}
         for dev, trace in enumerate(snap.get("device_traces", [])):
             new = self._new(dev, trace)
             if self.devices is not None and dev not in self.devices:
@@ -158,6 +246,8 @@ class History:
                     continue
                 addr, size = e.get("addr", 0), e.get("size", 0)
                 ns = max(0, e.get("time_us", 0) * 1000 - off)
+                if mended and ns <= mended.get((dev, addr), -1):
+                    continue  # the state showed it already
                 if a == A_ALLOC:
                     old = live.get((dev, addr))
                     if old is not None:  # its free was missed: it ended before this
@@ -173,10 +263,12 @@ class History:
             size = live.pop(k)
             if size is not None:
                 out.append(pack(A_FREE, k[0], mono, k[1], size, 0))
+                self.mended[k] = mono
         for k, size in active.items():
             if k not in live:
                 live[k] = size
                 out.append(pack(A_ALLOC, k[0], mono, k[1], size, 0))
+                self.mended[k] = mono
         if out:
             self._append(b"".join(out))
 
@@ -186,10 +278,11 @@ class History:
         i = len(trace)
         while i > 0 and trace[i - 1].get("time_us", 0) > last:
             i -= 1
-        j = i  # trace[i:] is newer; before it, entries of time last
+        j = i  # trace[i:] is newer; trace[j:i] has time last
         while j > 0 and trace[j - 1].get("time_us", 0) == last:
             j -= 1
-        i = min(i, j + n) if i - j >= n else i  # the first n of time last were read
+        if i - j > n:  # the first n of time last were read
+            i = j + n
         new = trace[i:]
         if new:
             t = new[-1].get("time_us", 0)
@@ -213,17 +306,22 @@ class History:
         """The last read; a history msmemscope turned on is turned off."""
         self.read()
         self.closed = True
-        if self.on and self.mine:
-            try:
-                self.torch.cuda.memory._record_memory_history(None)
-            except Exception:
-                pass
+        if self.on:
+            self._unwrap()
+            if self.mine:
+                try:
+                    self.orig(None)
+                except Exception:
+                    pass
         self.on = False
 
 
 def wanted(cfg: Dict[str, Any]) -> Tuple[bool, Optional[Set[int]]]:
-    """Whether the configuration records CUDA memory, and which ordinals
-    (None: every one)."""
+    """Whether the configuration records CUDA tensor blocks, and on which
+    ordinals (None: every one). Not with rotating logs: each log stands
+    alone, and the history spans the run."""
+    if cfg.get("log_mode") == "rotate":
+        return False, None
     devs = cfg.get("devices") or ["cpu", "cuda"]
     ords: Set[int] = set()
     for d in devs:

@@ -118,7 +118,7 @@ def snapshot() -> None:
     st = _state
     if st is not None and st.history is not None:
         with _owned():
-            st.history.read()  # the CUDA tensor blocks since the last snapshot
+            st.history.step()  # the CUDA tensor blocks since the last snapshot
     attrs = []
     try:
         with open("/proc/self/statm") as f:
@@ -283,6 +283,8 @@ class _State:
                     emit(R_OP_END, n, text, len(text))
                     if state.watch is not None:
                         state.watch.after(n, op.name, outs)
+                    if state.history is not None:
+                        state.history.launched(n)
                 finally:
                     own(0)
                 return out

@@ -15,7 +15,7 @@ from conftest import REPO, attr, run_traced
 
 # The program: PyTorch (CPU build) with its CUDA allocator replaced by a
 # stand-in whose segments come from the stand-in driver.
-PROG = r'''
+HARNESS = r'''
 import ctypes, json, os, sys, time, torch, msmemscope
 from msmemscope import torch_hooks
 from msmemscope._records import R_OP_START, R_OP_END, R_TAG
@@ -68,7 +68,9 @@ class Allocator:
 
     def snapshot(self):
         segs = [{"device": 0, "address": a, "total_size": n, "stream": 0,
-                 "blocks": [{"address": b, "size": z, "state": "active_allocated"} for b, z in sorted(bl.items())]}
+                 # blocks are rounded; the history's sizes are the ones asked for
+                 "blocks": [{"address": b, "size": z + 512, "requested_size": z, "state": "active_allocated"}
+                            for b, z in sorted(bl.items())]}
                 for a, n, bl in self.segs]
         self.entry("snapshot", 0, 0)
         return {"segments": segs, "device_traces": [list(self.trace)]}
@@ -81,13 +83,23 @@ class Allocator:
 
 
 A = Allocator()
-torch.cuda.get_allocator_backend = lambda: "native"
-torch.cuda._lazy_call = lambda f, **kw: f()  # CUDA is up
+torch.cuda.get_allocator_backend = lambda: os.environ.get("BACKEND", "native")
+queued = []  # torch.cuda._lazy_call's: run by the program's first CUDA call (LAZY=1)
+torch.cuda._lazy_call = lambda f, **kw: queued.append(f) if os.environ.get("LAZY") == "1" else f()
+
+
+def cuda_init():
+    os.environ["LAZY"] = "0"
+    for f in queued:
+        f()
 torch._C._cuda_isHistoryEnabled = lambda: A.recording
 torch.cuda.memory._record_memory_history = A.record
 torch.cuda.memory._snapshot = A.snapshot
-
 KiB, MiB = 1024, 1024 * 1024
+
+'''
+
+PROG = HARNESS + r'''
 USER = os.environ.get("USER_HISTORY") == "1"
 if USER:  # the program records the history itself: msmemscope reads it, and leaves it as it is
     torch.cuda.memory._record_memory_history("all", max_entries=1000)
@@ -193,7 +205,7 @@ def test_decompose_device_lines(run):
     assert dev["weight"] == (w, w)
     assert dev["gradient"] == (g, 0)
     assert dev["aten"] == (a, 0)
-    assert dev["allocated"] == (max(w + g + a, w + a + p), w + x)
+    assert dev["requested"] == (max(w + g + a, w + a + p), w + x)
     assert dev["reserved"] == (4 * MiB, 4 * MiB)
     assert dev["cached_free"] == (4 * MiB, 4 * MiB - w - x)
     assert dev["outside_pytorch"] == (3 * MiB, 3 * MiB)
@@ -213,6 +225,7 @@ def test_history_mends_what_a_ring_dropped(tmp_path):
     import struct
     import types
     from msmemscope import _cuda_history as ch
+    ch._live.clear()  # (the process's tensor blocks: another test's are not this one's)
 
     class Mem:
         def __init__(self):
@@ -260,3 +273,147 @@ def test_history_mends_what_a_ring_dropped(tmp_path):
             assert live.pop(addr) == size, hex(addr)
     want = {a: z for a, z in m.blocks.items() if a != 0x1000}
     assert live == want
+
+
+# CUDA starts after start(); the program turns on its own history midway;
+# stop() and start() again with a block freed in between.
+LATER = HARNESS + r'''
+os.environ["LAZY"] = "1"
+msmemscope.config(events="alloc,free", analysis="decompose")
+msmemscope.start()
+assert not A.recording and len(queued) == 1, "msmemscope started the history before CUDA"
+cuda_init()  # the program's first CUDA call
+assert A.recording
+seg = A.segment(4 * MiB)
+w = A.alloc(seg, 0, MiB)
+
+
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("handles", ctypes.c_int), ("loc_type", ctypes.c_int), ("loc_id", ctypes.c_int),
+                ("win32", ctypes.c_void_p), ("flags", ctypes.c_ubyte * 8)]
+
+
+# an expandable segment: physical memory (cuMemCreate) mapped into a reserved range
+h, va = ctypes.c_uint64(), ctypes.c_uint64()
+assert cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(2 * MiB), ctypes.byref(Prop(1, 0, 1, 0)), ctypes.c_ulonglong(0)) == 0
+assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(8 * MiB), ctypes.c_size_t(0), ctypes.c_uint64(0),
+                              ctypes.c_ulonglong(0)) == 0
+assert cu.cuMemMap(va, ctypes.c_size_t(2 * MiB), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
+A.entry("segment_map", va.value, 2 * MiB)
+A.segs.append([va.value, 2 * MiB, {}])
+t = A.alloc(va.value, 0, MiB)
+msmemscope.step()
+assert A.calls[-1] == ("all", True)  # msmemscope's: cleared at each read
+torch.cuda.memory._record_memory_history("all", max_entries=1000)  # the program's own, from now on
+g = A.alloc(seg, MiB, 512 * KiB)
+msmemscope.step()
+assert A.calls[-1] == ("all", False) and A.trace, A.calls  # the program's: not cleared
+msmemscope.stop()
+assert A.recording and A.calls[-1] == ("all", False), A.calls  # left on
+A.free(w)  # while collection is off
+msmemscope.start()
+x = A.alloc(seg, 0, 256 * KiB)  # w's address again
+msmemscope.stop()
+assert A.recording and A.calls[-1] == ("all", False), A.calls
+print(json.dumps({"w": w, "g": g, "x": x, "t": t, "seg": seg, "handle": h.value}))
+'''
+
+# PyTorch's cudaMallocAsync backend: no history; its blocks are the driver's.
+ASYNC = HARNESS + r'''
+os.environ["BACKEND"] = "cudaMallocAsync"
+msmemscope.config(events="alloc,free", analysis="decompose")
+msmemscope.start()
+p = drv(MiB, stream=0)
+q = drv(2 * MiB)  # another library's
+msmemscope.stop()
+assert not A.calls, "msmemscope asked cudaMallocAsync for a history"
+print(json.dumps({"p": p, "q": q}))
+'''
+
+
+def _traced(standin, tmp_path, prog):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("LD_LIBRARY_PATH", standin)
+    try:
+        r = run_traced(tmp_path, prog, "--collect-mode=deferred").check()
+    finally:
+        mp.undo()
+    return r, json.loads(r.stdout.strip().splitlines()[-1]), r.rows()
+
+
+def _blocks(rows, typ):
+    out = {}
+    for x in rows:
+        if x["Event Type"] == typ and x["Event"] in ("MALLOC", "FREE"):
+            out.setdefault(int(x["Ptr"], 16), []).append((x["Event"], int(attr(x)["size"])))
+    return out
+
+
+def test_history_across_stop_and_start_and_the_programs_own(standin, tmp_path):
+    pytest.importorskip("torch")
+    r, at, rows = _traced(standin, tmp_path, LATER)
+    pta = _blocks(rows, "PTA")
+    # w is freed while collection was off: its FREE comes at the next start();
+    # x, at w's address, is a block of its own
+    assert pta == {at["w"]: [("MALLOC", MiB), ("FREE", MiB), ("MALLOC", 256 * KiB)],
+                   at["g"]: [("MALLOC", 512 * KiB)], at["t"]: [("MALLOC", MiB)]}
+    # PyTorch's segments: the cuMemAlloc one, and the handle mapped into a range it maps
+    hal = {int(x["Ptr"], 16): attr(x)["owner"] for x in rows if x["Event"] == "MALLOC" and x["Event Type"] == "HAL"}
+    assert hal == {at["seg"]: "HAL@pytorch", at["handle"]: "HAL@pytorch"}
+    (path,) = glob.glob(os.path.join(r.main_folder(), "analysis", "decompose_*.csv"))
+    with open(path, newline="") as f:
+        dev = {x["Name"]: (int(x["Peak(byte)"]), int(x["End(byte)"])) for x in csv.DictReader(f) if x["Kind"] == "cuda:0"}
+    live = 512 * KiB + 256 * KiB + MiB  # g, x and t
+    assert dev["requested"][1] == live
+    assert dev["reserved"] == (6 * MiB, 6 * MiB)
+    assert dev["cached_free"][1] == 6 * MiB - live  # t lies in the mapped range
+
+
+def test_cudamallocasync_blocks_are_tensor_blocks(standin, tmp_path):
+    pytest.importorskip("torch")
+    r, at, rows = _traced(standin, tmp_path, ASYNC)
+    assert _blocks(rows, "PTA") == {at["p"]: [("MALLOC", MiB)]}
+    assert _blocks(rows, "HAL") == {at["q"]: [("MALLOC", 2 * MiB)]}
+    (path,) = glob.glob(os.path.join(r.main_folder(), "analysis", "decompose_*.csv"))
+    with open(path, newline="") as f:
+        dev = {x["Name"]: (int(x["Peak(byte)"]), int(x["End(byte)"])) for x in csv.DictReader(f) if x["Kind"] == "cuda:0"}
+    assert dev["requested"] == (MiB, MiB) and dev["outside_pytorch"] == (2 * MiB, 2 * MiB)
+    assert "reserved" not in dev and "cached_free" not in dev  # the driver's pool keeps its own
+
+
+def test_history_entries_the_state_showed_first(tmp_path):
+    """PyTorch copies a device's history before its segments: a block
+    allocated between the two is in the state and not yet in the history.
+    The read mends it at its own time; its entry, older, comes in the next
+    read (a program's history is never cleared) and must not make a second
+    block."""
+    import contextlib
+    import types
+    from msmemscope import _cuda_history as ch
+    ch._live.clear()  # (the process's tensor blocks: another test's are not this one's)
+
+    trace, blocks = [], {}
+    hidden = []  # the entry the next snapshot's history copy missed
+
+    def snapshot():
+        t = [e for e in trace if e not in hidden]
+        hidden.clear()
+        return {"segments": [{"device": 0, "address": 0x1000, "blocks": [
+            {"address": a, "size": z, "state": "active_allocated"} for a, z in sorted(blocks.items())]}],
+            "device_traces": [t]}
+
+    cuda = types.SimpleNamespace(get_allocator_backend=lambda: "native", _lazy_call=lambda f: f(),
+                                 memory=types.SimpleNamespace(_snapshot=snapshot, _record_memory_history=None))
+    torch = types.SimpleNamespace(cuda=cuda, _C=types.SimpleNamespace(_cuda_isHistoryEnabled=lambda: True))
+    path = tmp_path / ch.FILE
+    h = ch.History(torch, None, lambda: str(path), contextlib.nullcontext)
+    h.begin()
+    e = {"action": "alloc", "addr": 0x2000, "size": 512, "time_us": 1}
+    trace.append(e)
+    blocks[0x2000] = 512
+    hidden.append(e)
+    h.read()
+    h.close()
+    data = path.read_bytes()
+    got = [ch.ENTRY.unpack_from(data, off)[0] for off in range(len(ch.MAGIC), len(data), ch.ENTRY.size)]
+    assert got == [ch.A_ALLOC], got
