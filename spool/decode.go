@@ -328,7 +328,16 @@ func (d *Decoder) Next() (*trace.Event, error) {
 		return d.emit(e), nil
 	}
 	for {
-		r, ns, err := d.nextRec()
+		var r *Rec
+		var ns uint64
+		var err error
+		if d.held == nil && !d.readerDone { // (the reader's next, without a call more per row)
+			if r, ns, err = d.r.Next(); r == nil && err == nil {
+				d.readerDone = true
+			}
+		} else {
+			r, ns, err = d.nextRec()
+		}
 		if err != nil {
 			return nil, err
 		}
