@@ -92,6 +92,7 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 			old.cat.live -= old.size
 			if old.dev != nil {
 				a.observeDevice(old.dev, old.class, old.cat, old.site, old.size, false)
+				delete(old.dev.outSeg, key)
 			}
 		}
 		owner := e.Owner
@@ -106,7 +107,7 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 		}
 		if isDevice(e) {
 			l.dev = a.device(e.Device)
-			l.class = l.dev.classOf(e)
+			l.class = a.classOf(l.dev, e)
 			if l.class == devHAL {
 				l.site = stat(l.dev.outSites, siteOf(e))
 			}
@@ -120,8 +121,12 @@ func (a *DecomposeAnalyzer) Observe(e *trace.Event) {
 			l.cat.live -= l.size
 			if l.dev != nil {
 				a.observeDevice(l.dev, l.class, l.cat, l.site, l.size, false)
-				if l.class == devReserved {
+				switch l.class {
+				case devReserved:
 					l.dev.dropSpan(e.Ptr) // (a handle's spans go with its UNMAP rows)
+					delete(l.dev.torchHandles, e.Ptr)
+				case devPTA:
+					delete(l.dev.outSeg, key)
 				}
 			}
 			delete(a.live, key)

@@ -44,12 +44,15 @@ const (
 )
 
 type devStats struct {
-	name             string
-	pta, ptaDrv      uint64          // tensor blocks; those of them that are driver blocks
-	inSeg            uint64          // tensor blocks inside PyTorch's segments
-	hal, seg         uint64          // other HAL blocks; PyTorch's segments
-	segs             []span          // where PyTorch's segments are, by start
-	torchHandles     map[uint64]bool // PyTorch's cuMemCreate handles (expandable segments)
+	name         string
+	pta, ptaDrv  uint64          // tensor blocks; those of them that are driver blocks
+	inSeg        uint64          // tensor blocks inside PyTorch's segments
+	hal, seg     uint64          // other HAL blocks; PyTorch's segments
+	segs         []span          // where PyTorch's segments are, by start
+	torchHandles map[uint64]bool // PyTorch's cuMemCreate handles (expandable segments)
+	// Tensor blocks in no segment yet, by where they are: a segment's row
+	// may come after its first tensor's (two clocks stamp them).
+	outSeg           map[blockKey]uint64
 	lines            map[string]*DecomposeStat
 	cats             map[string]*DecomposeStat
 	outSites         map[string]*DecomposeStat // outside_pytorch by allocation site
@@ -67,7 +70,7 @@ func (a *DecomposeAnalyzer) device(id string) *devStats {
 	d := a.devs[id]
 	if d == nil {
 		d = &devStats{name: "cuda:" + id, lines: map[string]*DecomposeStat{}, cats: map[string]*DecomposeStat{},
-			outSites: map[string]*DecomposeStat{}, torchHandles: map[uint64]bool{}}
+			outSites: map[string]*DecomposeStat{}, torchHandles: map[uint64]bool{}, outSeg: map[blockKey]uint64{}}
 		a.devs[id] = d
 	}
 	return d
@@ -76,7 +79,7 @@ func (a *DecomposeAnalyzer) device(id string) *devStats {
 // classOf is a device MALLOC's class; a segment of PyTorch's is noted
 // where it lies (a cuMemAlloc block: its range; a cuMemCreate handle: where
 // MAP rows put it).
-func (d *devStats) classOf(e *trace.Event) devClass {
+func (a *DecomposeAnalyzer) classOf(d *devStats, e *trace.Event) devClass {
 	switch e.Type {
 	case trace.TypePTA:
 		if _, drv := e.Get("kind"); drv { // the driver's kind: a HAL block made a tensor's
@@ -85,13 +88,14 @@ func (d *devStats) classOf(e *trace.Event) devClass {
 		if d.inSegment(e.Ptr) {
 			return devPTAInSeg
 		}
+		d.outSeg[blockKey{e.Pid, e.AllocID}] = e.Ptr
 		return devPTA
 	case trace.TypeHAL:
 		if strings.HasSuffix(e.Owner, "@pytorch") {
 			if k, _ := e.Get("kind"); k == "vmm" {
 				d.torchHandles[e.Ptr] = true
 			} else {
-				d.addSpan(e.Ptr, e.Size)
+				a.addSpan(d, e.Ptr, e.Size)
 			}
 			return devReserved
 		}
@@ -106,9 +110,21 @@ func isDevice(e *trace.Event) bool { return e.Device != trace.DeviceHost && e.De
 // span is an address range, [start, end).
 type span struct{ start, end uint64 }
 
-func (d *devStats) addSpan(p, n uint64) {
+// addSpan notes a segment of PyTorch's, and counts the live tensor blocks
+// in it as in it.
+func (a *DecomposeAnalyzer) addSpan(d *devStats, p, n uint64) {
 	i, _ := slices.BinarySearchFunc(d.segs, p, func(s span, p uint64) int { return cmp.Compare(s.start, p) })
 	d.segs = slices.Insert(d.segs, i, span{p, p + n})
+	for k, ptr := range d.outSeg {
+		if ptr >= p && ptr < p+n {
+			delete(d.outSeg, k)
+			if l, ok := a.live[k]; ok {
+				l.class = devPTAInSeg
+				a.live[k] = l
+				d.inSeg += l.size
+			}
+		}
+	}
 }
 
 func (d *devStats) dropSpan(p uint64) {
@@ -141,7 +157,7 @@ func (a *DecomposeAnalyzer) observeMapping(e *trace.Event) {
 	n, _ := e.Get("size")
 	nv, err2 := strconv.ParseUint(n, 10, 64)
 	if err == nil && err2 == nil && d.torchHandles[hv] {
-		d.addSpan(e.Ptr, nv)
+		a.addSpan(d, e.Ptr, nv)
 	}
 }
 

@@ -103,3 +103,24 @@ func TestDecomposeDeviceLines(t *testing.T) {
 		t.Errorf("CSV %q (%v)", b.String(), err)
 	}
 }
+
+// A tensor block whose row comes before its segment's (two clocks stamp
+// them) is counted inside the segment once the segment's row comes.
+func TestDecomposeTensorBeforeItsSegment(t *testing.T) {
+	a := NewDecomposeAnalyzer()
+	const M = 1 << 20
+	a.Observe(&trace.Event{Kind: trace.KindMalloc, Type: trace.TypePTA, Device: "0", Pid: 1, AllocID: 1, Owner: "PTA", Ptr: 0x7e0000100000, Size: M})
+	a.Observe(&trace.Event{Kind: trace.KindMalloc, Type: trace.TypeHAL, Device: "0", Pid: 1, AllocID: 2, Owner: "HAL@pytorch", Ptr: 0x7e0000000000, Size: 4 * M})
+	found := false
+	for _, s := range a.Finish().Devices[0].Lines {
+		if s.Name == "cached_free" {
+			found = true
+			if s.Peak != 3*M || s.End != 3*M {
+				t.Errorf("cached_free peak %d end %d, want 3 MiB both", s.Peak, s.End)
+			}
+		}
+	}
+	if !found {
+		t.Error("no cached_free line")
+	}
+}

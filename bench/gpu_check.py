@@ -55,7 +55,7 @@ if smoke:
     for name in ("synchronize", "memory_allocated", "max_memory_allocated", "memory_reserved"):
         setattr(torch.cuda, name, lambda *a: 0)
     torch.cuda.get_device_name = lambda *a: "none (smoke test on the CPU)"
-    torch.cuda.memory_stats = lambda *a: {}
+    torch.cuda.memory_stats = lambda *a: {"requested_bytes.all.current": 0, "requested_bytes.all.peak": 0}
 torch.manual_seed(0)
 dev = torch.device("cpu" if smoke else "cuda")
 model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
@@ -244,13 +244,14 @@ def compare_pta(res: dict, caching: bool) -> dict:
     if not cap or len(cap["pta_at_step"]) != len(res["steps"]):
         return {"ok": False, "why": "marks missing from the capture", "error": res.get("error", "")[-500:]}
     cur, peak = ("requested", "max_requested") if caching else ("allocated", "max_allocated")
-    bad = [(i, c["live"], s[cur], c["peak"], s[peak])
-           for i, (c, s) in enumerate(zip(cap["pta_at_step"], res["steps"]))
-           if c["live"] != s[cur] or c["peak"] != s[peak]]
-    out = {"ok": not bad, "compared_with": cur, "pta_bytes": [c["live"] for c in cap["pta_at_step"]],
+    pairs = list(zip(cap["pta_at_step"], res["steps"]))
+    bad = [(i, c["live"], s[cur]) for i, (c, s) in enumerate(pairs) if c["live"] != s[cur]]
+    bad_peak = [(i, c["peak"], s[peak]) for i, (c, s) in enumerate(pairs) if c["peak"] != s[peak]]
+    out = {"ok": not bad and not bad_peak, "compared_with": cur, "pta_bytes": [c["live"] for c in cap["pta_at_step"]],
            cur: [s[cur] for s in res["steps"]], "allocated": [s["allocated"] for s in res["steps"]],
-           "mismatches": bad[:5], "decompose_cuda0": cap["decompose_cuda0"]}
-    if caching:
+           "mismatches": bad[:5], "peak_mismatches": bad_peak[:5], "decompose_cuda0": cap["decompose_cuda0"],
+           "hal_torch_device_bytes": [c["torch_device"] for c in cap["live_at_step"]]}
+    if caching and not os.environ.get("GPUCHECK_SMOKE"):  # (no device lines on a CPU)
         end = cap["decompose_cuda0"].get("reserved", [0, None])[1]
         out["reserved_end"], out["memory_reserved_last"] = end, res["steps"][-1]["reserved"]
         out["ok"] = out["ok"] and end == res["steps"][-1]["reserved"]

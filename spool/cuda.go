@@ -133,6 +133,9 @@ func (d *Decoder) oom(r *Rec, e *trace.Event) *trace.Event {
 // bytes are the handle's MALLOC's: the row's size stays out of Size, so
 // that nothing sums it. None while collection was off.
 func (d *Decoder) vmmMapping(r *Rec, e *trace.Event) *trace.Event {
+	if d.torch != nil && d.torch.pre {
+		d.torch.mapping(d, r) // (while collection is off too: a segment's handle is PyTorch's all the same)
+	}
 	if r.Flags&format.FOff != 0 {
 		d.reason = NotWrittenOff
 		return nil
@@ -143,9 +146,6 @@ func (d *Decoder) vmmMapping(r *Rec, e *trace.Event) *trace.Event {
 	}
 	e.Device = deviceOf(block{dev: devOfB(r.B)})
 	e.Ptr, e.HasPtr = r.A, true
-	if d.torch != nil && d.torch.pre {
-		d.torch.mapping(d, r)
-	}
 	if d.fast {
 		return e
 	}

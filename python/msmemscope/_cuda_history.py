@@ -13,8 +13,9 @@ their device, and marks the HAL blocks that are PyTorch's segments
 
 * Sizes are the sizes asked for (the history's, and the state's
   ``requested_size``), as a CPU tensor's block is: their sum is
-  ``memory_stats()["requested_bytes.all.current"]``;
-  ``memory_allocated()`` counts the allocator's rounded blocks.
+  ``memory_stats()["requested_bytes.all.current"]`` (which PyTorch lowers
+  later for a block another stream still used); ``memory_allocated()``
+  counts the allocator's rounded blocks.
 * A history msmemscope turned on is cleared after each read, so it never
   grows past a read's entries. One the program turns on (before or after
   msmemscope did) is the program's: msmemscope reads it only at ``stop()``
@@ -46,6 +47,7 @@ from __future__ import annotations
 import functools
 import os
 import struct
+import threading
 import time
 import warnings
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -96,7 +98,12 @@ class History:
         self.on = False  # the history is recording and read
         self.closed = False
         self.mine = False  # msmemscope turned it on (and clears it)
-        self.orig: Any = None  # the program's _record_memory_history, before msmemscope wrapped it
+        self.pid = os.getpid()  # a forked child reads nothing (its copy of the allocator is not the run's)
+        # Reads come from the program's thread, autograd's device threads
+        # (launched) and the program's own calls: one at a time.
+        self.lock = threading.RLock()
+        self.ours = False  # msmemscope's own call of _record_memory_history is under way
+        self.wrapped: List[Tuple[str, Any]] = []  # (torch._C's name, its function), while wrapped
         # Per device, the time of the last entry read and how many read had
         # it: a ring (max_entries) drops old entries, so a place in it is
         # not an index.
@@ -121,14 +128,24 @@ class History:
         except Exception:
             return
 
+    def _here(self) -> bool:
+        return os.getpid() == self.pid and self.on and not self.closed
+
     def _start(self) -> None:
         # Run by the program's first CUDA call, inside PyTorch's lazy init:
         # nothing may escape it (it would fail that call).
         try:
-            if _lib.in_child() or self.closed or self.on:
+            if _lib.in_child() or os.getpid() != self.pid or self.closed or self.on:
                 return
-            with self.owned():
-                self._begin_now()
+            with self.lock, self.owned():
+                try:
+                    self._begin_now()
+                except BaseException:
+                    if self.mine:  # not left recording with no one to read it
+                        self._record(None)
+                    self.mine = False
+                    self._unwrap()
+                    raise
         except Exception as e:
             try:
                 warnings.warn("msmemscope: PyTorch's CUDA allocator history is unavailable (%s): CUDA "
@@ -136,32 +153,42 @@ class History:
             except Exception:  # warnings made errors
                 pass
 
-    def _record(self, clear: bool) -> None:
-        rec = self.orig
+    def _record(self, enabled: Optional[str], clear: bool = True) -> None:
+        """msmemscope's own setting of the history (enabled None: off)."""
+        rec = self.torch.cuda.memory._record_memory_history
+        self.ours = True
         try:
-            rec("all", context=None, stacks="python", max_entries=MAX_ENTRIES, clear_history=clear)
-        except TypeError:  # a PyTorch without clear_history: the entries' times tell the new ones
-            rec("all", context=None, stacks="python", max_entries=MAX_ENTRIES)
+            if enabled is None:
+                rec(None)
+                return
+            try:
+                rec(enabled, context=None, stacks="python", max_entries=MAX_ENTRIES, clear_history=clear)
+            except TypeError:  # a PyTorch without clear_history: the entries' times tell the new ones
+                rec(enabled, context=None, stacks="python", max_entries=MAX_ENTRIES)
+        finally:
+            self.ours = False
 
     def _begin_now(self) -> None:
         torch = self.torch
-        mem = torch.cuda.memory
-        self.orig = getattr(mem._record_memory_history, "_msmemscope_orig", mem._record_memory_history)
         try:
             user = bool(torch._C._cuda_isHistoryEnabled())
         except Exception:
             user = False
         if not user:
-            self._record(True)
+            self._record("all")
             self.mine = True
-        snap = mem._snapshot()
+        self._wrap()
+        snap = torch.cuda.memory._snapshot()
         mono = time.monotonic_ns()
         active = _active(snap, self.devices)
         out = []
-        for k in [k for k in _live if k not in active]:  # freed while collection was off
-            size = _live.pop(k)
-            if size is not None:
+        for k in list(_live):
+            size = _live[k]
+            if size is not None and active.get(k) != size:  # freed (or replaced) while collection was off
                 out.append(ENTRY.pack(A_FREE, k[0], mono, k[1], size, 0))
+                self.mended[k] = mono
+            if k not in active or size != active[k]:
+                del _live[k]
         for k in active:
             if k not in _live:  # allocated before this start(): no rows
                 _live[k] = None
@@ -169,44 +196,58 @@ class History:
             self._new(d, trace)  # already in the state: read as seen
         if out:
             self._append(b"".join(out))
-        self._wrap()
         self.on = True
 
     def _wrap(self) -> None:
-        """Notices the program turning the history on or off itself."""
-        mem = self.torch.cuda.memory
-        orig, hist = self.orig, self
+        """Notices the program setting the history itself, by whatever name
+        it calls (torch.cuda.memory looks torch._C's functions up at each
+        call): its history is the program's from then on; turned off, it
+        gives way to msmemscope's again."""
+        C, hist = self.torch._C, self
+        for name, enabled_at in (("_cuda_record_memory_history", 10), ("_cuda_record_memory_history_legacy", 11)):
+            orig = getattr(C, name, None)
+            if orig is None or getattr(orig, "_msmemscope_orig", None) is not None:
+                continue
 
-        @functools.wraps(orig)
-        def _record_memory_history(*args: Any, **kwargs: Any) -> Any:
-            active = hist.on and not hist.closed
-            if active:
-                with hist.owned():
-                    hist.read()  # what was recorded under the settings before
-            r = orig(*args, **kwargs)
-            if active:
-                enabled = args[0] if args else kwargs.get("enabled", "all")
-                if enabled in (None, False):  # the program turned it off: msmemscope keeps its own
+            def wrapper(*args: Any, _orig: Any = orig, _cuda_at: int = enabled_at, **kwargs: Any) -> Any:
+                if hist.ours or not hist._here():
+                    return _orig(*args, **kwargs)
+                with hist.lock:
                     with hist.owned():
-                        hist._record(True)
-                    hist.mine = True
-                else:
-                    hist.mine = False
-            return r
+                        hist._read()  # what was recorded under the settings before
+                    r = _orig(*args, **kwargs)
+                    # record_cuda (PyTorch 2.15's last argument): False leaves the device's history alone
+                    cuda = kwargs.get("record_cuda", args[_cuda_at - 1] if len(args) == _cuda_at else True)
+                    if cuda:
+                        enabled = args[0] if args else kwargs.get("enabled")
+                        if not enabled:  # the program turned it off: msmemscope keeps its own
+                            with hist.owned():
+                                hist._record("all")
+                            hist.mine = True
+                        else:
+                            hist.mine = False
+                    return r
 
-        _record_memory_history._msmemscope_orig = orig  # type: ignore[attr-defined]
-        mem._record_memory_history = _record_memory_history
+            wrapper._msmemscope_orig = orig  # type: ignore[attr-defined]
+            functools.update_wrapper(wrapper, orig)
+            setattr(C, name, wrapper)
+            self.wrapped.append((name, orig))
 
     def _unwrap(self) -> None:
-        mem = self.torch.cuda.memory
-        if getattr(mem._record_memory_history, "_msmemscope_orig", None) is self.orig:
-            mem._record_memory_history = self.orig
+        C = self.torch._C
+        for name, orig in self.wrapped:
+            if getattr(getattr(C, name, None), "_msmemscope_orig", None) is orig:
+                setattr(C, name, orig)
+        self.wrapped = []
 
     def launched(self, n: int) -> None:
         """After operator launch n: msmemscope's history is read every
         READ_EVERY launches, so that it stays small without step()."""
-        if n % READ_EVERY == 0 and self.mine and self.on:
-            self.read()
+        if n % READ_EVERY == 0 and self.mine and self._here() and self.lock.acquire(blocking=False):
+            try:
+                self._read()
+            finally:
+                self.lock.release()
 
     def step(self) -> None:
         if not self.mine:
@@ -215,7 +256,11 @@ class History:
 
     def read(self) -> None:
         """Appends the entries since the last read to the file."""
-        if not self.on:
+        with self.lock:
+            self._read()
+
+    def _read(self) -> None:
+        if not self._here():
             return
         torch = self.torch
         try:
@@ -224,7 +269,7 @@ class History:
             return
         if self.mine:
             try:
-                self._record(True)
+                self._record("all")
             except Exception:
                 pass
         mono = time.monotonic_ns()
@@ -246,7 +291,7 @@ class History:
                     continue
                 addr, size = e.get("addr", 0), e.get("size", 0)
                 ns = max(0, e.get("time_us", 0) * 1000 - off)
-                if mended and ns <= mended.get((dev, addr), -1):
+                if mended and a <= A_FREE and ns <= mended.get((dev, addr), -1):
                     continue  # the state showed it already
                 if a == A_ALLOC:
                     old = live.get((dev, addr))
@@ -259,9 +304,9 @@ class History:
                 out.append(pack(a, dev, ns, addr, size, e.get("stream", 0)))
         # What the history missed, from the state now.
         active = _active(snap, self.devices)
-        for k in [k for k in live if k not in active]:
+        for k in [k for k, size in live.items() if active.get(k, -1) != size and size is not None or k not in active]:
             size = live.pop(k)
-            if size is not None:
+            if size is not None:  # freed, or freed and its address reused at another size
                 out.append(pack(A_FREE, k[0], mono, k[1], size, 0))
                 self.mended[k] = mono
         for k, size in active.items():
@@ -304,16 +349,17 @@ class History:
 
     def close(self) -> None:
         """The last read; a history msmemscope turned on is turned off."""
-        self.read()
-        self.closed = True
-        if self.on:
-            self._unwrap()
-            if self.mine:
-                try:
-                    self.orig(None)
-                except Exception:
-                    pass
-        self.on = False
+        with self.lock:
+            self._read()
+            if self._here():
+                self._unwrap()
+                if self.mine:
+                    try:
+                        self._record(None)
+                    except Exception:
+                        pass
+            self.closed = True
+            self.on = False
 
 
 def wanted(cfg: Dict[str, Any]) -> Tuple[bool, Optional[Set[int]]]:

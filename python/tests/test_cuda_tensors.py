@@ -75,7 +75,7 @@ class Allocator:
         self.entry("snapshot", 0, 0)
         return {"segments": segs, "device_traces": [list(self.trace)]}
 
-    def record(self, enabled="all", context=None, stacks="python", max_entries=sys.maxsize, clear_history=False, **kw):
+    def record(self, enabled, context, stacks, max_entries, clear_history, *rest):  # torch._C's, as PyTorch calls it
         self.calls.append((enabled, clear_history))
         self.recording, self.max = enabled is not None, max_entries
         if clear_history or not self.recording:
@@ -93,7 +93,7 @@ def cuda_init():
     for f in queued:
         f()
 torch._C._cuda_isHistoryEnabled = lambda: A.recording
-torch.cuda.memory._record_memory_history = A.record
+torch._C._cuda_record_memory_history = A.record  # under PyTorch's own _record_memory_history
 torch.cuda.memory._snapshot = A.snapshot
 KiB, MiB = 1024, 1024 * 1024
 
@@ -260,6 +260,10 @@ def test_history_mends_what_a_ring_dropped(tmp_path):
     h.read()
     m.op("alloc", 0x1000 + 4 * 512, 1024)  # an address reused
     m.op("free_requested", 0x1000 + 9 * 512, 512)
+    h.pid, size = -1, path.stat().st_size  # as in a forked child: its copy of the allocator is not read
+    h.read()
+    assert path.stat().st_size == size
+    h.pid = os.getpid()
     h.close()
     data = path.read_bytes()
     assert data.startswith(ch.MAGIC)
@@ -279,6 +283,7 @@ def test_history_mends_what_a_ring_dropped(tmp_path):
 # stop() and start() again with a block freed in between.
 LATER = HARNESS + r'''
 os.environ["LAZY"] = "1"
+from torch.cuda.memory import _record_memory_history as program_records  # a name taken before msmemscope starts
 msmemscope.config(events="alloc,free", analysis="decompose")
 msmemscope.start()
 assert not A.recording and len(queued) == 1, "msmemscope started the history before CUDA"
@@ -304,7 +309,7 @@ A.segs.append([va.value, 2 * MiB, {}])
 t = A.alloc(va.value, 0, MiB)
 msmemscope.step()
 assert A.calls[-1] == ("all", True)  # msmemscope's: cleared at each read
-torch.cuda.memory._record_memory_history("all", max_entries=1000)  # the program's own, from now on
+program_records("all", max_entries=1000)  # the program's own, from now on
 g = A.alloc(seg, MiB, 512 * KiB)
 msmemscope.step()
 assert A.calls[-1] == ("all", False) and A.trace, A.calls  # the program's: not cleared
