@@ -34,8 +34,9 @@ their device, and marks the HAL blocks that are PyTorch's segments
   blocks.
 
 msmemscope never starts CUDA itself (that would break DataLoader workers
-forked later): the history starts when the program's first CUDA call does
-(``torch.cuda._lazy_call``), and never in a forked child.
+forked later): the history starts at ``start()`` if CUDA is up, else at the
+program's first CUDA call (``torch.cuda._lazy_call``), and never in a
+forked child.
 
 File: an 8-byte magic, then 40-byte little-endian entries: action (u8),
 device ordinal (u8), 6 bytes of padding, the time as CLOCK_MONOTONIC ns
