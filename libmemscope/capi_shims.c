@@ -47,6 +47,10 @@ uint64_t mstxRangeStartA(const char *msg, void *stream) {
 	(void)stream;
 	uint64_t id = atomic_fetch_add(&ms_mstx_next, 1);
 	if (api_event(R_RSTART, 0, id, msg ? msg : "")) return 0;
+	// A step (mstx's or NVTX's "step start" range) brings its device
+	// SNAPSHOT, as msmemscope_step() does: programs that mark steps so get
+	// decompose's context_inferred line too.
+	if (msg && !strcmp(msg, "step start")) ms_cuda_snapshot();
 	return id;
 }
 

@@ -1,4 +1,5 @@
-// Steps in a CUDA program (the C API's msmemscope_step) and the device
+// Steps in a CUDA program (the C API's msmemscope_step, an mstx "step start"
+// range) and the device
 // SNAPSHOT rows they bring: cuMemGetInfo's free and total of the current
 // device. The program prints what the driver says after each step, for the
 // test to compare. Linked with -lmemscope and the stand-in driver.
@@ -24,6 +25,10 @@ int main(void) {
 	msmemscope_step();
 	used();
 	cuMemFree_v2(a);
+	uint64_t s = mstxRangeStartA("step start", NULL); // an mstx (or NVTX) step brings one too
+	used();
+	mstxRangeEnd(s);
+	mstxRangeEnd(mstxRangeStartA("forward", NULL)); // another range: none
 	cuMemFree_v2(b);
 	return 0;
 }
