@@ -52,11 +52,11 @@ type devStats struct {
 	torchHandles map[uint64]bool // PyTorch's cuMemCreate handles (expandable segments)
 	// Tensor blocks in no segment yet, by where they are: a segment's row
 	// may come after its first tensor's (two clocks stamp them).
-	outSeg           map[blockKey]uint64
-	lines            map[string]*DecomposeStat
-	cats             map[string]*DecomposeStat
-	outSites         map[string]*DecomposeStat // outside_pytorch by allocation site
-	sawSeg, sawSnaps bool
+	outSeg   map[blockKey]uint64
+	lines    map[string]*DecomposeStat
+	cats     map[string]*DecomposeStat
+	outSites map[string]*DecomposeStat // outside_pytorch by allocation site
+	sawSeg   bool                      // a segment of PyTorch's was seen: reserved and cached_free have something to say
 }
 
 // DeviceDecompose is one CUDA device's lines: its categories, then
@@ -242,7 +242,6 @@ func (a *DecomposeAnalyzer) observeSnapshot(e *trace.Event) {
 		return
 	}
 	d := a.device(e.Device)
-	d.sawSnaps = true
 	drv := d.hal + d.seg + d.ptaDrv // every driver block the rows hold
 	d.set("context_inferred", used-min(used, drv))
 }

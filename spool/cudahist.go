@@ -201,20 +201,10 @@ func (t *torchDec) mapping(d *Decoder, r *Rec) {
 	}
 }
 
-// nextRec is the next record in time order: one held back while history
-// entries before it were merged, else the reader's.
-func (d *Decoder) nextRec() (*Rec, uint64, error) {
-	if d.held != nil {
-		r := d.held
-		d.held = nil
-		return r, d.heldNs, nil
-	}
-	if d.readerDone {
-		return nil, 0, nil
-	}
-	r, ns, err := d.r.Next()
-	if r == nil && err == nil {
-		d.readerDone = true
-	}
-	return r, ns, err
+// heldRec is the record held back while history entries before it were
+// merged (nil once the reader is done: Next calls the reader itself).
+func (d *Decoder) heldRec() (*Rec, uint64) {
+	r := d.held
+	d.held = nil
+	return r, d.heldNs
 }

@@ -336,7 +336,7 @@ func (d *Decoder) Next() (*trace.Event, error) {
 				d.readerDone = true
 			}
 		} else {
-			r, ns, err = d.nextRec()
+			r, ns = d.heldRec()
 		}
 		if err != nil {
 			return nil, err
