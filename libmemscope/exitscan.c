@@ -49,6 +49,51 @@ HIDDEN void own_note(void *p, size_t n) {
 	own_give();
 }
 
+// own_map notes a mapping the Go runtime made: on linux/amd64 it maps
+// through cgo's _cgo_mmap, which calls mmap from inside this library. Its
+// heap arenas and what it keeps off its heap (heap metadata, the pages a
+// growing slice left) hold copies of block addresses the scan must not read
+// as the program's. Go maps over its own reservations (MAP_FIXED): a range
+// already noted is not noted again.
+HIDDEN void own_map(void *p, size_t n) {
+	if (!p || !n) return;
+	uintptr_t lo = (uintptr_t)p, hi = lo + n;
+	own_take();
+	for (int i = 0; i < own_n; i++)
+		if (own[i].lo && own[i].lo <= lo && hi <= own[i].hi) {
+			own_give();
+			return;
+		}
+	own_give();
+	own_note(p, n);
+}
+
+// own_unmap takes [p, p+n) out of the ranges noted: Go unmaps parts of its
+// reservations (the excess of an aligned one), and the program may map
+// there later.
+HIDDEN void own_unmap(void *p, size_t n) {
+	uintptr_t lo = (uintptr_t)p, hi = lo + n;
+	uintptr_t split_lo = 0, split_hi = 0;
+	own_take();
+	for (int i = 0; i < own_n; i++) {
+		uintptr_t a = own[i].lo, b = own[i].hi;
+		if (!a || b <= lo || hi <= a) continue;
+		if (lo <= a && b <= hi) { // all of it
+			own[i].lo = own[i].hi = 0;
+			if (i < own_free) own_free = i;
+		} else if (lo <= a) {
+			own[i].lo = hi;
+		} else if (b <= hi) {
+			own[i].hi = lo;
+		} else { // a hole in it: two ranges
+			own[i].hi = lo;
+			split_lo = hi, split_hi = b;
+		}
+	}
+	own_give();
+	if (split_lo) own_note((void *)split_lo, split_hi - split_lo);
+}
+
 HIDDEN void own_forget(void *p) {
 	own_take();
 	for (int i = 0; i < own_n; i++)

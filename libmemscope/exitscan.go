@@ -131,6 +131,8 @@ func ownRegions(maps []leakscan.Mapping) []leakscan.Region {
 	}
 	// The Go heap: the 64 MiB arenas that hold objects of each size class
 	// range (small, large, the drain buffer), and the mappings around them.
+	// Every mapping the runtime makes through cgo's mmap is noted already
+	// (own_map); these probes stand where it maps otherwise.
 	var arenas []leakscan.Region
 	small, mid, large := new([16]byte), new([32 << 10]byte), make([]byte, 4<<20)
 	probes := []unsafe.Pointer{unsafe.Pointer(goHeapObject), unsafe.Pointer(small), unsafe.Pointer(mid), unsafe.Pointer(&large[0])}

@@ -295,8 +295,13 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 	long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 	void *p = (void *)r;
 	// A mapping made from inside this library (the Go runtime maps through
-	// cgo's _cgo_mmap) is dropped by rec_alloc, its unmapping here.
+	// cgo's _cgo_mmap) is no row (rec_alloc drops it, its unmapping here)
+	// and never a root of the leak-kind scan.
 	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
+	if (p != MAP_FAILED && in_self(ra)) {
+		own_map(p, len);
+		return p;
+	}
 	if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && !in_unwinder(ra) && ready() && should_record()) rec_alloc(p, len, F_MMAP, ra);
 	return p;
 }
@@ -304,7 +309,12 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __a
 
 int munmap(void *addr, size_t len) {
 	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
-	if (!in_self(ra) && !in_unwinder(ra) && ready() && should_record()) rec_free(addr, len, F_MMAP);
+	if (in_self(ra)) {
+		int r = (int)syscall(SYS_munmap, addr, len);
+		if (r == 0) own_unmap(addr, len);
+		return r;
+	}
+	if (!in_unwinder(ra) && ready() && should_record()) rec_free(addr, len, F_MMAP);
 	return (int)syscall(SYS_munmap, addr, len);
 }
 
