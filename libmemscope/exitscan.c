@@ -33,19 +33,24 @@ static void own_take(void) {
 }
 static void own_give(void) { atomic_flag_clear_explicit(&own_lock, memory_order_release); }
 
-HIDDEN void own_note(void *p, size_t n) {
-	if (!p || !n) return;
-	own_take();
+// own_put notes [lo, hi) in a free slot; own_lock is held.
+static void own_put(uintptr_t lo, uintptr_t hi) {
 	int i = own_free;
 	while (i < own_n && own[i].lo) i++;
 	if (i < OWN_MAX) {
-		own[i].lo = (uintptr_t)p;
-		own[i].hi = (uintptr_t)p + n;
+		own[i].lo = lo;
+		own[i].hi = hi;
 		if (i == own_n) own_n++;
 		own_free = i + 1;
 	} else {
 		own_full = 1; // the scan says its kinds may be wrong
 	}
+}
+
+HIDDEN void own_note(void *p, size_t n) {
+	if (!p || !n) return;
+	own_take();
+	own_put((uintptr_t)p, (uintptr_t)p + n);
 	own_give();
 }
 
@@ -59,13 +64,10 @@ HIDDEN void own_map(void *p, size_t n) {
 	if (!p || !n) return;
 	uintptr_t lo = (uintptr_t)p, hi = lo + n;
 	own_take();
-	for (int i = 0; i < own_n; i++)
-		if (own[i].lo && own[i].lo <= lo && hi <= own[i].hi) {
-			own_give();
-			return;
-		}
+	int noted = 0;
+	for (int i = 0; i < own_n && !noted; i++) noted = own[i].lo && own[i].lo <= lo && hi <= own[i].hi;
+	if (!noted) own_put(lo, hi);
 	own_give();
-	own_note(p, n);
 }
 
 // own_unmap takes [p, p+n) out of the ranges noted: Go unmaps parts of its
@@ -73,9 +75,8 @@ HIDDEN void own_map(void *p, size_t n) {
 // there later.
 HIDDEN void own_unmap(void *p, size_t n) {
 	uintptr_t lo = (uintptr_t)p, hi = lo + n;
-	uintptr_t split_lo = 0, split_hi = 0;
 	own_take();
-	for (int i = 0; i < own_n; i++) {
+	for (int i = 0; i < own_n; i++) { // (a part split off starts at hi: not looked at again)
 		uintptr_t a = own[i].lo, b = own[i].hi;
 		if (!a || b <= lo || hi <= a) continue;
 		if (lo <= a && b <= hi) { // all of it
@@ -87,11 +88,10 @@ HIDDEN void own_unmap(void *p, size_t n) {
 			own[i].hi = lo;
 		} else { // a hole in it: two ranges
 			own[i].hi = lo;
-			split_lo = hi, split_hi = b;
+			own_put(hi, b);
 		}
 	}
 	own_give();
-	if (split_lo) own_note((void *)split_lo, split_hi - split_lo);
 }
 
 HIDDEN void own_forget(void *p) {
