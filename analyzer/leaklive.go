@@ -8,6 +8,13 @@ import "msmemscope/internal/u64map"
 // types, devices, owners, memoized stacks), kept in fixed chunks that never
 // move, found by allocation id.
 type leakLive struct {
+	// The latest blocks, by allocation id modulo recentSlots: most blocks
+	// of an allocation loop are freed within a few hundred allocations,
+	// and then never touch ids or chunks. A block moves on to them when a
+	// later id takes its slot.
+	recent   []leakBlock
+	recentID []uint64 // the slot's allocation id + 1 (0: empty)
+
 	ids    u64map.Map[int32] // allocation id -> entry
 	chunks [][]leakBlock
 	unused []int32 // entries free for the next MALLOC
@@ -20,8 +27,9 @@ type leakLive struct {
 }
 
 const (
-	liveChunk = 4096
-	liveStrs  = 5 // Type, Device, Owner, PyStack, CStack
+	recentSlots = 4096
+	liveChunk   = 4096
+	liveStrs    = 5 // Type, Device, Owner, PyStack, CStack
 )
 
 type leakBlock struct {
@@ -52,7 +60,19 @@ func (l *leakLive) add(k Leak) {
 	if l.strs == nil {
 		l.strIdx, l.strs = map[string]uint32{"": 0}, []string{""} // "" is 0, as last starts
 		l.ids.Runs = true
+		l.recent, l.recentID = make([]leakBlock, recentSlots), make([]uint64, recentSlots)
 	}
+	r := int(k.AllocID % recentSlots)
+	if l.recentID[r] != 0 {
+		l.keep(&l.recent[r])
+	}
+	l.recentID[r] = k.AllocID + 1
+	l.recent[r] = leakBlock{allocID: k.AllocID, ptr: k.Ptr, size: k.Size, mallocID: k.MallocID, ts: k.Timestamp, step: int64(k.Step),
+		str: [liveStrs]uint32{l.intern(0, k.Type), l.intern(1, k.Device), l.intern(2, k.Owner), l.intern(3, k.PyStack), l.intern(4, k.CStack)}}
+}
+
+// keep moves a block out of recent into the chunks.
+func (l *leakLive) keep(b *leakBlock) {
 	var i int32
 	if n := len(l.unused); n > 0 {
 		i, l.unused = l.unused[n-1], l.unused[:n-1]
@@ -69,13 +89,16 @@ func (l *leakLive) add(k Leak) {
 		*c = append(*c, leakBlock{})
 		i = int32((len(l.chunks)-1)*liveChunk + n)
 	}
-	*l.at(i) = leakBlock{allocID: k.AllocID, ptr: k.Ptr, size: k.Size, mallocID: k.MallocID, ts: k.Timestamp, step: int64(k.Step),
-		str: [liveStrs]uint32{l.intern(0, k.Type), l.intern(1, k.Device), l.intern(2, k.Owner), l.intern(3, k.PyStack), l.intern(4, k.CStack)}}
-	l.ids.Put(k.AllocID, i)
+	*l.at(i) = *b
+	l.ids.Put(b.allocID, i)
 }
 
 // take removes the block of id and returns its step.
 func (l *leakLive) take(id uint64) (step int, ok bool) {
+	if r := int(id % recentSlots); l.recentID != nil && l.recentID[r] == id+1 {
+		l.recentID[r] = 0
+		return int(l.recent[r].step), true
+	}
 	i, ok := l.ids.Take(id)
 	if !ok {
 		return 0, false
@@ -86,6 +109,9 @@ func (l *leakLive) take(id uint64) (step int, ok bool) {
 
 // get returns the block of id.
 func (l *leakLive) get(id uint64) (Leak, bool) {
+	if r := int(id % recentSlots); l.recentID != nil && l.recentID[r] == id+1 {
+		return l.leak(&l.recent[r]), true
+	}
 	i, ok := l.ids.Get(id)
 	if !ok {
 		return Leak{}, false
@@ -102,4 +128,9 @@ func (l *leakLive) leak(b *leakBlock) Leak {
 // each calls fn on every live block.
 func (l *leakLive) each(fn func(Leak)) {
 	l.ids.Each(func(_ uint64, i *int32) { fn(l.leak(l.at(*i))) })
+	for r, id := range l.recentID {
+		if id != 0 {
+			fn(l.leak(&l.recent[r]))
+		}
+	}
 }
