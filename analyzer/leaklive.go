@@ -36,6 +36,7 @@ type leakBlock struct {
 	allocID, ptr, size, mallocID, ts uint64
 	step                             int64
 	str                              [liveStrs]uint32
+	judged                           bool // reported as a step leak (LeakAnalyzer.endStep) while in recent
 }
 
 func (l *leakLive) at(i int32) *leakBlock { return &l.chunks[i/liveChunk][i%liveChunk] }
@@ -56,7 +57,8 @@ func (l *leakLive) intern(field int, s string) uint32 {
 }
 
 // add records a block (replacing none: the caller removed any of its id).
-func (l *leakLive) add(k Leak) {
+// It returns the block it moved out of recent (moved), unless judged.
+func (l *leakLive) add(k Leak) (moved *leakBlock) {
 	if l.strs == nil {
 		l.strIdx, l.strs = map[string]uint32{"": 0}, []string{""} // "" is 0, as last starts
 		l.ids.Runs = true
@@ -64,15 +66,28 @@ func (l *leakLive) add(k Leak) {
 	}
 	r := int(k.AllocID % recentSlots)
 	if l.recentID[r] != 0 {
-		l.keep(&l.recent[r])
+		moved = l.keep(&l.recent[r])
 	}
 	l.recentID[r] = k.AllocID + 1
 	l.recent[r] = leakBlock{allocID: k.AllocID, ptr: k.Ptr, size: k.Size, mallocID: k.MallocID, ts: k.Timestamp, step: int64(k.Step),
 		str: [liveStrs]uint32{l.intern(0, k.Type), l.intern(1, k.Device), l.intern(2, k.Owner), l.intern(3, k.PyStack), l.intern(4, k.CStack)}}
+	if moved != nil && moved.judged {
+		moved = nil
+	}
+	return moved
 }
 
-// keep moves a block out of recent into the chunks.
-func (l *leakLive) keep(b *leakBlock) {
+// eachRecent calls fn on every block in recent.
+func (l *leakLive) eachRecent(fn func(*leakBlock)) {
+	for r, id := range l.recentID {
+		if id != 0 {
+			fn(&l.recent[r])
+		}
+	}
+}
+
+// keep moves a block out of recent into the chunks, and returns it there.
+func (l *leakLive) keep(b *leakBlock) *leakBlock {
 	var i int32
 	if n := len(l.unused); n > 0 {
 		i, l.unused = l.unused[n-1], l.unused[:n-1]
@@ -91,6 +106,7 @@ func (l *leakLive) keep(b *leakBlock) {
 	}
 	*l.at(i) = *b
 	l.ids.Put(b.allocID, i)
+	return l.at(i)
 }
 
 // take removes the block of id and returns its step.
@@ -128,9 +144,5 @@ func (l *leakLive) leak(b *leakBlock) Leak {
 // each calls fn on every live block.
 func (l *leakLive) each(fn func(Leak)) {
 	l.ids.Each(func(_ uint64, i *int32) { fn(l.leak(l.at(*i))) })
-	for r, id := range l.recentID {
-		if id != 0 {
-			fn(l.leak(&l.recent[r]))
-		}
-	}
+	l.eachRecent(func(b *leakBlock) { fn(l.leak(b)) })
 }

@@ -160,18 +160,20 @@ func (a *LeakAnalyzer) Observe(e *trace.Event) {
 			a.free(e.AllocID) // a second MALLOC of a live id replaces the block
 		}
 		a.maxID = max(a.maxID, e.AllocID) // (every live id is ≤ maxID: a new one needs no look)
-		a.live.add(Leak{
+		moved := a.live.add(Leak{
 			AllocID: e.AllocID, Ptr: e.Ptr, Size: e.Size, Step: e.Step, Type: e.Type,
 			Device: e.Device, Owner: e.Owner, PyStack: e.PyStack, CStack: e.CStack,
 			MallocID: e.ID, Timestamp: e.Timestamp,
 		})
-		if e.Step >= 2 {
-			p := a.pending[e.Step]
+		// A block of step ≥ 2 waits to be judged: in the live blocks'
+		// recent slots (endStep looks there), then in pending.
+		if moved != nil && moved.step >= 2 {
+			p := a.pending[int(moved.step)]
 			if p == nil {
 				p = make(map[uint64]struct{})
-				a.pending[e.Step] = p
+				a.pending[int(moved.step)] = p
 			}
-			p[e.AllocID] = struct{}{}
+			p[moved.allocID] = struct{}{}
 		}
 	case trace.KindFree:
 		a.free(e.AllocID)
@@ -191,22 +193,30 @@ func (a *LeakAnalyzer) free(id uint64) {
 // endStep judges the blocks of every step s ≤ k-1 still pending: step s+1 ≤ k
 // is over and they are alive.
 func (a *LeakAnalyzer) endStep(k int) {
-	var steps []int
-	for s := range a.pending {
+	var found []Leak
+	for s, ids := range a.pending {
 		if s <= k-1 {
-			steps = append(steps, s)
+			for id := range ids {
+				l, _ := a.live.get(id)
+				found = append(found, l)
+			}
+			delete(a.pending, s)
 		}
 	}
-	slices.Sort(steps)
-	for _, s := range steps {
-		start := len(a.found)
-		for id := range a.pending[s] {
-			l, _ := a.live.get(id)
-			a.found = append(a.found, l)
+	a.live.eachRecent(func(b *leakBlock) {
+		if s := int(b.step); s >= 2 && s <= k-1 && !b.judged {
+			b.judged = true
+			found = append(found, a.live.leak(b))
 		}
-		slices.SortFunc(a.found[start:], func(x, y Leak) int { return cmp.Compare(x.MallocID, y.MallocID) })
-		delete(a.pending, s)
-	}
+	})
+	// By step, then in allocation order.
+	slices.SortFunc(found, func(x, y Leak) int {
+		if c := cmp.Compare(x.Step, y.Step); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.MallocID, y.MallocID)
+	})
+	a.found = append(a.found, found...)
 }
 
 // Finish ends the stream and returns the report. Later calls return the same

@@ -299,3 +299,44 @@ func TestExitLeaksByKind(t *testing.T) {
 		t.Errorf("summary:\n%s", sum)
 	}
 }
+
+// TestStepLeaksMany: steps of 100 blocks (all in the live blocks' recent
+// slots when judged) and of 10,000 (more than those slots hold): a tenth
+// live until three steps later (step leaks, each once, by step and in
+// allocation order), a tenth freed in the next step (none), the rest freed
+// at once.
+func TestStepLeaksMany(t *testing.T) {
+	for _, perStep := range []int{100, 10_000} {
+		s := &seq{}
+		s.sys(trace.TypeStart)
+		const steps = 6
+		later := map[int][]uint64{} // step -> ids to free then
+		var want []uint64
+		id := uint64(0)
+		for step := 1; step <= steps; step++ {
+			for _, f := range later[step] {
+				s.free(f)
+			}
+			for i := 0; i < perStep; i++ {
+				id++
+				s.malloc(id, 8, "")
+				switch i % 10 {
+				case 0:
+					later[step+3] = append(later[step+3], id)
+					if step >= 2 && step < steps { // step+1 has ended (the last event ends the last step)
+						want = append(want, id)
+					}
+				case 1:
+					later[step+1] = append(later[step+1], id)
+				default:
+					s.free(id)
+				}
+			}
+			s.step()
+		}
+		got := allocIDs(s.analyze().StepLeaks)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%d blocks a step: %d step leaks, want %d (first got %v, want %v)", perStep, len(got), len(want), got[:min(5, len(got))], want[:min(5, len(want))])
+		}
+	}
+}
