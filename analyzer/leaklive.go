@@ -1,6 +1,10 @@
 package analyzer
 
-import "msmemscope/internal/u64map"
+import (
+	"math"
+
+	"msmemscope/internal/u64map"
+)
 
 // leakLive holds the leaks analysis's live blocks: a million of them is
 // common (a Python program's objects), so a block is 72 bytes without
@@ -64,13 +68,17 @@ func (l *leakLive) add(k Leak) (moved *leakBlock) {
 		l.ids.Runs = true
 		l.recent, l.recentID = make([]leakBlock, recentSlots), make([]uint64, recentSlots)
 	}
+	b := leakBlock{allocID: k.AllocID, ptr: k.Ptr, size: k.Size, mallocID: k.MallocID, ts: k.Timestamp, step: int64(k.Step),
+		str: [liveStrs]uint32{l.intern(0, k.Type), l.intern(1, k.Device), l.intern(2, k.Owner), l.intern(3, k.PyStack), l.intern(4, k.CStack)}}
+	if k.AllocID == math.MaxUint64 { // its id + 1 would read as an empty slot
+		return l.keep(&b)
+	}
 	r := int(k.AllocID % recentSlots)
 	if l.recentID[r] != 0 {
 		moved = l.keep(&l.recent[r])
 	}
 	l.recentID[r] = k.AllocID + 1
-	l.recent[r] = leakBlock{allocID: k.AllocID, ptr: k.Ptr, size: k.Size, mallocID: k.MallocID, ts: k.Timestamp, step: int64(k.Step),
-		str: [liveStrs]uint32{l.intern(0, k.Type), l.intern(1, k.Device), l.intern(2, k.Owner), l.intern(3, k.PyStack), l.intern(4, k.CStack)}}
+	l.recent[r] = b
 	if moved != nil && moved.judged {
 		moved = nil
 	}
@@ -109,9 +117,15 @@ func (l *leakLive) keep(b *leakBlock) *leakBlock {
 	return l.at(i)
 }
 
+// inRecent returns id's slot if its block is in recent.
+func (l *leakLive) inRecent(id uint64) (int, bool) {
+	r := int(id % recentSlots)
+	return r, l.recentID != nil && id != math.MaxUint64 && l.recentID[r] == id+1
+}
+
 // take removes the block of id and returns its step.
 func (l *leakLive) take(id uint64) (step int, ok bool) {
-	if r := int(id % recentSlots); l.recentID != nil && l.recentID[r] == id+1 {
+	if r, ok := l.inRecent(id); ok {
 		l.recentID[r] = 0
 		return int(l.recent[r].step), true
 	}
@@ -125,7 +139,7 @@ func (l *leakLive) take(id uint64) (step int, ok bool) {
 
 // get returns the block of id.
 func (l *leakLive) get(id uint64) (Leak, bool) {
-	if r := int(id % recentSlots); l.recentID != nil && l.recentID[r] == id+1 {
+	if r, ok := l.inRecent(id); ok {
 		return l.leak(&l.recent[r]), true
 	}
 	i, ok := l.ids.Get(id)

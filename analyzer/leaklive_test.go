@@ -1,6 +1,7 @@
 package analyzer
 
 import (
+	"math"
 	"math/rand"
 	"testing"
 )
@@ -59,5 +60,27 @@ func TestLeakLiveAgainstAMap(t *testing.T) {
 	})
 	if len(seen) != len(want) {
 		t.Fatalf("each visited %d blocks, %d live", len(seen), len(want))
+	}
+}
+
+// TestLeakLiveLargestID: the largest allocation id (whose id + 1 wraps to
+// an empty slot's mark) is a block like any other, and no empty slot
+// answers for it.
+func TestLeakLiveLargestID(t *testing.T) {
+	var l leakLive
+	l.add(Leak{AllocID: 1, Step: 1})
+	if _, ok := l.take(math.MaxUint64); ok {
+		t.Fatal("take of an id never added found a block")
+	}
+	if moved := l.add(Leak{AllocID: math.MaxUint64, Step: 3}); moved == nil || moved.allocID != math.MaxUint64 {
+		t.Fatalf("add returned %+v, want the block itself (it goes to the map)", moved)
+	}
+	n := 0
+	l.each(func(Leak) { n++ })
+	if b, ok := l.get(math.MaxUint64); !ok || b.Step != 3 || n != 2 {
+		t.Fatalf("get = %+v, %v; each saw %d blocks, want 2", b, ok, n)
+	}
+	if step, ok := l.take(math.MaxUint64); !ok || step != 3 {
+		t.Fatalf("take = %d, %v", step, ok)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -338,5 +339,16 @@ func TestStepLeaksMany(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%d blocks a step: %d step leaks, want %d (first got %v, want %v)", perStep, len(got), len(want), got[:min(5, len(got))], want[:min(5, len(want))])
 		}
+	}
+}
+
+// TestStepLeakLargestID: a block of the largest allocation id is a step
+// leak and an exit leak as any other.
+func TestStepLeakLargestID(t *testing.T) {
+	s := &seq{}
+	s.step().malloc(math.MaxUint64, 8, "").step().step()
+	r := s.analyze()
+	if got := allocIDs(r.StepLeaks); !reflect.DeepEqual(got, []uint64{math.MaxUint64}) || r.ExitBlocks != 1 {
+		t.Fatalf("step leaks %v, exit blocks %d; want the block in both", got, r.ExitBlocks)
 	}
 }
