@@ -18,6 +18,7 @@ type leakLive struct {
 	// later id takes its slot.
 	recent   []leakBlock
 	recentID []uint64 // the slot's allocation id + 1 (0: empty)
+	waiting  int      // blocks in recent of step ≥ 2 not judged (LeakAnalyzer.endStep looks only if any)
 
 	ids    u64map.Map[int32] // allocation id -> entry
 	chunks [][]leakBlock
@@ -75,14 +76,25 @@ func (l *leakLive) add(k Leak) (moved *leakBlock) {
 	}
 	r := int(k.AllocID % recentSlots)
 	if l.recentID[r] != 0 {
+		l.unwait(&l.recent[r])
 		moved = l.keep(&l.recent[r])
 	}
 	l.recentID[r] = k.AllocID + 1
 	l.recent[r] = b
+	if b.step >= 2 {
+		l.waiting++
+	}
 	if moved != nil && moved.judged {
 		moved = nil
 	}
 	return moved
+}
+
+// unwait notes that a block of recent leaves it or is judged.
+func (l *leakLive) unwait(b *leakBlock) {
+	if b.step >= 2 && !b.judged {
+		l.waiting--
+	}
 }
 
 // eachRecent calls fn on every block in recent.
@@ -127,6 +139,7 @@ func (l *leakLive) inRecent(id uint64) (int, bool) {
 func (l *leakLive) take(id uint64) (step int, ok bool) {
 	if r, ok := l.inRecent(id); ok {
 		l.recentID[r] = 0
+		l.unwait(&l.recent[r])
 		return int(l.recent[r].step), true
 	}
 	i, ok := l.ids.Take(id)

@@ -61,6 +61,15 @@ func TestLeakLiveAgainstAMap(t *testing.T) {
 	if len(seen) != len(want) {
 		t.Fatalf("each visited %d blocks, %d live", len(seen), len(want))
 	}
+	waiting := 0
+	l.eachRecent(func(b *leakBlock) {
+		if b.step >= 2 && !b.judged {
+			waiting++
+		}
+	})
+	if waiting != l.waiting {
+		t.Fatalf("waiting = %d, the recent slots hold %d blocks of step >= 2", l.waiting, waiting)
+	}
 }
 
 // TestLeakLiveLargestID: the largest allocation id (whose id + 1 wraps to

@@ -203,12 +203,15 @@ func (a *LeakAnalyzer) endStep(k int) {
 			delete(a.pending, s)
 		}
 	}
-	a.live.eachRecent(func(b *leakBlock) {
-		if s := int(b.step); s >= 2 && s <= k-1 && !b.judged {
-			b.judged = true
-			found = append(found, a.live.leak(b))
-		}
-	})
+	if a.live.waiting > 0 {
+		a.live.eachRecent(func(b *leakBlock) {
+			if s := int(b.step); s >= 2 && s <= k-1 && !b.judged {
+				a.live.unwait(b)
+				b.judged = true
+				found = append(found, a.live.leak(b))
+			}
+		})
+	}
 	// By step, then in allocation order.
 	slices.SortFunc(found, func(x, y Leak) int {
 		if c := cmp.Compare(x.Step, y.Step); c != 0 {
