@@ -94,16 +94,6 @@ HIDDEN void own_unmap(void *p, size_t n) {
 	own_give();
 }
 
-HIDDEN void own_forget(void *p) {
-	own_take();
-	for (int i = 0; i < own_n; i++)
-		if (own[i].lo == (uintptr_t)p) {
-			own[i].lo = own[i].hi = 0;
-			if (i < own_free) own_free = i;
-		}
-	own_give();
-}
-
 // ms_own_regions copies up to cap [lo, hi) pairs of this library's mappings
 // into out and returns how many there are.
 int ms_own_regions(uint64_t *out, int cap) {

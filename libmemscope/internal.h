@@ -220,9 +220,8 @@ static inline void set_thr(ms_thr *t) {
 
 // This library's own mappings, never roots of the leak-kind scan (exitscan.c).
 HIDDEN void own_note(void *p, size_t n);
-HIDDEN void own_forget(void *p);
 HIDDEN void own_map(void *p, size_t n);   // a mapping the Go runtime made (hooks.c: mmap)
-HIDDEN void own_unmap(void *p, size_t n); // ... and unmapped
+HIDDEN void own_unmap(void *p, size_t n); // a range unmapped: out of the notes
 HIDDEN void dead_stack_note(uintptr_t lo, uintptr_t hi); // a thread's stack at its end (glibc may cache it)
 HIDDEN void internal_tid_note(void); // the calling thread is msmemscope's own (threadstop.c)
 
@@ -233,7 +232,7 @@ static inline void *raw_mmap(size_t n) {
 	return p;
 }
 static inline void raw_munmap(void *p, size_t n) {
-	own_forget(p);
+	own_unmap(p, n);
 	syscall(SYS_munmap, p, n);
 }
 
