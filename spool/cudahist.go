@@ -126,7 +126,7 @@ func (d *Decoder) tensorEntry(h *histEntry) *trace.Event {
 		}
 	}
 	// (Tid: the process's; the history does not say which thread allocated.)
-	e := d.slot(h.ns, int32(d.pid))
+	e := d.slot(max(h.ns, d.histFloor), int32(d.pid))
 	if d.dst == nil {
 		d.arena = d.arena[1:]
 	}
@@ -199,6 +199,33 @@ func (t *torchDec) mapping(d *Decoder, r *Rec) {
 			t.seg[b.id] = true
 		}
 	}
+}
+
+// histWait is how long, in the records' time, the history's segment_alloc
+// waits for its driver call. The two are stamped by two clocks: PyTorch
+// converts its entries' times from the TSC, and they may come microseconds
+// (in long runs, milliseconds) before the call's row, although the call came
+// first. Without the wait, the blocks allocated in a new segment would come
+// before the segment (memory_viz would show them as blocks outside any).
+const histWait = 5_000_000
+
+// histFirst says whether the next history entry goes before record r, due
+// at ns. A segment_alloc whose HAL block is not live yet waits (up to
+// histWait) for the MALLOC row at its address, of its size: the records
+// before it go first, and the entries held back follow them, their rows at
+// the last record's time (histFloor). Both passes decide alike.
+func (d *Decoder) histFirst(r *Rec, ns uint64) bool {
+	h := &d.hist[d.hi]
+	if max(h.ns, d.histFloor) > ns {
+		return false
+	}
+	if h.action == histSegAlloc && ns <= h.ns+histWait {
+		if b, ok := d.live.Get(uint64(MakeKey(format.FHal, h.addr))); !ok || b.size != h.size {
+			d.histFloor = max(d.histFloor, ns)
+			return false
+		}
+	}
+	return true
 }
 
 // heldRec is the record held back while history entries before it were

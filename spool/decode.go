@@ -74,6 +74,7 @@ type Decoder struct {
 	hist       []histEntry // PyTorch's CUDA tensor blocks, merged by time (cudahist.go)
 	asyncTorch bool        // every async driver block is a tensor block (cudaMallocAsync)
 	hi         int         // the next of hist
+	histFloor  uint64      // no hist entry's row is earlier: records went first while one waited (histFirst)
 	held       *Rec        // a record held back while hist entries before it were merged
 	heldNs     uint64
 	readerDone bool
@@ -341,7 +342,7 @@ func (d *Decoder) Next() (*trace.Event, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d.hi < len(d.hist) && (r == nil || d.hist[d.hi].ns <= ns) {
+		if d.hi < len(d.hist) && (r == nil || d.histFirst(r, ns)) {
 			if r != nil {
 				d.held, d.heldNs = r, ns
 			}
