@@ -101,7 +101,7 @@ test: deps build venv fmt vet gencheck
 	MSMEMSCOPE_BUILD=$(abspath $(BUILD)) $(GO) test -count=1 -timeout 15m -v ./tests/... 2>&1 | tee $(BUILD)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory pyinstall && cd $(BUILD) && $(PYTHON) -m pytest -q -p no:cacheprovider $(abspath python/tests)
-	$(PYTHON) bench/gpu_check.py --smoke --steps 2 --build $(abspath $(BUILD)) --out $(BUILD)/gpu_check_smoke.json  # the GPU check's own runs, on the CPU
+	$(PYTHON) bench/gpu_check.py --smoke --steps 2 --pairs 1 --build $(abspath $(BUILD)) --out $(BUILD)/gpu_check_smoke.json  # the GPU check's own runs, on the CPU
 	$(MAKE) --no-print-directory pymatrix
 
 # pip install . (setup.py builds the library and the CLI with go build) in a
@@ -147,9 +147,10 @@ demo: deps build venv
 # to GPU_CHECK_OUT; record them in bench/results.md.
 GPU_PYTHON ?= python3
 GPU_CHECK_OUT ?= bench/gpu_check.json
+GPU_CHECK_ARGS ?=
 gpu-check:
 	@test -x $(CLI) -a -f $(LIB) || { echo "gpu-check: $(CLI) and $(LIB) are needed: run make build first (and carry build/)"; exit 2; }
-	$(GPU_PYTHON) bench/gpu_check.py --build $(BUILD) --out $(GPU_CHECK_OUT)
+	$(GPU_PYTHON) bench/gpu_check.py --build $(BUILD) --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
 bench: deps build venv
 	$(PYTHON) -m pip install -q memray pytest-memray .

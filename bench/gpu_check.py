@@ -21,12 +21,19 @@ step the script records torch.cuda's own figures and marks the step
     peak with its peak, for the caching allocator's two variants; with
     cudaMallocAsync (no rounding) with memory_allocated() and
     max_memory_allocated() (exact);
-    decompose's reserved line at the end with memory_reserved() (the
-    caching allocator's two variants);
+    decompose's requested line at the end with the same figure, and, for
+    the caching allocator's two variants, its reserved line with
+    memory_reserved() and its cached_free line with their difference; the
+    same with Python stacks on (default allocator);
+  * the --export=memory_viz pickle, read by torch.cuda._memory_viz: its
+    segments are the driver blocks alive at the end (none twice), its
+    active blocks the live tensor bytes, its trace in time order;
   * the kernel launches recorded (--level=kernel) with torch.profiler's
     kernel count over the same steps;
+  * torch.cuda.nvtx's range and mark of each step with their MSTX rows;
   * the step time, traced over bare, with the driver layer alone
-    (--device=cuda) and with the default options.
+    (--device=cuda; --pairs runs of each, in turn) and with the default
+    options and the operator hooks.
 """
 from __future__ import annotations
 
@@ -51,6 +58,7 @@ if os.environ.get("GPUCHECK_TRACED"):
     mark, step = msmemscope.mstx.mark, msmemscope.step
 steps, profiled = int(sys.argv[1]), sys.argv[2] == "profile"
 smoke = os.environ.get("GPUCHECK_SMOKE") == "1"  # the check's own test, on a CPU
+nvtx = os.environ.get("GPUCHECK_NVTX") == "1" and not smoke
 if smoke:
     for name in ("synchronize", "memory_allocated", "max_memory_allocated", "memory_reserved"):
         setattr(torch.cuda, name, lambda *a: 0)
@@ -69,6 +77,8 @@ for i in range(steps):
         from torch.profiler import profile, ProfilerActivity
         prof = profile(activities=[ProfilerActivity.CPU if smoke else ProfilerActivity.CUDA])
         prof.__enter__()
+    if nvtx:
+        torch.cuda.nvtx.range_push("nvtx step %d" % i)
     torch.cuda.synchronize()
     t = time.perf_counter()
     opt.zero_grad(set_to_none=True)
@@ -77,6 +87,9 @@ for i in range(steps):
     opt.step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t
+    if nvtx:  # NVTX from PyTorch's own bindings: MSTX rows through msmemscope's injection
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.nvtx.mark("nvtx mark %d" % i)
     st = torch.cuda.memory_stats()
     out.append({"step": i, "seconds": dt, "allocated": torch.cuda.memory_allocated(),
                 "max_allocated": torch.cuda.max_memory_allocated(), "reserved": torch.cuda.memory_reserved(),
@@ -128,6 +141,7 @@ def read_capture(out: str) -> dict:
     rows = {"HAL": 0, "HOST_PINNED": 0, "KERNEL_LAUNCH": 0, "KERNEL_UNNAMED": 0, "OOM": 0, "SNAPSHOT_DEVICE": 0,
             "MAP": 0, "UNMAP": 0, "all": 0}
     names = {}
+    nvtx_rows = {}  # NVTX's MSTX rows by Event Type
     with open(dump, newline="") as f:
         r = csv.reader(f)
         head = next(r)
@@ -168,6 +182,8 @@ def read_capture(out: str) -> dict:
                 launches += 1
                 rows["KERNEL_UNNAMED"] += row[name] == "N/A"
                 names[row[name]] = names.get(row[name], 0) + 1
+            elif row[ev] == "MSTX" and row[name].startswith("nvtx "):
+                nvtx_rows[row[ty]] = nvtx_rows.get(row[ty], 0) + 1
             elif row[ev] == "MSTX" and row[name].startswith("gpucheck "):
                 at_mark.append(dict(live))
                 marks.append(launches)
@@ -182,15 +198,48 @@ def read_capture(out: str) -> dict:
         with open(p, newline="") as f:
             device_lines = {r["Name"]: [int(r["Peak(byte)"]), int(r["End(byte)"])] for r in csv.DictReader(f)
                             if r["Kind"] == "cuda:0"}
-    return {"pta_at_step": pta_at, "decompose_cuda0": device_lines, "live_at_step": at_mark, "launches_at_step": marks, "rows": rows, "folder": folder, "oom_reports": ooms,
+    viz = read_memory_viz(folder)
+    return {"nvtx_rows": nvtx_rows, "pta_at_step": pta_at, "decompose_cuda0": device_lines, "memory_viz": viz, "live_at_step": at_mark, "launches_at_step": marks, "rows": rows, "folder": folder, "oom_reports": ooms,
             "kernel_names_top": top}
 
 
+def read_memory_viz(folder: str) -> dict | None:
+    """The --export=memory_viz pickle of a capture, as PyTorch's own viewer
+    code reads it: device 0's segments and active blocks at the end, its
+    trace's actions, and whether torch.cuda._memory_viz's text views take it."""
+    paths = glob.glob(os.path.join(folder, "export", "memory_viz_*.pickle"))
+    if not paths:
+        return None
+    import pickle
+    try:
+        with open(paths[0], "rb") as f:
+            data = pickle.load(f)
+        segs = [s for s in data["segments"] if s["device"] == 0]
+        blocks = [b for s in segs for b in s["blocks"] if b["state"] == "active_allocated"]
+        trace = data["device_traces"][0] if data["device_traces"] else []
+        actions = {}
+        for e in trace:
+            actions[e["action"]] = actions.get(e["action"], 0) + 1
+        addrs = [s["address"] for s in segs]
+        out = {"segments": len(segs), "segment_bytes": sum(s["total_size"] for s in segs),
+               "segments_at_one_address": len(addrs) - len(set(addrs)),
+               "active_blocks": len(blocks), "active_bytes": sum(b["size"] for b in blocks),
+               "trace_actions": actions, "devices": len(data["device_traces"]),
+               "time_ordered": [e["time_us"] for e in trace] == sorted(e["time_us"] for e in trace)}
+        from torch.cuda import _memory_viz
+        out["viewer_reads"] = _memory_viz.trace(data).startswith("Device 0") and "total_allocated" in _memory_viz.segsum(data)
+        return out
+    except Exception as e:  # recorded, and the check fails on it
+        return {"error": "%s: %s" % (type(e).__name__, e)}
+
+
 def run(script: str, args: argparse.Namespace, alloc_conf: str, traced: list | None, profile: bool = False,
-        oom: bool = False) -> dict:
+        oom: bool = False, save_as: str = "", nvtx: bool = False) -> dict:
     env = dict(os.environ)
     if oom:
         env["GPUCHECK_OOM"] = "1"
+    if nvtx:
+        env["GPUCHECK_NVTX"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(args.repo, "python"), env.get("PYTHONPATH")]))
     env["MSMEMSCOPE_LIB"] = os.path.join(args.build, "lib", "libmemscope.so")
     env["MSMEMSCOPE_CLI"] = os.path.join(args.build, "bin", "msmemscope")
@@ -218,6 +267,12 @@ def run(script: str, args: argparse.Namespace, alloc_conf: str, traced: list | N
     if out:
         res["capture"] = read_capture(out)
         res["stderr_tail"] = p.stderr[-1500:]
+        if args.artifacts and save_as:  # the files a reader of the results may want to open
+            os.makedirs(args.artifacts, exist_ok=True)
+            for pat in ("analysis/decompose_*.csv", "export/memory_viz_*.pickle"):
+                for f in glob.glob(os.path.join(res["capture"]["folder"], pat)):
+                    kind = "decompose.csv" if "decompose" in pat else "memory_viz.pickle"
+                    shutil.copy(f, os.path.join(args.artifacts, save_as + "_" + kind))
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
     return res
@@ -249,12 +304,26 @@ def compare_pta(res: dict, caching: bool) -> dict:
     bad_peak = [(i, c["peak"], s[peak]) for i, (c, s) in enumerate(pairs) if c["peak"] != s[peak]]
     out = {"ok": not bad and not bad_peak, "compared_with": cur, "pta_bytes": [c["live"] for c in cap["pta_at_step"]],
            cur: [s[cur] for s in res["steps"]], "allocated": [s["allocated"] for s in res["steps"]],
-           "mismatches": bad[:5], "peak_mismatches": bad_peak[:5], "decompose_cuda0": cap["decompose_cuda0"],
-           "hal_torch_device_bytes": [c["torch_device"] for c in cap["live_at_step"]]}
-    if caching and not os.environ.get("GPUCHECK_SMOKE"):  # (no device lines on a CPU)
-        end = cap["decompose_cuda0"].get("reserved", [0, None])[1]
-        out["reserved_end"], out["memory_reserved_last"] = end, res["steps"][-1]["reserved"]
-        out["ok"] = out["ok"] and end == res["steps"][-1]["reserved"]
+           "mismatches": bad[:5], "peak_mismatches": bad_peak[:5], "decompose_cuda0": cap["decompose_cuda0"]}
+    last = res["steps"][-1]
+    if not os.environ.get("GPUCHECK_SMOKE"):  # (no device lines on a CPU)
+        lines = cap["decompose_cuda0"]
+        out["requested_end"] = lines.get("requested", [0, None])[1]
+        out["ok"] = out["ok"] and out["requested_end"] == last[cur]
+        if caching:  # the allocator's segments and what they hold for no tensor
+            out["reserved_end"], out["memory_reserved_last"] = lines.get("reserved", [0, None])[1], last["reserved"]
+            out["cached_free_end"] = lines.get("cached_free", [0, None])[1]
+            out["reserved_minus_requested_last"] = last["reserved"] - last["requested"]
+            out["ok"] = out["ok"] and out["reserved_end"] == last["reserved"] and \
+                out["cached_free_end"] == out["reserved_minus_requested_last"]
+    viz = cap.get("memory_viz")
+    if viz is not None and not os.environ.get("GPUCHECK_SMOKE"):  # the export for PyTorch's viewer: its blocks at the end are the live tensors
+        out["memory_viz"] = viz
+        # Every tensor lies in a driver block (a segment): the segments are the HAL blocks alive at the end.
+        out["hal_device_bytes_end"] = cap["live_at_step"][-1]["device"]
+        out["ok"] = out["ok"] and not viz.get("error") and viz.get("viewer_reads") is True and \
+            viz.get("time_ordered") is True and viz.get("active_bytes") == cap["pta_at_step"][-1]["live"] and \
+            viz.get("segments_at_one_address") == 0 and viz.get("segment_bytes") == out["hal_device_bytes_end"]
     return out
 
 
@@ -272,7 +341,9 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(here, "gpu_check.json"))
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--timeout", type=int, default=150)
+    ap.add_argument("--pairs", type=int, default=3, help="bare and driver-layer runs, in turn, for the step time")
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--artifacts", default="", help="copy the default allocator's decompose CSV and memory_viz export here")
     ap.add_argument("--keep", action="store_true", help="keep the captures (removed once read by default)")
     ap.add_argument("--smoke", action="store_true", help="the check's own test on a machine without a GPU: "
                     "the same runs on the CPU, nothing compared")
@@ -308,10 +379,22 @@ def main() -> int:
         "async": run(script, args, "backend:cudaMallocAsync", driver),
         "default_options": run(script, args, "", []),
         # tensor blocks: the operator hooks (level op) read the allocator's history
-        "pta_default": run(script, args, "", ["--analysis=decompose"]),
+        "pta_default": run(script, args, "", ["--analysis=decompose", "--export=memory_viz"], save_as="pta_default",
+                           nvtx=True),
+    }
+    if not args.smoke:  # (the same reading as pta_default's: not needed to test the check itself)
+        runs["pta_default_python_stacks"] = run(script, args, "", ["--analysis=decompose", "--call-stack=python:16"])
+    runs |= {
         "pta_expandable": run(script, args, "expandable_segments:True", ["--analysis=decompose"]),
         "pta_async": run(script, args, "backend:cudaMallocAsync", ["--analysis=decompose"]),
     }
+    # The step time of the driver layer alone, bare and traced in turn: a
+    # 2 ms step varies from process to process by more than the layer costs.
+    pairs = [(runs["bare"], runs["default"])]
+    for _ in range(args.pairs - 1):
+        pairs.append((run(script, args, "", None), run(script, args, "", driver)))
+    pair_ratios = [round(t["median_step_s"] / b["median_step_s"], 3) for b, t in pairs
+                   if b.get("median_step_s") and t.get("median_step_s")]
     checks = {
         "hal_device_bytes_equal_reserved_default_allocator": compare(runs["default"], "torch_device"),
         "hal_vmm_bytes_equal_reserved_expandable_segments": compare(runs["expandable"], "torch_vmm"),
@@ -319,6 +402,8 @@ def main() -> int:
         "pta_bytes_equal_requested_expandable_segments": compare_pta(runs["pta_expandable"], True),
         "pta_bytes_equal_allocated_cudamallocasync": compare_pta(runs["pta_async"], False),
     }
+    if "pta_default_python_stacks" in runs:
+        checks["pta_bytes_equal_requested_default_allocator_python_stacks"] = compare_pta(runs["pta_default_python_stacks"], True)
     cap = runs["default"].get("capture")
     kern = runs["profiler"].get("kernels")
     if cap and cap["launches_at_step"]:
@@ -333,14 +418,18 @@ def main() -> int:
     checks["oom_row_and_report"] = {"ok": d.get("oom") is True and bool(reports) and all(r["requested"] == 1 << 42 for r in reports)
                                     and (d.get("capture") or {}).get("rows", {}).get("OOM") == len(reports),
                                     "torch_raised": d.get("oom"), "reports": reports}
+    got = (runs["pta_default"].get("capture") or {}).get("nvtx_rows")
+    want = {"Range_start": args.steps, "Range_end": args.steps, "Mark": args.steps}
+    checks["nvtx_ranges_and_marks"] = {"ok": args.smoke or got == want, "rows": got, "want": want}
     checks["device_snapshot_each_step"] = {"ok": args.smoke or (d.get("capture") or {}).get("rows", {}).get("SNAPSHOT_DEVICE") == args.steps,
                                            "rows": (d.get("capture") or {}).get("rows", {}).get("SNAPSHOT_DEVICE")}
     if args.smoke:
         checks["oom_row_and_report"]["ok"] = True  # no device to run out of
     bare = runs["bare"].get("median_step_s")
     ratios = {}
-    for k in ("default", "expandable", "async", "default_options", "pta_default", "pta_expandable", "pta_async"):
-        m = runs[k].get("median_step_s")
+    for k in ("default", "expandable", "async", "default_options", "pta_default", "pta_default_python_stacks",
+              "pta_expandable", "pta_async"):
+        m = runs.get(k, {}).get("median_step_s")
         if bare and m:
             ratios[k] = round(m / bare, 3)
     a = runs["async"].get("capture")
@@ -350,6 +439,9 @@ def main() -> int:
         "python": sys.version.split()[0], "steps": args.steps,
         "checks": checks,
         "step_time_ratio_traced_over_bare": ratios,
+        "driver_layer_pairs": {"ratios": pair_ratios, "median": statistics.median(pair_ratios) if pair_ratios else None,
+                               "bare_median_step_s": [b.get("median_step_s") for b, _ in pairs],
+                               "traced_median_step_s": [t.get("median_step_s") for _, t in pairs]},
         "outside_pytorch_bytes_at_last_step": {k: outside(runs[k]) for k in ("default", "expandable", "async")
                                                if runs[k].get("capture") and runs[k]["capture"]["live_at_step"]},
         "async_backend": {"hal_live_at_step": a and [c["device"] for c in a["live_at_step"]],
@@ -367,6 +459,7 @@ def main() -> int:
     for k, c in checks.items():
         print("  %-52s %s" % (k, "ok" if c.get("ok") else "FAILED %s" % {x: y for x, y in c.items() if x != "ok"}))
     print("  step time traced / bare: %s" % ratios)
+    print("  driver layer alone, %d pairs: %s" % (len(pair_ratios), pair_ratios))
     for k, r in runs.items():
         if r.get("error"):
             print("  run %s failed (exit %s): %s" % (k, r.get("exit"), r["error"][-400:]))

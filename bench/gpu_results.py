@@ -17,7 +17,7 @@ print("Run %s on %s, PyTorch %s, CUDA %s, Python %s: an MLP (1024-4096-4096-512)
       % (r["date"], r["gpu"], r["torch"], r["cuda"], r["python"], r["steps"], r["seconds"]))
 print("| check | result | figures |\n|---|---|---|")
 for k, c in r["checks"].items():
-    fig = {x: y for x, y in c.items() if x not in ("ok", "mismatches")}
+    fig = {x: y for x, y in c.items() if x not in ("ok", "mismatches", "peak_mismatches", "decompose_cuda0", "memory_viz")}
     for x, y in list(fig.items()):
         if isinstance(y, list) and len(y) > 3 and all(isinstance(v, int) for v in y):
             fig[x] = "%d values, first %s, last %s" % (len(y), y[0], y[-1])
@@ -39,6 +39,27 @@ for k in ("default", "expandable", "async"):
 if o:
     print("Driver memory outside PyTorch's caching allocator at the last step (other libraries' cudaMalloc): %s.\n"
           % ", ".join("%s %.1f MiB" % (k, v / 2**20) for k, v in o.items()))
+pairs = r.get("driver_layer_pairs")
+if pairs and pairs.get("ratios"):
+    print("The driver layer alone, bare and traced in turn (%d pairs of processes): step time traced over bare %s, "
+          "median **%.2f×** (bare steps %s ms)." % (len(pairs["ratios"]), ", ".join("%.2f×" % x for x in pairs["ratios"]),
+          pairs["median"], ", ".join("%.2f" % (x * 1e3) for x in pairs["bare_median_step_s"] if x)) + "\n")
+pta = {k: rt[k] for k in ("pta_default", "pta_default_python_stacks", "pta_expandable", "pta_async") if k in rt}
+if pta:
+    print("With the operator hooks on (the tensor blocks: `--analysis=decompose`, default options otherwise): %s. "
+          "Their cost is the hooks' per operator (a Python dispatch mode), about a hundred operators in a 2 ms step.\n"
+          % ", ".join("%s %.2f×" % (k[4:].replace("_", " "), v) for k, v in pta.items()))
+dec = r["checks"].get("pta_bytes_equal_requested_default_allocator", {}).get("decompose_cuda0")
+if dec:
+    print("`--analysis=decompose`'s lines for cuda:0 (default allocator; bytes, peak / end):\n")
+    print("| line | peak | end |\n|---|---|---|")
+    for name, (peak, end) in dec.items():
+        print("| %s | %d | %d |" % (name.replace("|", "/"), peak, end))
+    print()
+viz = r["checks"].get("pta_bytes_equal_requested_default_allocator", {}).get("memory_viz")
+if viz:
+    print("`--export=memory_viz` of that run, read by PyTorch's own `torch.cuda._memory_viz` (trace and segsum): %s.\n"
+          % json.dumps(viz))
 print("Whole commands (s): %s.\n" % ", ".join("%s %s" % (k, v.get("whole_seconds")) for k, v in r["runs"].items()))
 if not any(k.startswith("pta_") for k in r["checks"]):
     print("Not compared on a GPU yet: PTA rows of CUDA tensor blocks and decompose's device lines (this JSON "
