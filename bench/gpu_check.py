@@ -289,7 +289,7 @@ def compare(res: dict, kind: str) -> dict:
             "mismatches": bad[:5], "hal_rows": cap["rows"]["HAL"]}
 
 
-def compare_pta(res: dict, caching: bool) -> dict:
+def compare_pta(res: dict, caching: bool, want_viz: bool = False) -> dict:
     """PTA bytes alive (and their peak) at each mark against PyTorch's
     figure: the requested bytes for the caching allocator (its blocks are
     rounded; the tensors' sizes are the ones asked for), memory_allocated()
@@ -313,17 +313,26 @@ def compare_pta(res: dict, caching: bool) -> dict:
         if caching:  # the allocator's segments and what they hold for no tensor
             out["reserved_end"], out["memory_reserved_last"] = lines.get("reserved", [0, None])[1], last["reserved"]
             out["cached_free_end"] = lines.get("cached_free", [0, None])[1]
-            out["reserved_minus_requested_last"] = last["reserved"] - last["requested"]
+            out["reserved_minus_requested_last"] = (last["reserved"] - last["requested"]
+                                                    if last.get("requested") is not None else None)
             out["ok"] = out["ok"] and out["reserved_end"] == last["reserved"] and \
                 out["cached_free_end"] == out["reserved_minus_requested_last"]
     viz = cap.get("memory_viz")
-    if viz is not None and not os.environ.get("GPUCHECK_SMOKE"):  # the export for PyTorch's viewer: its blocks at the end are the live tensors
+    if want_viz:  # the export for PyTorch's viewer
         out["memory_viz"] = viz
-        # Every tensor lies in a driver block (a segment): the segments are the HAL blocks alive at the end.
-        out["hal_device_bytes_end"] = cap["live_at_step"][-1]["device"]
-        out["ok"] = out["ok"] and not viz.get("error") and viz.get("viewer_reads") is True and \
-            viz.get("time_ordered") is True and viz.get("active_bytes") == cap["pta_at_step"][-1]["live"] and \
-            viz.get("segments_at_one_address") == 0 and viz.get("segment_bytes") == out["hal_device_bytes_end"]
+        if viz is None or viz.get("error"):
+            out["ok"] = False  # (on a CPU too: the export and its reading must work)
+        elif not os.environ.get("GPUCHECK_SMOKE"):
+            # Its blocks at the end are the live tensors; every tensor lies in
+            # a driver block (a segment): the segments are the HAL blocks alive
+            # at the end, PyTorch's (memory_reserved()) and the others'.
+            out["hal_device_bytes_end"] = cap["live_at_step"][-1]["device"]
+            out["outside_pytorch_end"] = cap["decompose_cuda0"].get("outside_pytorch", [0, None])[1]
+            out["ok"] = out["ok"] and viz.get("viewer_reads") is True and viz.get("time_ordered") is True and \
+                viz.get("active_bytes") == cap["pta_at_step"][-1]["live"] and \
+                viz.get("segments_at_one_address") == 0 and viz.get("segment_bytes") == out["hal_device_bytes_end"] and \
+                out["outside_pytorch_end"] is not None and \
+                viz.get("segment_bytes") == last["reserved"] + out["outside_pytorch_end"]
     return out
 
 
@@ -341,7 +350,8 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(here, "gpu_check.json"))
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--timeout", type=int, default=150)
-    ap.add_argument("--pairs", type=int, default=3, help="bare and driver-layer runs, in turn, for the step time")
+    ap.add_argument("--pairs", type=int, default=3, choices=range(1, 11), metavar="1..10",
+                    help="bare and driver-layer runs, in turn, for the step time")
     ap.add_argument("--tmp", default=None)
     ap.add_argument("--artifacts", default="", help="copy the default allocator's decompose CSV and memory_viz export here")
     ap.add_argument("--keep", action="store_true", help="keep the captures (removed once read by default)")
@@ -391,14 +401,16 @@ def main() -> int:
     # The step time of the driver layer alone, bare and traced in turn: a
     # 2 ms step varies from process to process by more than the layer costs.
     pairs = [(runs["bare"], runs["default"])]
-    for _ in range(args.pairs - 1):
-        pairs.append((run(script, args, "", None), run(script, args, "", driver)))
+    for i in range(2, args.pairs + 1):
+        runs["pair%d_bare" % i] = run(script, args, "", None)
+        runs["pair%d_driver" % i] = run(script, args, "", driver)
+        pairs.append((runs["pair%d_bare" % i], runs["pair%d_driver" % i]))
     pair_ratios = [round(t["median_step_s"] / b["median_step_s"], 3) for b, t in pairs
                    if b.get("median_step_s") and t.get("median_step_s")]
     checks = {
         "hal_device_bytes_equal_reserved_default_allocator": compare(runs["default"], "torch_device"),
         "hal_vmm_bytes_equal_reserved_expandable_segments": compare(runs["expandable"], "torch_vmm"),
-        "pta_bytes_equal_requested_default_allocator": compare_pta(runs["pta_default"], True),
+        "pta_bytes_equal_requested_default_allocator": compare_pta(runs["pta_default"], True, want_viz=True),
         "pta_bytes_equal_requested_expandable_segments": compare_pta(runs["pta_expandable"], True),
         "pta_bytes_equal_allocated_cudamallocasync": compare_pta(runs["pta_async"], False),
     }
@@ -439,7 +451,7 @@ def main() -> int:
         "python": sys.version.split()[0], "steps": args.steps,
         "checks": checks,
         "step_time_ratio_traced_over_bare": ratios,
-        "driver_layer_pairs": {"ratios": pair_ratios, "median": statistics.median(pair_ratios) if pair_ratios else None,
+        "driver_layer_pairs": {"ok": len(pair_ratios) == args.pairs, "ratios": pair_ratios, "median": statistics.median(pair_ratios) if pair_ratios else None,
                                "bare_median_step_s": [b.get("median_step_s") for b, _ in pairs],
                                "traced_median_step_s": [t.get("median_step_s") for _, t in pairs]},
         "outside_pytorch_bytes_at_last_step": {k: outside(runs[k]) for k in ("default", "expandable", "async")
@@ -453,7 +465,7 @@ def main() -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
-    ok = all(c.get("ok") for c in checks.values())
+    ok = all(c.get("ok") for c in checks.values()) and report["driver_layer_pairs"]["ok"]
     print("gpu-check on %s (torch %s, CUDA %s), %.0f s: %s" % (report["gpu"], report["torch"], report["cuda"],
                                                              report["seconds"], "all exact" if ok else "MISMATCH"))
     for k, c in checks.items():
@@ -464,8 +476,9 @@ def main() -> int:
         if r.get("error"):
             print("  run %s failed (exit %s): %s" % (k, r.get("exit"), r["error"][-400:]))
     print("  results: %s" % args.out)
-    if args.smoke:  # the runs and the capture's reading worked: that is all a CPU can show
-        return 0 if all(not r.get("error") and (k in ("bare", "profiler") or r.get("capture")) for k, r in runs.items()) else 1
+    if args.smoke:  # the runs and the capture's reading worked (the export's too): that is all a CPU can show
+        return 0 if ok and all(not r.get("error") and (k.endswith("bare") or k == "profiler" or r.get("capture"))
+                               for k, r in runs.items()) else 1
     return 0 if ok else 1
 
 

@@ -103,8 +103,14 @@ func readHistory(dir string) []histEntry {
 func (d *Decoder) tensorEntry(h *histEntry) *trace.Event {
 	switch h.action {
 	case histSegAlloc, histSegMap, histSegUnmap, histSegFree:
+		seg := uint64(0)
+		if h.action == histSegAlloc {
+			if seg = d.segBlock(h); seg != 0 {
+				d.histTaken[seg] = true
+			}
+		}
 		if d.torch != nil && d.torch.pre {
-			d.torch.segment(d, h)
+			d.torch.segment(d, h, seg)
 		}
 		return nil
 	case histAlloc, histFree:
@@ -142,11 +148,24 @@ func (d *Decoder) tensorEntry(h *histEntry) *trace.Event {
 	return e
 }
 
+// segBlock is the allocation id of the HAL block a segment_alloc entry
+// made: the live one at its address, of its size, that no earlier
+// segment_alloc took (a block still live there of the same size may be an
+// old segment whose FREE row is yet to come); 0 when there is none yet.
+func (d *Decoder) segBlock(h *histEntry) uint64 {
+	b, ok := d.live.Get(uint64(MakeKey(format.FHal, h.addr)))
+	if !ok || b.size != h.size || d.histTaken[b.id] {
+		return 0
+	}
+	return b.id
+}
+
 // segment learns which HAL blocks PyTorch's allocator reserved: the
-// cuMemAlloc block a segment starts at, or the cuMemCreate handles mapped
-// into a range it maps (expandable segments). The driver's call and the
-// history's entry are stamped by two clocks: either may come first.
-func (t *torchDec) segment(d *Decoder, h *histEntry) {
+// cuMemAlloc block a segment starts at (seg, from segBlock), or the
+// cuMemCreate handles mapped into a range it maps (expandable segments).
+// The driver's call and the history's entry are stamped by two clocks:
+// either may come first.
+func (t *torchDec) segment(d *Decoder, h *histEntry, seg uint64) {
 	switch h.action {
 	case histSegFree:
 		delete(t.segAt, h.addr)
@@ -155,8 +174,8 @@ func (t *torchDec) segment(d *Decoder, h *histEntry) {
 		t.segRanges = slices.DeleteFunc(t.segRanges, func(r [2]uint64) bool { return r[0] >= h.addr && r[1] <= h.addr+h.size })
 		return
 	case histSegAlloc:
-		if b, ok := d.live.Get(uint64(MakeKey(format.FHal, h.addr))); ok {
-			t.seg[b.id] = true
+		if seg != 0 {
+			t.seg[seg] = true
 		} else {
 			t.segAt[h.addr] = true // its MALLOC row is still to come
 		}
@@ -203,27 +222,28 @@ func (t *torchDec) mapping(d *Decoder, r *Rec) {
 
 // histWait is how long, in the records' time, the history's segment_alloc
 // waits for its driver call. The two are stamped by two clocks: PyTorch
-// converts its entries' times from the TSC, and they may come microseconds
-// (in long runs, milliseconds) before the call's row, although the call came
-// first. Without the wait, the blocks allocated in a new segment would come
-// before the segment (memory_viz would show them as blocks outside any).
-const histWait = 5_000_000
+// converts its entries' times from the TSC (measuring the conversion again
+// at each read), and on an H100 they came microseconds before the call's
+// row, although the call came first. Without the wait, the blocks
+// allocated in a new segment would come before the segment (memory_viz
+// showed them as blocks outside any). Every later entry waits with it, so
+// the wait is short: a segment whose call has no row holds the history
+// back this long at most.
+const histWait = 1_000_000
 
 // histFirst says whether the next history entry goes before record r, due
-// at ns. A segment_alloc whose HAL block is not live yet waits (up to
-// histWait) for the MALLOC row at its address, of its size: the records
-// before it go first, and the entries held back follow them, their rows at
-// the last record's time (histFloor). Both passes decide alike.
+// at ns. A segment_alloc whose HAL block is not live yet (segBlock) waits
+// (up to histWait) for the MALLOC row at its address, of its size: the
+// records before it go first, and the entries held back follow them, their
+// rows at the last record's time (histFloor). Both passes decide alike.
 func (d *Decoder) histFirst(r *Rec, ns uint64) bool {
 	h := &d.hist[d.hi]
 	if max(h.ns, d.histFloor) > ns {
 		return false
 	}
-	if h.action == histSegAlloc && ns <= h.ns+histWait {
-		if b, ok := d.live.Get(uint64(MakeKey(format.FHal, h.addr))); !ok || b.size != h.size {
-			d.histFloor = max(d.histFloor, ns)
-			return false
-		}
+	if h.action == histSegAlloc && ns <= h.ns+histWait && d.segBlock(h) == 0 {
+		d.histFloor = max(d.histFloor, ns)
+		return false
 	}
 	return true
 }

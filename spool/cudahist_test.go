@@ -76,21 +76,28 @@ func TestReadHistory(t *testing.T) {
 
 // A segment's history entries stamped before its driver call (PyTorch's
 // clock, converted from the TSC, may run microseconds behind the records'):
-// the segment_alloc waits for the HAL MALLOC at its address and of its size,
-// so the blocks allocated in it come after it, their rows at its time, and
-// the HAL block is PyTorch's. A segment_alloc whose MALLOC never comes waits
-// histWait at most.
+// the segment_alloc waits for the HAL MALLOC at its address and of its
+// size, which no earlier segment_alloc took, so the blocks allocated in it
+// come after it, their rows at its time, and the HAL block is PyTorch's:
+// also where a block of another size still lives at that address, or the
+// segment's own predecessor of the same size (freed by PyTorch, its FREE row
+// yet to come). A segment_alloc whose MALLOC never comes waits histWait at
+// most.
 func TestHistoryWaitsForItsSegmentsDriverCall(t *testing.T) {
-	const seg, lost = 0x7f0000000000, 0x7e0000000000
+	const seg, other, same, lost = 0x7f0000000000, 0x7d0000000000, 0x7c0000000000, 0x7e0000000000
 	dev0 := uint64(1) << format.DevBDevShift
+	hal := func(ts, addr, size uint64) rec {
+		return rec{ts: ts, a: addr, b: size | dev0, kind: format.RMalloc, flags: format.FHal}
+	}
+	halFree := func(ts, addr uint64) rec { return rec{ts: ts, a: addr, kind: format.RFree, flags: format.FHal} }
+	host := func(ts, addr uint64) rec {
+		return rec{ts: ts, a: addr, b: 64, kind: format.RMalloc, flags: format.FHost}
+	}
 	sb := newSpoolBuilder(7)
-	sb.chunk(5, calib(1000, 1),
-		rec{ts: 1500, a: 0x1000, b: 64, kind: format.RMalloc, flags: format.FHost},
-		rec{ts: 2000, a: seg, b: 2<<20 | dev0, kind: format.RMalloc, flags: format.FHal},
-		rec{ts: 3000, a: 0x2000, b: 32, kind: format.RMalloc, flags: format.FHost},
-		rec{ts: 20_000, a: 0x3000, b: 16, kind: format.RMalloc, flags: format.FHost},
-		rec{ts: 10_000_000, a: 0x4000, b: 8, kind: format.RMalloc, flags: format.FHost},
-	)
+	sb.chunk(5, calib(1000, 1), host(1500, 0x1000), hal(2000, seg, 2<<20), hal(2100, other, 1<<20),
+		host(3000, 0x2000), halFree(3500, other), hal(3600, other, 2<<20),
+		hal(4000, same, 2<<20), halFree(4500, same), hal(4600, same, 2<<20),
+		host(20_000, 0x3000), host(1_500_000, 0x5000), host(10_000_000, 0x4000))
 	_, capDir := captureFolder(t, sb)
 	ent := func(action uint8, ns, addr, size uint64) []byte {
 		b := make([]byte, historyEntry)
@@ -105,6 +112,14 @@ func TestHistoryWaitsForItsSegmentsDriverCall(t *testing.T) {
 		ent(histSegAlloc, 1200, seg, 2<<20), // 800 ns before its cuMemAlloc's row
 		ent(histAlloc, 1200, seg, 512),
 		ent(histAlloc, 2500, seg+512, 1024),
+		ent(histSegAlloc, 3300, other, 2<<20), // while another's block of 1 MiB still lives there
+		ent(histAlloc, 3300, other, 128),
+		ent(histSegAlloc, 4000, same, 2<<20),
+		ent(histAlloc, 4100, same, 64),
+		ent(histFree, 4200, same, 64),
+		ent(histSegFree, 4300, same, 2<<20),
+		ent(histSegAlloc, 4400, same, 2<<20), // the same address and size again, before the FREE row
+		ent(histAlloc, 4400, same, 32),
 		ent(histSegAlloc, 10_000, lost, 4<<20), // a segment whose driver call has no row
 		ent(histAlloc, 10_000, lost, 256),
 		ent(histFree, 4_000_000, seg, 512),
@@ -121,18 +136,29 @@ func TestHistoryWaitsForItsSegmentsDriverCall(t *testing.T) {
 	defer in.Close()
 	var got []string
 	for _, e := range readInput(t, in) {
-		got = append(got, fmt.Sprintf("%d %s %s %s %x", e.Timestamp, e.Kind, e.Type, e.Owner, e.Ptr))
+		got = append(got, fmt.Sprintf("%d %s %s %s %x %d", e.Timestamp, e.Kind, e.Type, e.Owner, e.Ptr, e.Size))
 	}
 	want := []string{
-		"1500 MALLOC HOST HOST 1000",
-		"2000 MALLOC HAL HAL@pytorch 7f0000000000",
-		"2000 MALLOC PTA PTA 7f0000000000", // (its entry: 1200)
-		"2500 MALLOC PTA PTA 7f0000000200",
-		"3000 MALLOC HOST HOST 2000",
-		"20000 MALLOC HOST HOST 3000",
-		"20000 MALLOC PTA PTA 7e0000000000", // waited for a row that never came, until 5,010,000
-		"4000000 FREE PTA  7f0000000000",
-		"10000000 MALLOC HOST HOST 4000",
+		"1500 MALLOC HOST HOST 1000 64",
+		"2000 MALLOC HAL HAL@pytorch 7f0000000000 2097152",
+		"2000 MALLOC PTA PTA 7f0000000000 512", // (its entry: 1200)
+		"2100 MALLOC HAL HAL 7d0000000000 1048576",
+		"2500 MALLOC PTA PTA 7f0000000200 1024",
+		"3000 MALLOC HOST HOST 2000 64",
+		"3500 FREE HAL  7d0000000000 1048576",
+		"3600 MALLOC HAL HAL@pytorch 7d0000000000 2097152",
+		"3600 MALLOC PTA PTA 7d0000000000 128",
+		"4000 MALLOC HAL HAL@pytorch 7c0000000000 2097152",
+		"4100 MALLOC PTA PTA 7c0000000000 64",
+		"4200 FREE PTA  7c0000000000 64",
+		"4500 FREE HAL  7c0000000000 2097152",
+		"4600 MALLOC HAL HAL@pytorch 7c0000000000 2097152",
+		"4600 MALLOC PTA PTA 7c0000000000 32",
+		"20000 MALLOC HOST HOST 3000 64",
+		"20000 MALLOC PTA PTA 7e0000000000 256", // waited for a row that never came, until 1,010,000
+		"1500000 MALLOC HOST HOST 5000 64",
+		"4000000 FREE PTA  7f0000000000 512",
+		"10000000 MALLOC HOST HOST 4000 64",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

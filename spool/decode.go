@@ -71,11 +71,12 @@ type Decoder struct {
 	unrowed map[string]uint64 // events that made no row, by reason (Unwritten)
 	reason  string            // why the record at hand makes no row
 
-	hist       []histEntry // PyTorch's CUDA tensor blocks, merged by time (cudahist.go)
-	asyncTorch bool        // every async driver block is a tensor block (cudaMallocAsync)
-	hi         int         // the next of hist
-	histFloor  uint64      // no hist entry's row is earlier: records went first while one waited (histFirst)
-	held       *Rec        // a record held back while hist entries before it were merged
+	hist       []histEntry     // PyTorch's CUDA tensor blocks, merged by time (cudahist.go)
+	asyncTorch bool            // every async driver block is a tensor block (cudaMallocAsync)
+	hi         int             // the next of hist
+	histFloor  uint64          // no hist entry's row is earlier: records went first while one waited (histFirst)
+	histTaken  map[uint64]bool // HAL blocks (allocation ids) an earlier segment_alloc took (segBlock)
+	held       *Rec            // a record held back while hist entries before it were merged
 	heldNs     uint64
 	readerDone bool
 }
@@ -141,6 +142,7 @@ func NewDecoder(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) *De
 	d.steps.UseStepCalls = sp.HasStep
 	h := sp.history(dir, cfg.LogMode == "rotate")
 	d.hist, d.asyncTorch = h.entries, h.asyncTorch
+	d.histTaken = map[uint64]bool{}
 	d.r.SetLive(func(k BlockKey) bool { return d.live.Has(uint64(k)) })
 	return d
 }
