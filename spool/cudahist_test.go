@@ -1,16 +1,16 @@
 package spool
 
 import (
-	"fmt"
-	"slices"
-	"strings"
-
 	"encoding/binary"
-	"msmemscope/format"
-	"msmemscope/trace"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"msmemscope/format"
+	"msmemscope/trace"
 )
 
 // The history file as _cuda_history.py writes it: entries of several reads
