@@ -13,6 +13,17 @@ import (
 	"msmemscope/trace"
 )
 
+// histEnt is one entry of the history file, as _cuda_history.py packs it.
+func histEnt(action, dev uint8, ns, addr, size, stream uint64) []byte {
+	b := make([]byte, historyEntry)
+	b[0], b[1] = action, dev
+	binary.LittleEndian.PutUint64(b[8:], ns)
+	binary.LittleEndian.PutUint64(b[16:], addr)
+	binary.LittleEndian.PutUint64(b[24:], size)
+	binary.LittleEndian.PutUint64(b[32:], stream)
+	return b
+}
+
 // The history file as _cuda_history.py writes it: entries of several reads
 // (each read's entries, then its repairs at the read's time), sorted by
 // time with ties in the file's order; a part entry at the end (a write cut
@@ -24,13 +35,7 @@ func TestReadHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ent := func(action uint8, dev uint8, ns, addr, size uint64) []byte {
-		b := make([]byte, historyEntry)
-		b[0], b[1] = action, dev
-		binary.LittleEndian.PutUint64(b[8:], ns)
-		binary.LittleEndian.PutUint64(b[16:], addr)
-		binary.LittleEndian.PutUint64(b[24:], size)
-		binary.LittleEndian.PutUint64(b[32:], 7)
-		return b
+		return histEnt(action, dev, ns, addr, size, 7)
 	}
 	data := append([]byte{}, historyMagic...)
 	data = append(data, ent(histAlloc, 0, 300, 0x1000, 512)...)
@@ -99,14 +104,7 @@ func TestHistoryWaitsForItsSegmentsDriverCall(t *testing.T) {
 		hal(4000, same, 2<<20), halFree(4500, same), hal(4600, same, 2<<20),
 		host(20_000, 0x3000), host(1_500_000, 0x5000), host(10_000_000, 0x4000))
 	_, capDir := captureFolder(t, sb)
-	ent := func(action uint8, ns, addr, size uint64) []byte {
-		b := make([]byte, historyEntry)
-		b[0] = action
-		binary.LittleEndian.PutUint64(b[8:], ns)
-		binary.LittleEndian.PutUint64(b[16:], addr)
-		binary.LittleEndian.PutUint64(b[24:], size)
-		return b
-	}
+	ent := func(action uint8, ns, addr, size uint64) []byte { return histEnt(action, 0, ns, addr, size, 0) }
 	h := append([]byte{}, historyMagic...)
 	for _, e := range [][]byte{
 		ent(histSegAlloc, 1200, seg, 2<<20), // 800 ns before its cuMemAlloc's row
@@ -129,15 +127,9 @@ func TestHistoryWaitsForItsSegmentsDriverCall(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(capDir, SpoolDir, HistoryFile), h, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	in, err := Open(capDir, trace.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	var got []string
-	for _, e := range readInput(t, in) {
-		got = append(got, fmt.Sprintf("%d %s %s %s %x %d", e.Timestamp, e.Kind, e.Type, e.Owner, e.Ptr, e.Size))
-	}
+	got := captureRows(t, capDir, func(e *trace.Event) string {
+		return fmt.Sprintf("%d %s %s %s %x %d", e.Timestamp, e.Kind, e.Type, e.Owner, e.Ptr, e.Size)
+	})
 	want := []string{
 		"1500 MALLOC HOST HOST 1000 64",
 		"2000 MALLOC HAL HAL@pytorch 7f0000000000 2097152",

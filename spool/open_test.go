@@ -29,6 +29,21 @@ func captureFolder(t *testing.T, sb *spoolBuilder) (out, capDir string) {
 	return out, capDir
 }
 
+// captureRows opens a capture folder and writes each of its rows by row.
+func captureRows(t *testing.T, capDir string, row func(*trace.Event) string) []string {
+	t.Helper()
+	in, err := Open(capDir, trace.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var got []string
+	for _, e := range readInput(t, in) {
+		got = append(got, row(&e))
+	}
+	return got
+}
+
 func readInput(t *testing.T, in trace.Input) []trace.Event {
 	t.Helper()
 	evs, err := trace.ReadAll(in)
@@ -164,15 +179,7 @@ func TestOpenSpoolTorchRows(t *testing.T) {
 	cfg.Events.Access = true // --events=...,access
 	b, _ := json.Marshal(ProcessMeta{Pid: 7, Config: cfg})
 	os.WriteFile(filepath.Join(capDir, SpoolDir, ProcessFile), b, 0o640)
-	in, err := Open(capDir, trace.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	var got []string
-	for _, e := range readInput(t, in) {
-		got = append(got, e.Kind.String()+" "+e.Type+" "+e.Name)
-	}
+	got := captureRows(t, capDir, func(e *trace.Event) string { return e.Kind.String() + " " + e.Type + " " + e.Name })
 	want := []string{"OP_LAUNCH ATEN_START aten::empty", "MALLOC PTA ", "OP_LAUNCH ATEN_END aten::empty",
 		"OP_LAUNCH ATEN_START aten::add", "ACCESS READ aten::add", "OP_LAUNCH ATEN_END aten::add"}
 	if !reflect.DeepEqual(got, want) {
