@@ -17,6 +17,11 @@ import (
 // (definitely, indirectly, possibly lost, still reachable).
 type kindTotals [4]struct{ Bytes, Blocks uint64 }
 
+// kindsDiffer says how msmemscope's leak kinds differ from valgrind's.
+func kindsDiffer(got, want kindTotals) string {
+	return fmt.Sprintf("leak kinds (definitely, indirectly, possibly lost, still reachable):\n msmemscope: %v\n valgrind:   %v", got, want)
+}
+
 var vgLeak = regexp.MustCompile(`(definitely lost|indirectly lost|possibly lost|still reachable): ([\d,]+) bytes in ([\d,]+) blocks`)
 
 // valgrindLeaks runs bin under memcheck's full leak check and returns its
@@ -67,7 +72,7 @@ func sameLeakKinds(t *testing.T, bin string) (want, got kindTotals) {
 		want = again
 	}
 	if got != want {
-		t.Errorf("leak kinds (definitely, indirectly, possibly lost, still reachable):\n msmemscope: %v\n valgrind:   %v", got, want)
+		t.Error(kindsDiffer(got, want))
 	} else {
 		t.Logf("leak kinds: %v (both)", got)
 	}
@@ -151,7 +156,7 @@ func TestLeakKindsFollowedAsTheRunGoes(t *testing.T) {
 		}
 	}
 	if got != want || want[0].Blocks < 5 || want[1].Blocks < 10 {
-		t.Errorf("leak kinds (definitely, indirectly, possibly lost, still reachable):\n msmemscope: %v\n valgrind:   %v", got, want)
+		t.Error(kindsDiffer(got, want))
 	}
 	t.Logf("%s of %s spool bytes read before exit; kinds %v", m[1], m[2], got)
 }
@@ -218,7 +223,7 @@ func TestLeakKindsThreadsFreeingNeighbours(t *testing.T) {
 	}
 	for run := 1; run <= 6; run++ {
 		if got, _ := msmemscopeLeaks(t, bin); got != want {
-			t.Fatalf("run %d: leak kinds (definitely, indirectly, possibly lost, still reachable):\n msmemscope: %v\n valgrind:   %v", run, got, want)
+			t.Fatalf("run %d: %s", run, kindsDiffer(got, want))
 		}
 	}
 }
