@@ -2,13 +2,16 @@ package spool
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"msmemscope/config"
 	"msmemscope/format"
 	"msmemscope/trace"
 )
@@ -154,5 +157,59 @@ func TestHistoryWaitsForItsSegmentsDriverCall(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A CUDA tensor block's alloc entry may come microseconds before the
+// operator that allocated it (two clocks): the next operator to start,
+// within opSkew, owns it (PTA@aten) when it names it as an output (a W or N
+// line); one it only reads, one allocated earlier than opSkew, and one an
+// operator in between did not name stay PyTorch's alone.
+func TestTensorBlockJustBeforeItsOperator(t *testing.T) {
+	const a, b, c, d, e, f = 0xa000, 0xb000, 0xc000, 0xd000, 0xe000, 0xf000
+	line := func(rw string, addr uint64) string { return fmt.Sprintf("\n%s %x %x 64 float [16] ND", rw, addr, addr) }
+	op := func(kind uint16, ts, n uint64, s string) rec {
+		return rec{ts: ts, a: n, b: uint64(len(s)), kind: kind, flags: format.FText, payload: []byte(s)}
+	}
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1))
+	sb.chunk(5,
+		op(format.ROpStart, 100_000, 1, "aten::one"+line("R", b)),
+		op(format.ROpEnd, 200_000, 1, "aten::one"+line("W", a)),
+		op(format.ROpStart, 4_000_000, 2, "aten::two"),
+		op(format.ROpEnd, 4_100_000, 2, "aten::two"+line("N", d)+line("W", e)),
+		op(format.ROpStart, 5_000_000, 3, "aten::three"),
+		op(format.ROpEnd, 5_010_000, 3, "aten::three"),
+		op(format.ROpStart, 5_020_000, 4, "aten::four"),
+		op(format.ROpEnd, 5_030_000, 4, "aten::four"+line("W", f)),
+		rec{ts: 6_000_000, a: 0x1000, b: 64, kind: format.RMalloc, flags: format.FHost})
+	_, capDir := captureFolder(t, sb)
+	b0, _ := json.Marshal(ProcessMeta{Pid: 7, Config: config.Default()})
+	if err := os.WriteFile(filepath.Join(capDir, SpoolDir, ProcessFile), b0, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	h := append([]byte{}, historyMagic...)
+	for _, x := range []struct{ ns, addr uint64 }{
+		{70_000, a},    // 30 µs before operator one, its output
+		{90_000, b},    // 10 µs before, only read
+		{2_900_000, d}, // 1.1 ms before operator two
+		{4_050_000, e}, // inside operator two
+		{4_990_000, f}, // before operator three, which does not name it; four does
+	} {
+		h = append(h, histEnt(histAlloc, 0, x.ns, x.addr, 64, 0)...)
+	}
+	if err := os.WriteFile(filepath.Join(capDir, SpoolDir, HistoryFile), h, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	captureRows(t, capDir, func(ev *trace.Event) string {
+		if ev.Kind == trace.KindMalloc && ev.Type == trace.TypePTA {
+			got[fmt.Sprintf("%x", ev.Ptr)] = ev.Owner
+		}
+		return ""
+	})
+	want := map[string]string{"a000": "PTA@aten", "b000": "PTA", "d000": "PTA", "e000": "PTA@aten", "f000": "PTA"}
+	if !maps.Equal(got, want) {
+		t.Errorf("owners %v, want %v", got, want)
 	}
 }

@@ -38,6 +38,13 @@ type torchDec struct {
 	depth  map[int32]int // operators open per thread
 	open   int           // operators open in all threads (a CUDA tensor block's thread is not known)
 
+	// CUDA tensor blocks allocated, by their history's time, while no
+	// operator was open, lately (within opSkew of the last): the first pass
+	// gives one to the operator that starts within opSkew after it and
+	// names it as its output (early, by operator launch).
+	lately []struct{ id, ns uint64 }
+	early  map[uint64]uint64 // allocation id -> the launch it may belong to
+
 	// Learnt by the first pass, by allocation id.
 	pta map[uint64]bool
 	cat map[uint64]uint8
@@ -120,6 +127,9 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 		text := r.Text()
 		name, lines, _ := strings.Cut(text, "\n")
 		if r.Kind == format.ROpStart {
+			if t.pre && t.open == 0 {
+				t.claimLately(r.A, e.Timestamp)
+			}
 			t.depth[r.Tid]++
 			t.open++
 		} else if t.depth[r.Tid] > 0 {
@@ -143,6 +153,9 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 			if t.pre {
 				if b != nil {
 					t.pta[b.id] = true
+					if r.Kind == format.ROpEnd && t.early[b.id] == r.A && t.cat[b.id] == 0 {
+						t.cat[b.id] = catRank["aten"]
+					}
 				}
 				continue
 			}
@@ -229,6 +242,9 @@ func (d *Decoder) torchEmitted(e *trace.Event) {
 			case trace.TypePTA: // a CUDA tensor block (cudahist.go)
 				t.pta[e.AllocID] = true
 				inOp = t.open > 0
+				if !inOp {
+					t.noteLately(e.AllocID, e.Timestamp)
+				}
 			case trace.TypeHAL:
 				t.halMalloc(e)
 			}
@@ -281,4 +297,40 @@ func (d *Decoder) torchEmitted(e *trace.Event) {
 			e.Set("used", strconv.FormatUint(used, 10))
 		}
 	}
+}
+
+// opSkew is how far, in the records' time, a CUDA tensor block's alloc
+// entry may come before the operator that allocated it: the history's
+// clock (Unix microseconds, converted) and the records' (the TSC,
+// calibrated) agree to a few microseconds only, and an operator's output
+// is allocated microseconds after it starts.
+const opSkew = 1_000_000
+
+// noteLately keeps a CUDA tensor block allocated outside every operator
+// until opSkew has passed.
+func (t *torchDec) noteLately(id, ns uint64) {
+	i := 0 // (rows come in time order)
+	for i < len(t.lately) && t.lately[i].ns+opSkew < ns {
+		i++
+	}
+	t.lately = append(t.lately[i:], struct{ id, ns uint64 }{id, ns})
+}
+
+// claimLately, at an outermost operator's start (launch n, at ns), offers
+// it the blocks allocated within opSkew before: one it names as an output
+// (a W or N line at its end) was its own, allocated inside it.
+func (t *torchDec) claimLately(n, ns uint64) {
+	if len(t.lately) == 0 {
+		return
+	}
+	if t.early == nil {
+		t.early = map[uint64]uint64{}
+	}
+	clear(t.early)
+	for _, l := range t.lately {
+		if l.ns+opSkew >= ns {
+			t.early[l.id] = n
+		}
+	}
+	t.lately = t.lately[:0]
 }

@@ -88,6 +88,20 @@ def _active(snap: Dict[str, Any], devices: Optional[Set[int]]) -> Dict[Tuple[int
     return out
 
 
+def _clock_offset() -> int:
+    """CLOCK_REALTIME minus CLOCK_MONOTONIC, in ns: the Unix time read
+    between two monotonic reads, at their middle, in the tightest of three
+    tries (a thread switched out between reads would skew it)."""
+    best = (1 << 62, 0)
+    for _ in range(3):
+        m0 = time.monotonic_ns()
+        rt = time.time_ns()
+        m1 = time.monotonic_ns()
+        if m1 - m0 < best[0]:
+            best = (m1 - m0, rt - (m0 + m1) // 2)
+    return best[1]
+
+
 class History:
     """One start()...stop()'s reading of the caching allocator's history."""
 
@@ -277,7 +291,7 @@ class History:
         # History times are Unix microseconds, the start of the microsecond
         # an event happened in: its end keeps it after the driver call (a
         # segment's HAL MALLOC) that came before it.
-        off = time.time_ns() - mono - 999
+        off = _clock_offset() - 999
         out: List[bytes] = []
         pack = ENTRY.pack
         live, mended = _live, self.mended
