@@ -162,11 +162,12 @@ func TestHistoryWaitsForItsSegmentsDriverCall(t *testing.T) {
 
 // A CUDA tensor block's alloc entry may come microseconds before the
 // operator that allocated it (two clocks): the next operator to start,
-// within opSkew, owns it (PTA@aten) when it names it as an output (a W or N
-// line); one it only reads, one allocated earlier than opSkew, and one an
-// operator in between did not name stay PyTorch's alone.
+// within opSkew, owns it (PTA@aten) when it or an operator it calls names
+// it as an output (a W or N line); one it only reads, one allocated earlier
+// than opSkew, and one an operator in between did not name stay PyTorch's
+// alone.
 func TestTensorBlockJustBeforeItsOperator(t *testing.T) {
-	const a, b, c, d, e, f = 0xa000, 0xb000, 0xc000, 0xd000, 0xe000, 0xf000
+	const a, b, d, e, f, g = 0xa000, 0xb000, 0xd000, 0xe000, 0xf000, 0x10000
 	line := func(rw string, addr uint64) string { return fmt.Sprintf("\n%s %x %x 64 float [16] ND", rw, addr, addr) }
 	op := func(kind uint16, ts, n uint64, s string) rec {
 		return rec{ts: ts, a: n, b: uint64(len(s)), kind: kind, flags: format.FText, payload: []byte(s)}
@@ -182,7 +183,11 @@ func TestTensorBlockJustBeforeItsOperator(t *testing.T) {
 		op(format.ROpEnd, 5_010_000, 3, "aten::three"),
 		op(format.ROpStart, 5_020_000, 4, "aten::four"),
 		op(format.ROpEnd, 5_030_000, 4, "aten::four"+line("W", f)),
-		rec{ts: 6_000_000, a: 0x1000, b: 64, kind: format.RMalloc, flags: format.FHost})
+		op(format.ROpStart, 7_000_000, 5, "aten::five"),
+		op(format.ROpStart, 7_001_000, 6, "aten::six"),
+		op(format.ROpEnd, 7_002_000, 6, "aten::six"+line("W", g)),
+		op(format.ROpEnd, 7_003_000, 5, "aten::five"),
+		rec{ts: 8_000_000, a: 0x1000, b: 64, kind: format.RMalloc, flags: format.FHost})
 	_, capDir := captureFolder(t, sb)
 	b0, _ := json.Marshal(ProcessMeta{Pid: 7, Config: config.Default()})
 	if err := os.WriteFile(filepath.Join(capDir, SpoolDir, ProcessFile), b0, 0o640); err != nil {
@@ -195,6 +200,7 @@ func TestTensorBlockJustBeforeItsOperator(t *testing.T) {
 		{2_900_000, d}, // 1.1 ms before operator two
 		{4_050_000, e}, // inside operator two
 		{4_990_000, f}, // before operator three, which does not name it; four does
+		{6_995_000, g}, // before operator five, whose inner six names it
 	} {
 		h = append(h, histEnt(histAlloc, 0, x.ns, x.addr, 64, 0)...)
 	}
@@ -208,7 +214,7 @@ func TestTensorBlockJustBeforeItsOperator(t *testing.T) {
 		}
 		return ""
 	})
-	want := map[string]string{"a000": "PTA@aten", "b000": "PTA", "d000": "PTA", "e000": "PTA@aten", "f000": "PTA"}
+	want := map[string]string{"a000": "PTA@aten", "b000": "PTA", "d000": "PTA", "e000": "PTA@aten", "f000": "PTA", "10000": "PTA@aten"}
 	if !maps.Equal(got, want) {
 		t.Errorf("owners %v, want %v", got, want)
 	}

@@ -40,10 +40,10 @@ type torchDec struct {
 
 	// CUDA tensor blocks allocated, by their history's time, while no
 	// operator was open, lately (within opSkew of the last): the first pass
-	// gives one to the operator that starts within opSkew after it and
-	// names it as its output (early, by operator launch).
+	// gives one to the operator that starts within opSkew after it (early)
+	// when that operator, or one it calls, names it as an output.
 	lately []struct{ id, ns uint64 }
-	early  map[uint64]uint64 // allocation id -> the launch it may belong to
+	early  map[uint64]bool // allocation ids
 
 	// Learnt by the first pass, by allocation id.
 	pta map[uint64]bool
@@ -128,7 +128,7 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 		name, lines, _ := strings.Cut(text, "\n")
 		if r.Kind == format.ROpStart {
 			if t.pre && t.open == 0 {
-				t.claimLately(r.A, e.Timestamp)
+				t.claimLately(e.Timestamp)
 			}
 			t.depth[r.Tid]++
 			t.open++
@@ -153,7 +153,7 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 			if t.pre {
 				if b != nil {
 					t.pta[b.id] = true
-					if r.Kind == format.ROpEnd && t.early[b.id] == r.A && t.cat[b.id] == 0 {
+					if r.Kind == format.ROpEnd && t.early[b.id] && t.cat[b.id] == 0 {
 						t.cat[b.id] = catRank["aten"]
 					}
 				}
@@ -316,20 +316,20 @@ func (t *torchDec) noteLately(id, ns uint64) {
 	t.lately = append(t.lately[i:], struct{ id, ns uint64 }{id, ns})
 }
 
-// claimLately, at an outermost operator's start (launch n, at ns), offers
-// it the blocks allocated within opSkew before: one it names as an output
-// (a W or N line at its end) was its own, allocated inside it.
-func (t *torchDec) claimLately(n, ns uint64) {
+// claimLately, at an outermost operator's start (at ns), offers it the
+// blocks allocated within opSkew before: one it or an operator it calls
+// names as an output (a W or N line at its end) was allocated inside it.
+func (t *torchDec) claimLately(ns uint64) {
+	clear(t.early)
 	if len(t.lately) == 0 {
 		return
 	}
 	if t.early == nil {
-		t.early = map[uint64]uint64{}
+		t.early = map[uint64]bool{}
 	}
-	clear(t.early)
 	for _, l := range t.lately {
 		if l.ns+opSkew >= ns {
-			t.early[l.id] = n
+			t.early[l.id] = true
 		}
 	}
 	t.lately = t.lately[:0]
