@@ -162,12 +162,16 @@ func TestHistoryWaitsForItsSegmentsDriverCall(t *testing.T) {
 
 // A CUDA tensor block's alloc entry may come microseconds before the
 // operator that allocated it (two clocks): the next operator to start,
-// within opSkew, owns it (PTA@aten) when it or an operator it calls names
-// it as an output (a W or N line); one it only reads, one allocated earlier
-// than opSkew, and one an operator in between did not name stay PyTorch's
-// alone.
+// within opSkew (the edge included), owns it (PTA@aten) when it or an
+// operator it calls names it as an output (a W or N line), and a category
+// given meanwhile stays. These stay PyTorch's alone: one it only reads, one
+// it reads and then writes (in place), one allocated earlier than opSkew,
+// one an operator in between did not name, one another thread's operator
+// outputs while the offered one runs, and one an operator of its thread
+// outputs after it ended, while another thread's kept an operator open.
 func TestTensorBlockJustBeforeItsOperator(t *testing.T) {
-	const a, b, d, e, f, g = 0xa000, 0xb000, 0xd000, 0xe000, 0xf000, 0x10000
+	const a, b, d, e, f, g, i, j, k, m = 0xa000, 0xb000, 0xd000, 0xe000, 0xf000, 0x10000, 0x11000, 0x12000, 0x13000, 0x14000
+	const i2, i3 = 0x15000, 0x16000
 	line := func(rw string, addr uint64) string { return fmt.Sprintf("\n%s %x %x 64 float [16] ND", rw, addr, addr) }
 	op := func(kind uint16, ts, n uint64, s string) rec {
 		return rec{ts: ts, a: n, b: uint64(len(s)), kind: kind, flags: format.FText, payload: []byte(s)}
@@ -187,7 +191,23 @@ func TestTensorBlockJustBeforeItsOperator(t *testing.T) {
 		op(format.ROpStart, 7_001_000, 6, "aten::six"),
 		op(format.ROpEnd, 7_002_000, 6, "aten::six"+line("W", g)),
 		op(format.ROpEnd, 7_003_000, 5, "aten::five"),
-		rec{ts: 8_000_000, a: 0x1000, b: 64, kind: format.RMalloc, flags: format.FHost})
+		rec{ts: 8_000_000, a: 0x1000, b: 64, kind: format.RMalloc, flags: format.FHost},
+		op(format.ROpStart, 9_000_000, 7, "aten::seven"),
+		op(format.ROpEnd, 9_010_000, 7, "aten::seven"+line("W", i3)),
+		op(format.ROpStart, 9_012_000, 12, "aten::twelve"), // while eight is open
+		op(format.ROpEnd, 9_015_000, 12, "aten::twelve"+line("W", i)),
+		op(format.ROpStart, 9_500_000, 9, "aten::add_"+line("R", j)),
+		op(format.ROpEnd, 9_510_000, 9, "aten::add_"+line("W", j)),
+		op(format.ROpStart, 11_000_000, 10, "aten::empty"),
+		op(format.ROpEnd, 11_001_000, 10, "aten::empty"+line("N", k)),
+		op(format.ROpStart, 12_000_000, 11, "aten::relu"),
+		op(format.RTag, 12_000_500, m, "activation"),
+		op(format.ROpEnd, 12_001_000, 11, "aten::relu"+line("W", m)))
+	sb.chunk(6, // another thread's, while seven runs
+		op(format.ROpStart, 9_002_000, 13, "aten::thirteen"),
+		op(format.ROpEnd, 9_004_000, 13, "aten::thirteen"+line("W", i2)),
+		op(format.ROpStart, 9_005_000, 8, "aten::eight"),
+		op(format.ROpEnd, 9_020_000, 8, "aten::eight"))
 	_, capDir := captureFolder(t, sb)
 	b0, _ := json.Marshal(ProcessMeta{Pid: 7, Config: config.Default()})
 	if err := os.WriteFile(filepath.Join(capDir, SpoolDir, ProcessFile), b0, 0o640); err != nil {
@@ -195,12 +215,18 @@ func TestTensorBlockJustBeforeItsOperator(t *testing.T) {
 	}
 	h := append([]byte{}, historyMagic...)
 	for _, x := range []struct{ ns, addr uint64 }{
-		{70_000, a},    // 30 µs before operator one, its output
-		{90_000, b},    // 10 µs before, only read
-		{2_900_000, d}, // 1.1 ms before operator two
-		{4_050_000, e}, // inside operator two
-		{4_990_000, f}, // before operator three, which does not name it; four does
-		{6_995_000, g}, // before operator five, whose inner six names it
+		{70_000, a},     // 30 µs before operator one, its output
+		{90_000, b},     // 10 µs before, only read
+		{2_900_000, d},  // 1.1 ms before operator two
+		{4_050_000, e},  // inside operator two
+		{4_990_000, f},  // before operator three, which does not name it; four does
+		{6_995_000, g},  // before operator five, whose inner six names it
+		{8_999_000, i},  // before seven, which does not name it; twelve, after it, does
+		{8_999_500, i2}, // before seven; thirteen, on another thread, names it
+		{8_999_800, i3}, // before seven, which names it after thirteen started
+		{9_499_000, j},  // before add_, which reads it, then writes it
+		{10_000_000, k}, // opSkew before empty
+		{11_999_000, m}, // before relu, which tags it an activation, then outputs it
 	} {
 		h = append(h, histEnt(histAlloc, 0, x.ns, x.addr, 64, 0)...)
 	}
@@ -214,7 +240,8 @@ func TestTensorBlockJustBeforeItsOperator(t *testing.T) {
 		}
 		return ""
 	})
-	want := map[string]string{"a000": "PTA@aten", "b000": "PTA", "d000": "PTA", "e000": "PTA@aten", "f000": "PTA", "10000": "PTA@aten"}
+	want := map[string]string{"a000": "PTA@aten", "b000": "PTA", "d000": "PTA", "e000": "PTA@aten", "f000": "PTA", "10000": "PTA@aten",
+		"11000": "PTA", "15000": "PTA", "16000": "PTA@aten", "12000": "PTA", "13000": "PTA@aten", "14000": "PTA@activation"}
 	if !maps.Equal(got, want) {
 		t.Errorf("owners %v, want %v", got, want)
 	}

@@ -40,10 +40,12 @@ type torchDec struct {
 
 	// CUDA tensor blocks allocated, by their history's time, while no
 	// operator was open, lately (within opSkew of the last): the first pass
-	// gives one to the operator that starts within opSkew after it (early)
-	// when that operator, or one it calls, names it as an output.
-	lately []struct{ id, ns uint64 }
-	early  map[uint64]bool // allocation ids
+	// offers them to the operator that starts next (early, on thread
+	// earlyTid), which owns one it or an operator it calls outputs, unless
+	// it read it first.
+	lately   []struct{ id, ns uint64 }
+	early    map[uint64]bool // allocation ids
+	earlyTid int32
 
 	// Learnt by the first pass, by allocation id.
 	pta map[uint64]bool
@@ -128,7 +130,7 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 		name, lines, _ := strings.Cut(text, "\n")
 		if r.Kind == format.ROpStart {
 			if t.pre && t.open == 0 {
-				t.claimLately(e.Timestamp)
+				t.offerLately(e.Timestamp, r.Tid)
 			}
 			t.depth[r.Tid]++
 			t.open++
@@ -153,8 +155,11 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 			if t.pre {
 				if b != nil {
 					t.pta[b.id] = true
-					if r.Kind == format.ROpEnd && t.early[b.id] && t.cat[b.id] == 0 {
-						t.cat[b.id] = catRank["aten"]
+					if len(t.early) > 0 && r.Tid == t.earlyTid && t.early[b.id] {
+						delete(t.early, b.id) // an input (R, at the start) was not made here
+						if r.Kind == format.ROpEnd && t.cat[b.id] == 0 {
+							t.cat[b.id] = catRank["aten"]
+						}
 					}
 				}
 				continue
@@ -183,6 +188,9 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 			if b != nil {
 				a.Extra = append(a.Extra, trace.KV{Key: "allocation_id", Value: strconv.FormatUint(b.id, 10)})
 			}
+		}
+		if t.pre && r.Kind == format.ROpEnd && r.Tid == t.earlyTid && t.depth[r.Tid] == 0 {
+			clear(t.early) // the offered operator has ended
 		}
 		if r.Kind == format.ROpEnd && t.launch {
 			rows = append(rows, &trace.Event{Kind: trace.KindOpLaunch, Type: trace.TypeAtenEnd, Name: name,
@@ -316,11 +324,14 @@ func (t *torchDec) noteLately(id, ns uint64) {
 	t.lately = append(t.lately[i:], struct{ id, ns uint64 }{id, ns})
 }
 
-// claimLately, at an outermost operator's start (at ns), offers it the
-// blocks allocated within opSkew before: one it or an operator it calls
-// names as an output (a W or N line at its end) was allocated inside it.
-func (t *torchDec) claimLately(ns uint64) {
+// offerLately, at an outermost operator's start (at ns, on thread tid),
+// offers it the blocks allocated within opSkew before: one it or an
+// operator it calls names as an output (a W or N line at its end) was
+// allocated inside it, unless it was an input first (an R line at a start:
+// an in-place write of a block made outside every operator).
+func (t *torchDec) offerLately(ns uint64, tid int32) {
 	clear(t.early)
+	t.earlyTid = tid
 	if len(t.lately) == 0 {
 		return
 	}
