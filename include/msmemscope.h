@@ -128,6 +128,10 @@ int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint3
  * allocates meanwhile is tracked (so that its frees pair) but makes no row,
  * no leak and no report entry (the Python package's operator hooks). */
 int msmemscope_own(int on);
+/* msmemscope_torch_event(kind, n, payload, len), then msmemscope_own(0):
+ * the operator hooks' call, one where two were, with int and char pointer
+ * arguments only (so that ctypes may call it without argument types). */
+int msmemscope_torch_op(int kind, int n, const char *payload, int len);
 /* 1 in a process forked from the one this library started in (where every
  * other call is refused), else 0. Safe in a forked child. */
 int msmemscope_in_child(void);

@@ -70,6 +70,12 @@ int msmemscope_torch_event(uint16_t kind, uint64_t a, const char *payload, uint3
 	return 0;
 }
 
+int msmemscope_torch_op(int kind, int n, const char *payload, int len) {
+	int rc = kind < 0 || n < 0 || len < 0 ? -1 : msmemscope_torch_event((uint16_t)kind, (uint64_t)n, payload, (uint32_t)len);
+	if (!in_child() && ms_tls.own > 0) own_down();
+	return rc;
+}
+
 int msmemscope_in_child(void) { return in_child(); }
 
 int msmemscope_own(int on) {

@@ -21,7 +21,8 @@ import (
 // Payloads, written by python/msmemscope/torch_hooks.py:
 //   - ROpStart / ROpEnd: the operator name, then one line per tensor
 //     argument: "R|W|N storage_hex data_hex nbytes dtype shape format"
-//     (READ lines on the start, WRITE lines on the end);
+//     (READ lines on the start, WRITE lines on the end; without access
+//     events every line is "N storage_hex 0 0 - [] -": the storage alone);
 //   - RTag: a category (weight, gradient, optimizer_state, activation) for
 //     the storage at a;
 //   - RSnapshot: "k:v,k:v";

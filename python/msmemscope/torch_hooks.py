@@ -234,6 +234,16 @@ class _State:
             return "%s %x %x %d %s [%s] %s" % (tag, sp, t.data_ptr(), t.numel() * t.element_size(), _dtype(t.dtype),
                                               "x".join(map(str, t.shape)), fmt(t, torch))
 
+        if not self.access:
+            # Without ACCESS rows a line only names the storage (a tensor
+            # block, an operator's input or output): "N", seen, makes no
+            # ACCESS row, and the tensor's other fields are not read.
+            def line(tag: str, t: Any) -> Optional[str]:  # noqa: F811
+                try:
+                    return "N %x 0 0 - [] -" % t.untyped_storage().data_ptr()
+                except Exception:
+                    return None
+
         def lines(tag: str, ts: List[Any]) -> List[str]:
             out = []
             for t in ts:
@@ -242,7 +252,10 @@ class _State:
                     out.append(ln)
             return out
 
-        own = _lib.get().msmemscope_own
+        # The hot calls without ctypes' argument types (_lib.untyped): own(on)
+        # and op(kind, n, text, len), the record then own(0).
+        own, op_emit = _lib.untyped("msmemscope_own"), _lib.untyped("msmemscope_torch_op")
+        typed_emit = _lib.get().msmemscope_torch_op  # n past a C int's range
 
         class Mode(TorchDispatchMode):
             # What the hook allocates itself is msmemscope's own (tracked,
@@ -262,9 +275,10 @@ class _State:
                     for a in kwargs.values():
                         _tensors(a, Tensor, ins)
                     text = "\n".join([op.name] + lines("R", ins)).encode()
-                    emit(R_OP_START, n, text, len(text))
-                finally:
+                    (op_emit if n < 0x80000000 else typed_emit)(R_OP_START, n, text, len(text))  # and own(0)
+                except BaseException:
                     own(0)
+                    raise
                 out = op.call(*args, **kwargs)
                 own(1)
                 try:
@@ -280,13 +294,19 @@ class _State:
                         # an in-place operator returns self: one WRITE
                         outs += [t for t in muts if not any(t is o for o in outs)]
                     text = "\n".join([op.name] + lines(op.out_tag, outs)).encode()
-                    emit(R_OP_END, n, text, len(text))
-                    if state.watch is not None:
-                        state.watch.after(n, op.name, outs)
-                    if state.history is not None:
-                        state.history.launched(n)
-                finally:
+                    (op_emit if n < 0x80000000 else typed_emit)(R_OP_END, n, text, len(text))  # and own(0)
+                except BaseException:
                     own(0)
+                    raise
+                if state.watch is not None or state.history is not None and n % _cuda_history.READ_EVERY == 0:
+                    own(1)
+                    try:
+                        if state.watch is not None:
+                            state.watch.after(n, op.name, outs)
+                        if state.history is not None:
+                            state.history.launched(n)
+                    finally:
+                        own(0)
                 return out
 
         with _owned():

@@ -65,6 +65,7 @@ int main(void) {
 		REFUSED(msmemscope_describe_pop());
 		REFUSED(msmemscope_python_package("/"));
 		REFUSED(msmemscope_torch_event(40, 1, "x", 1));
+		REFUSED(msmemscope_torch_op(40, 1, "x", 1));
 		REFUSED(msmemscope_own(1));
 		check(msmemscope_in_child() == 1, "msmemscope_in_child");
 		check(mstxRangeStartA("child", NULL) == 0, "mstxRangeStartA");
