@@ -159,6 +159,9 @@ bench: deps build venv
 	bash bench/pytest_plugin.sh
 	bash bench/offline.sh
 	{ echo; echo "## PyTorch training loop (issue 4)"; echo; echo '```'; bash bench/torch.sh; echo '```'; } | tee -a bench/results.md
+	{ echo; echo "## The operator hooks per operator (issues 17, 21)"; echo; \
+	  PYTHONPATH=$(CURDIR)/python MSMEMSCOPE_LIB=$(abspath $(LIB)) MSMEMSCOPE_CLI=$(abspath $(CLI)) \
+	  $(PYTHON) bench/torch_ops.py 2>/dev/null; } | tee -a bench/results.md
 	{ echo; $(PYTHON) bench/gpu_results.py; } | tee -a bench/results.md
 
 clean:
