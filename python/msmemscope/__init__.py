@@ -78,6 +78,7 @@ def config(**items: Any) -> None:
     _lib.configure(pairs)
     _cfg = None
     cfg = _config()
+    torch_hooks.reconfigured(cfg)
     if tracer.is_tracing() and not tracer._by_api and not _traceback(cfg):
         tracer._end()
 

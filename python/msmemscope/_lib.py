@@ -196,7 +196,8 @@ def untyped(name: str) -> Any:
     passes ints as C ints and bytes as char pointers, in ~0.6 µs where a
     typed call takes ~1.5 µs (the operator hooks make four a call). Only for
     functions whose arguments are all int or char * (msmemscope_own,
-    msmemscope_torch_op), with ints that fit an int."""
+    msmemscope_torch_op), with ints that fit an int and bytes, never str
+    (a str would go as a wchar_t *)."""
     return get()[name]
 
 

@@ -231,18 +231,14 @@ class _State:
                 sp = t.untyped_storage().data_ptr()
             except Exception:
                 return None
+            if not state.access:
+                # Without ACCESS rows a line only names the storage (a
+                # tensor block, an operator's input or output): "N", seen,
+                # makes no ACCESS row, and the tensor's other fields are
+                # not read. (config() may turn access on meanwhile.)
+                return "N %x 0 0 - [] -" % sp
             return "%s %x %x %d %s [%s] %s" % (tag, sp, t.data_ptr(), t.numel() * t.element_size(), _dtype(t.dtype),
                                               "x".join(map(str, t.shape)), fmt(t, torch))
-
-        if not self.access:
-            # Without ACCESS rows a line only names the storage (a tensor
-            # block, an operator's input or output): "N", seen, makes no
-            # ACCESS row, and the tensor's other fields are not read.
-            def line(tag: str, t: Any) -> Optional[str]:  # noqa: F811
-                try:
-                    return "N %x 0 0 - [] -" % t.untyped_storage().data_ptr()
-                except Exception:
-                    return None
 
         def lines(tag: str, ts: List[Any]) -> List[str]:
             out = []
@@ -253,9 +249,15 @@ class _State:
             return out
 
         # The hot calls without ctypes' argument types (_lib.untyped): own(on)
-        # and op(kind, n, text, len), the record then own(0).
-        own, op_emit = _lib.untyped("msmemscope_own"), _lib.untyped("msmemscope_torch_op")
-        typed_emit = _lib.get().msmemscope_torch_op  # n past a C int's range
+        # and op_emit(kind, n, text, len), the record then own(0).
+        own, op_emit_int = _lib.untyped("msmemscope_own"), _lib.untyped("msmemscope_torch_op")
+
+        def op_emit(kind: int, n: int, text: bytes, size: int) -> None:
+            if n < 0x80000000:
+                op_emit_int(kind, n, text, size)
+            else:  # past a C int: the typed call, a uint64
+                emit(kind, n, text, size)
+                own(0)
 
         class Mode(TorchDispatchMode):
             # What the hook allocates itself is msmemscope's own (tracked,
@@ -275,8 +277,8 @@ class _State:
                     for a in kwargs.values():
                         _tensors(a, Tensor, ins)
                     text = "\n".join([op.name] + lines("R", ins)).encode()
-                    (op_emit if n < 0x80000000 else typed_emit)(R_OP_START, n, text, len(text))  # and own(0)
-                except BaseException:
+                    op_emit(R_OP_START, n, text, len(text))  # and own(0)
+                except BaseException:  # (own(0) once more after op_emit: harmless, own stays >= 0)
                     own(0)
                     raise
                 out = op.call(*args, **kwargs)
@@ -294,7 +296,7 @@ class _State:
                         # an in-place operator returns self: one WRITE
                         outs += [t for t in muts if not any(t is o for o in outs)]
                     text = "\n".join([op.name] + lines(op.out_tag, outs)).encode()
-                    (op_emit if n < 0x80000000 else typed_emit)(R_OP_END, n, text, len(text))  # and own(0)
+                    op_emit(R_OP_END, n, text, len(text))  # and own(0)
                 except BaseException:
                     own(0)
                     raise
@@ -501,6 +503,13 @@ def _install_global_hooks() -> None:
 
 def enabled() -> bool:
     return _state is not None
+
+
+def reconfigured(cfg: Dict[str, Any]) -> None:
+    """config() changed the options: the hooks now on follow access."""
+    st = _state
+    if st is not None:
+        st.access = bool(cfg.get("events", {}).get("access"))
 
 
 def enable(cfg: Optional[Dict[str, Any]] = None) -> None:

@@ -150,12 +150,17 @@ msmemscope.stop()
 """
 
 
-def test_watch_finds_the_stomp(tmp_path, torch_available):
-    run = run_traced(tmp_path, WATCH, "--collect-mode=deferred", timeout=TIMEOUT).check()
+@pytest.mark.parametrize("first", [1, 2**32 - 3], ids=["launches from 1", "launches past 2**32"])
+def test_watch_finds_the_stomp(tmp_path, torch_available, first):
+    # (launch numbers past a C int take the hooks' typed call)
+    prog = WATCH.replace("import torch, msmemscope\n", "import itertools, torch, msmemscope\n"
+                         "msmemscope.torch_hooks._launches = itertools.count(%d)\n" % first)
+    run = run_traced(tmp_path, prog, "--collect-mode=deferred", timeout=TIMEOUT).check()
     rows = run.rows()
     rep = _analysis(run, "watch")
     changed = [r for r in rep if r["Status"] == "changed"]
     assert [(r["Operator"], r["Tensor"]) for r in changed] == [("aten::add_", "aten::mul:out0")]
+    assert int(changed[0]["Launch"]) == first + 6  # ones, zeros, mul, view, select, add, add_
     byid = {r["ID"]: r for r in rows}
     row = byid[changed[0]["Row ID"]]
     assert (row["Event"], row["Event Type"], row["Name"]) == ("OP_LAUNCH", "ATEN_START", "aten::add_")
@@ -281,3 +286,22 @@ def test_no_launch_rows_while_collection_is_off(tmp_path, torch_available):
         elif r["Event"] == "OP_LAUNCH":
             ops.append((on, r["Event Type"], r["Name"]))
     assert ops == [(True, "ATEN_START", "aten::add"), (True, "ATEN_END", "aten::add")], ops
+
+
+ACCESS_LATER = """
+import torch, msmemscope
+msmemscope.config(collect_mode="deferred")
+a = torch.ones(4)          # the hooks are in since torch's import, without access
+msmemscope.config(events="alloc,free,launch,access")
+msmemscope.start()
+c = a + 1
+msmemscope.stop()
+"""
+
+
+def test_access_asked_once_the_hooks_are_in(tmp_path, torch_available):
+    """The hooks put in at torch's import follow a later config(): with
+    access asked before start(), the operator's tensors are ACCESS rows."""
+    run = run_traced(tmp_path, ACCESS_LATER, "--events=alloc,free,launch", timeout=TIMEOUT).check()
+    acc = [(r["Event Type"], r["Name"], attr(r)["shape"], attr(r)["size"]) for r in run.rows() if r["Event"] == "ACCESS"]
+    assert ("READ", "aten::add", "[4]", "16") in acc and ("WRITE", "aten::add", "[4]", "16") in acc, acc
