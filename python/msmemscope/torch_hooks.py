@@ -56,6 +56,10 @@ def _owned() -> Any:
 __all__ = ["enable", "disable", "enabled", "watch", "tag", "snapshot"]
 
 _state: Optional[_State] = None  # while enabled
+# Hooks disabled from another thread than theirs: a thread's dispatch mode and
+# saved-tensor hooks can be left only on it, so they stay in, passing
+# everything through, until that thread enables or disables again.
+_stale: List[_State] = []
 _launches = itertools.count(1)
 _glock = threading.Lock()
 _global_hooks: Optional[List[Any]] = None  # handles of the global module/optimizer hooks
@@ -264,6 +268,8 @@ class _State:
             # no rows); only the operator's call is the program's. (own()
             # by hand, not _owned(): a context manager per operator costs.)
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                if _state is not state:  # disabled from another thread (_stale)
+                    return func(*args, **(kwargs or {}))
                 own(1)
                 try:
                     kwargs = kwargs or {}
@@ -324,6 +330,8 @@ class _State:
                     pass
 
         def pack(t: Any) -> Any:
+            if _state is not state:
+                return t
             own(1)
             try:
                 p = t.untyped_storage().data_ptr()
@@ -519,6 +527,7 @@ def enable(cfg: Optional[Dict[str, Any]] = None) -> None:
     with _glock:
         if _state is not None or _lib.in_child():
             return
+        _leave_stale()
         if cfg is None:
             cfg = _lib.effective_config()
         _skip_glue_frames()
@@ -557,6 +566,20 @@ def disable() -> None:
         with _owned():
             st.history.close()
     if threading.get_ident() == st.tid:
+        st.exit()
+    else:
+        with _glock:
+            _stale.append(st)
+    with _glock:
+        _leave_stale()
+
+
+def _leave_stale() -> None:
+    """Takes this thread's stale hooks out, the latest first (its modes are
+    a stack). Called holding _glock."""
+    me = threading.get_ident()
+    for st in [st for st in reversed(_stale) if st.tid == me]:
+        _stale.remove(st)
         st.exit()
 
 

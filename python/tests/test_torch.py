@@ -305,3 +305,30 @@ def test_access_asked_once_the_hooks_are_in(tmp_path, torch_available):
     run = run_traced(tmp_path, ACCESS_LATER, "--events=alloc,free,launch", timeout=TIMEOUT).check()
     acc = [(r["Event Type"], r["Name"], attr(r)["shape"], attr(r)["size"]) for r in run.rows() if r["Event"] == "ACCESS"]
     assert ("READ", "aten::add", "[4]", "16") in acc and ("WRITE", "aten::add", "[4]", "16") in acc, acc
+
+
+STOP_ELSEWHERE = """
+import threading, torch, msmemscope
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+msmemscope.config(events="alloc,free,launch")
+msmemscope.start()
+torch.ones(4).sum()
+t = threading.Thread(target=msmemscope.stop)  # the hooks are the main thread's
+t.start()
+t.join()
+torch.ones(2)                                 # collection off: no rows
+msmemscope.start()
+torch.ones(4).sum()
+msmemscope.stop()
+print("modes left:", len(_get_current_dispatch_mode_stack()))
+"""
+
+
+def test_stop_from_another_thread(tmp_path, torch_available):
+    """stop() from another thread than the hooks': the next start() records
+    each operator once, and the last stop() leaves no mode in."""
+    run = run_traced(tmp_path, STOP_ELSEWHERE, "--collect-mode=deferred", timeout=TIMEOUT).check()
+    ops = [(r["Event Type"], r["Name"]) for r in run.rows() if r["Event"] == "OP_LAUNCH"]
+    pair = [("ATEN_START", "aten::ones"), ("ATEN_END", "aten::ones"), ("ATEN_START", "aten::sum"), ("ATEN_END", "aten::sum")]
+    assert ops == pair + pair, ops
+    assert "modes left: 0" in run.stdout
