@@ -423,8 +423,9 @@ class _Watch:
             sel = outs if self.out < 0 else outs[self.out:self.out + 1]
             for i, t in enumerate(sel):
                 self.watched.append(["%s:out%d" % (self.start, i if self.out < 0 else self.out), t, 0, False])
-        for name, t in _explicit_watch:
+        for name, t in _explicit_watch:  # for this window only
             self.watched.append([name, t, 0, False])
+        _explicit_watch.clear()
         for w in self.watched:
             w[2] = self._hash(w[1])
             _emit(R_WATCH, n, "watch %s %016x %016x" % (w[0], w[2], w[2]))
@@ -468,7 +469,8 @@ class _Watch:
 
 def watch(tensor: Any, name: Optional[str] = None) -> None:
     """Adds a tensor to the watched memory of the next watch
-    window (config(watch=...)): its block is hashed after every launch."""
+    window (config(watch=...)): its block is hashed after every launch of
+    that window; a later window watches it again only if given again."""
     name = name or "tensor%d" % len(_explicit_watch)
     if any(c in name for c in ",{}\n "):
         raise ValueError("watch name must not contain spaces, ',', '{' or '}': %r" % name)

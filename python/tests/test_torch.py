@@ -332,3 +332,21 @@ def test_stop_from_another_thread(tmp_path, torch_available):
     pair = [("ATEN_START", "aten::ones"), ("ATEN_END", "aten::ones"), ("ATEN_START", "aten::sum"), ("ATEN_END", "aten::sum")]
     assert ops == pair + pair, ops
     assert "modes left: 0" in run.stdout
+
+
+WATCH_TWICE = """
+import torch, msmemscope
+msmemscope.config(events="alloc,free,launch", watch="aten::mul:out0,aten::sum")
+a, other = torch.ones(8), torch.zeros(4)
+msmemscope.watch(other, "other")  # the next window's
+for _ in range(2):
+    msmemscope.start()
+    s = torch.mul(a, 2).sum()
+    msmemscope.stop()
+"""
+
+
+def test_watch_given_tensor_is_the_next_windows(tmp_path, torch_available):
+    run = run_traced(tmp_path, WATCH_TWICE, "--collect-mode=deferred", timeout=TIMEOUT).check()
+    rep = [(r["Status"], r["Tensor"]) for r in _analysis(run, "watch")]
+    assert rep.count(("unchanged", "other")) == 1 and rep.count(("unchanged", "aten::mul:out0")) == 2, rep
