@@ -159,6 +159,71 @@ func TestFindErrors(t *testing.T) {
 	}
 }
 
+// msmemscope.config() between and within ranges (RConfig records): each
+// operator's rows are as the configuration then asked, from the capture's
+// own at its start; a decoder given its configuration keeps it throughout.
+func TestTorchRowsFollowTheConfiguration(t *testing.T) {
+	text := func(kind uint16, ts, a uint64, s string) rec {
+		return rec{ts: ts, a: a, b: uint64(len(s)), kind: kind, flags: format.FText, payload: []byte(s)}
+	}
+	conf := func(ts uint64, launch, access bool) rec {
+		c := config.Default()
+		c.Events.Launch, c.Events.Access = launch, access
+		return text(format.RConfig, ts, 0, c.Encode())
+	}
+	op := func(ts, n uint64, name string) []rec {
+		return []rec{text(format.ROpStart, ts, n, name+"\nR 1000 1000 64 float [16] ND"), text(format.ROpEnd, ts+10, n, name)}
+	}
+	recs := []rec{{ts: 1050, a: 0x1000, b: 64, kind: format.RMalloc, flags: format.FHost}}
+	recs = append(recs, op(1100, 1, "aten::one")...) // the capture's start: launch, no access
+	recs = append(recs, conf(1200, true, true))      // config(events=...,access)
+	recs = append(recs, op(1300, 2, "aten::two")...)
+	recs = append(recs, conf(1400, false, false)) // config(events="alloc,free")
+	recs = append(recs, op(1500, 3, "aten::three")...)
+	sb := newSpoolBuilder(7)
+	sb.chunk(0, calib(1000, 1))
+	sb.chunk(5, recs...)
+	_, capDir := captureFolder(t, sb)
+	start := config.Default() // alloc,free,launch
+	b, _ := json.Marshal(ProcessMeta{Pid: 7, Config: start})
+	os.WriteFile(filepath.Join(capDir, SpoolDir, ProcessFile), b, 0o640)
+	row := func(e *trace.Event) string { return e.Kind.String() + " " + e.Type + " " + e.Name }
+	got := captureRows(t, capDir, row)
+	want := []string{"MALLOC PTA ", "OP_LAUNCH ATEN_START aten::one", "OP_LAUNCH ATEN_END aten::one",
+		"OP_LAUNCH ATEN_START aten::two", "ACCESS READ aten::two", "OP_LAUNCH ATEN_END aten::two"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rows:\n got %q\nwant %q", got, want)
+	}
+	// Given a configuration (a conversion's options), the decoder keeps it.
+	sp, err := OpenCapture(capDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	meta := &ProcessMeta{Pid: 7, Config: start}
+	d := NewDecoder(sp, capDir, meta, start)
+	if err := d.DecodeTorch(); err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for {
+		e, err := d.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e == nil {
+			break
+		}
+		kept = append(kept, row(e))
+	}
+	wantKept := []string{"MALLOC PTA ", "OP_LAUNCH ATEN_START aten::one", "OP_LAUNCH ATEN_END aten::one",
+		"OP_LAUNCH ATEN_START aten::two", "OP_LAUNCH ATEN_END aten::two",
+		"OP_LAUNCH ATEN_START aten::three", "OP_LAUNCH ATEN_END aten::three"}
+	if !reflect.DeepEqual(kept, wantKept) {
+		t.Errorf("rows with the decoder's configuration:\n got %q\nwant %q", kept, wantKept)
+	}
+}
+
 // A spool opened with Open gives the PyTorch rows its dump has: operator
 // launches, accesses, and PTA blocks.
 func TestOpenSpoolTorchRows(t *testing.T) {

@@ -208,6 +208,12 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 		}
 		d.pending = append(d.pending, rows[1:]...)
 		return rows[0]
+	case format.RConfig: // msmemscope.config(): the rows from now on as it asks (FollowConfig)
+		if d.follow != nil && !t.pre {
+			if c, err := config.Decode(r.Text()); err == nil {
+				t.launch, t.access = c.Events.Launch, c.Events.Access
+			}
+		}
 	case format.RTag:
 		if b := d.lookupBlock(r.A); b != nil && t.pre {
 			t.pta[b.id] = true

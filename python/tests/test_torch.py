@@ -350,3 +350,27 @@ def test_watch_given_tensor_is_the_next_windows(tmp_path, torch_available):
     run = run_traced(tmp_path, WATCH_TWICE, "--collect-mode=deferred", timeout=TIMEOUT).check()
     rep = [(r["Status"], r["Tensor"]) for r in _analysis(run, "watch")]
     assert rep.count(("unchanged", "other")) == 1 and rep.count(("unchanged", "aten::mul:out0")) == 2, rep
+
+
+TWO_RANGES = """
+import torch, msmemscope
+m = torch.nn.Linear(8, 8)
+for ev in ("alloc,free,launch,access", "alloc,free"):
+    msmemscope.config(events=ev)
+    msmemscope.start()
+    m(torch.randn(2, 8)).sum().backward()
+    msmemscope.stop()
+"""
+
+
+def test_each_range_has_the_rows_it_asked_for(tmp_path, torch_available):
+    """config() between ranges: the first range's launches and accesses
+    stay, although the last configuration asks for neither."""
+    run = run_traced(tmp_path, TWO_RANGES, "--collect-mode=deferred", timeout=TIMEOUT).check()
+    rng, seen = 0, {1: set(), 2: set()}
+    for r in run.rows():
+        if r["Event"] == "SYSTEM" and r["Event Type"] == "START":
+            rng += 1
+        elif r["Event"] in ("OP_LAUNCH", "ACCESS"):
+            seen[rng].add(r["Event"])
+    assert seen == {1: {"OP_LAUNCH", "ACCESS"}, 2: set()}, seen
