@@ -43,7 +43,7 @@ func writeReports(res *Result, runs []*run, stamp string, cfg config.Config, wat
 		}
 		say(r.res.Summary(ConsoleTop))
 	}
-	if cfg.Watch != nil && len(watch) > 0 {
+	if len(watch) > 0 { // (a range watched: whatever the last configuration says)
 		if err := safefs.EnsureDir(dir); err != nil {
 			return err
 		}

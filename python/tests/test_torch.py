@@ -374,3 +374,24 @@ def test_each_range_has_the_rows_it_asked_for(tmp_path, torch_available):
         elif r["Event"] in ("OP_LAUNCH", "ACCESS"):
             seen[rng].add(r["Event"])
     assert seen == {1: {"OP_LAUNCH", "ACCESS"}, 2: set()}, seen
+
+
+WATCH_THEN_NONE = """
+import torch, msmemscope
+msmemscope.config(events="alloc,free,launch", watch="aten::mul:out0,aten::sum")
+msmemscope.start()
+w = torch.mul(torch.ones(8), 2)
+w.add_(1)                      # changes the watched block
+s = w.sum()
+msmemscope.stop()
+msmemscope.config(watch=None)  # the next range watches nothing
+msmemscope.start()
+torch.ones(4).sum()
+msmemscope.stop()
+"""
+
+
+def test_watch_report_of_an_earlier_range(tmp_path, torch_available):
+    run = run_traced(tmp_path, WATCH_THEN_NONE, "--collect-mode=deferred", timeout=TIMEOUT).check()
+    rep = [(r["Status"], r["Operator"], r["Tensor"]) for r in _analysis(run, "watch")]
+    assert ("changed", "aten::add_", "aten::mul:out0") in rep, rep
