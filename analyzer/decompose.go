@@ -213,6 +213,9 @@ func appendDecomposeLine(b []byte, kind string, s DecomposeStat) []byte {
 func (r *DecomposeReport) Summary() string {
 	var sb strings.Builder
 	sb.WriteString("decompose (peak / end bytes per owner):\n")
+	if len(r.Categories) == 0 && len(r.Devices) == 0 {
+		sb.WriteString("  none: no block was recorded\n")
+	}
 	for _, s := range r.Categories {
 		fmt.Fprintf(&sb, "  %-16s peak %12d  end %12d  (%d allocations)\n", s.Name, s.Peak, s.End, s.Blocks)
 	}

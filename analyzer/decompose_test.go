@@ -124,3 +124,10 @@ func TestDecomposeTensorBeforeItsSegment(t *testing.T) {
 		t.Error("no cached_free line")
 	}
 }
+
+// A capture without blocks says so, not an empty table.
+func TestDecomposeSummaryOfNothing(t *testing.T) {
+	if got := (&DecomposeReport{}).Summary(); got != "decompose (peak / end bytes per owner):\n  none: no block was recorded\n" {
+		t.Errorf("summary %q", got)
+	}
+}
