@@ -441,13 +441,12 @@ func uniquePath(base, ext string) string {
 
 // newDecoder decodes sp from its start, its C stacks symbolized with
 // Options.MapsFile, its PyTorch records with what torch learnt: their rows
-// as each range's configuration asked, unless options were given.
+// as each range's configuration asked (a conversion's options never set
+// events).
 func newDecoder(sp *spool.Spool, dir string, meta *spool.ProcessMeta, cfg config.Config, opt Options, torch *spool.TorchInfo) *spool.Decoder {
 	d := spool.NewDecoder(sp, dir, meta, cfg)
 	d.SymbolizeWith(opt.MapsFile, "")
-	if opt.Config == nil {
-		d.FollowConfig(meta.Config.Events)
-	}
+	d.FollowConfig(meta.Config.Events)
 	d.UseTorch(torch)
 	if len(cfg.Export) == 0 {
 		d.NoSites() // no analysis of a conversion reads them (an export names blocks by site without stacks)

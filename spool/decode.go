@@ -188,7 +188,7 @@ func LearnTorch(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) (*T
 // capture changed it (msmemscope.config() between or within ranges: an
 // RConfig record each): each range's launch and access rows as it asked,
 // from start, the capture's events when it began. Without it the
-// decoder's configuration holds throughout (a conversion given options).
+// decoder's configuration holds throughout.
 // Called before UseTorch or DecodeTorch.
 func (d *Decoder) FollowConfig(start config.Events) { d.follow = &start }
 

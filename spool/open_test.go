@@ -161,7 +161,8 @@ func TestFindErrors(t *testing.T) {
 
 // msmemscope.config() between and within ranges (RConfig records): each
 // operator's rows are as the configuration then asked, from the capture's
-// own at its start; a decoder given its configuration keeps it throughout.
+// own at its start; a decoder not told to follow keeps its configuration
+// throughout.
 func TestTorchRowsFollowTheConfiguration(t *testing.T) {
 	text := func(kind uint16, ts, a uint64, s string) rec {
 		return rec{ts: ts, a: a, b: uint64(len(s)), kind: kind, flags: format.FText, payload: []byte(s)}
@@ -194,7 +195,7 @@ func TestTorchRowsFollowTheConfiguration(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("rows:\n got %q\nwant %q", got, want)
 	}
-	// Given a configuration (a conversion's options), the decoder keeps it.
+	// Not told to follow (FollowConfig), the decoder keeps its configuration.
 	sp, err := OpenCapture(capDir)
 	if err != nil {
 		t.Fatal(err)

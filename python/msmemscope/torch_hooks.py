@@ -214,6 +214,7 @@ class _State:
 
         self.torch = torch
         self.tid = threading.get_ident()
+        self.thread = threading.current_thread()  # (an ident may be reused once it ends)
         ev = cfg.get("events", {})
         self.access = bool(ev.get("access"))
         self.ops: Dict[Any, _Op] = {}
@@ -567,9 +568,11 @@ def disable() -> None:
     if st.history is not None:
         with _owned():
             st.history.close()
-    if threading.get_ident() == st.tid:
+    if st.thread is threading.current_thread():
         st.exit()
     else:
+        if st.watch is not None:  # its findings belong to this stop's files
+            st.watch.finish()
         with _glock:
             _stale.append(st)
     with _glock:
@@ -578,11 +581,18 @@ def disable() -> None:
 
 def _leave_stale() -> None:
     """Takes this thread's stale hooks out, the latest first (its modes are
-    a stack). Called holding _glock."""
-    me = threading.get_ident()
-    for st in [st for st in reversed(_stale) if st.tid == me]:
-        _stale.remove(st)
-        st.exit()
+    a stack), and forgets those of threads that ended (their modes ended
+    with them). Called holding _glock."""
+    me = threading.current_thread()
+    for st in list(reversed(_stale)):
+        if st.thread is me:
+            _stale.remove(st)
+            try:
+                st.exit()
+            except Exception:
+                pass  # (torch's mode stack is not as the hooks left it: nothing more to take out)
+        elif not st.thread.is_alive():
+            _stale.remove(st)
 
 
 def wanted(cfg: Dict[str, Any]) -> bool:

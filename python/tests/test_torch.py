@@ -395,3 +395,33 @@ def test_watch_report_of_an_earlier_range(tmp_path, torch_available):
     run = run_traced(tmp_path, WATCH_THEN_NONE, "--collect-mode=deferred", timeout=TIMEOUT).check()
     rep = [(r["Status"], r["Operator"], r["Tensor"]) for r in _analysis(run, "watch")]
     assert ("changed", "aten::add_", "aten::mul:out0") in rep, rep
+
+
+THREAD_ENDED = """
+import threading, torch, msmemscope
+msmemscope.config(events="alloc,free,launch")
+def first():
+    msmemscope.start()            # the hooks are this thread's
+    torch.ones(2).sum()
+t = threading.Thread(target=first)
+t.start()
+t.join()
+msmemscope.stop()                 # from another thread, after theirs ended
+def second():                     # a new thread: perhaps the ended one's ident
+    msmemscope.start()
+    torch.ones(4).sum()
+    msmemscope.stop()
+t = threading.Thread(target=second)
+t.start()
+t.join()
+"""
+
+
+def test_hooks_of_an_ended_thread(tmp_path, torch_available):
+    """Hooks stopped from another thread after theirs ended are forgotten,
+    not taken out on a new thread that has the ended one's ident."""
+    run = run_traced(tmp_path, THREAD_ENDED, "--collect-mode=deferred", timeout=TIMEOUT).check()
+    assert "Exception in thread" not in run.stderr, run.stderr
+    ops = [(r["Event Type"], r["Name"]) for r in run.rows() if r["Event"] == "OP_LAUNCH"]
+    pair = [("ATEN_START", "aten::ones"), ("ATEN_END", "aten::ones"), ("ATEN_START", "aten::sum"), ("ATEN_END", "aten::sum")]
+    assert ops == pair + pair, ops
