@@ -207,15 +207,8 @@ func TestTorchRowsFollowTheConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	var kept []string
-	for {
-		e, err := d.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e == nil {
-			break
-		}
-		kept = append(kept, row(e))
+	if err := trace.Each(d, func(e *trace.Event) error { kept = append(kept, row(e)); return nil }); err != nil {
+		t.Fatal(err)
 	}
 	wantKept := []string{"MALLOC PTA ", "OP_LAUNCH ATEN_START aten::one", "OP_LAUNCH ATEN_END aten::one",
 		"OP_LAUNCH ATEN_START aten::two", "OP_LAUNCH ATEN_END aten::two",
