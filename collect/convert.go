@@ -191,7 +191,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	written := func(e *trace.Event) bool { return e.Kind == trace.KindSystem || cfg.WantStep(e.Step) }
 	if judgeFirst(runs, sp.Holds) {
-		first := newDecoder(sp, dir, meta, cfg, opt, torch)
+		first := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 		first.JudgeOnly()
 		err := eachEvent(inputNext(first.NextInto), nil, nil, func(e *trace.Event) error {
 			if written(e) {
@@ -210,7 +210,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	if est := dumpEstimate(sp, cfg); est > 1<<30 && opt.Console != nil && !noDump {
 		fmt.Fprintf(opt.Console, "msmemscope: %s: writing a dump of about %s\n", res.DumpPath, safefs.HumanBytes(est))
 	}
-	dec := newDecoder(sp, dir, meta, cfg, opt, torch)
+	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 	var outside uint64
 	var oom oomWatch
 	exp, err := export.NewSet(cfg.Export)
@@ -440,13 +440,13 @@ func uniquePath(base, ext string) string {
 }
 
 // newDecoder decodes sp from its start, its C stacks symbolized with
-// Options.MapsFile, its PyTorch records with what torch learnt: their rows
-// as each range's configuration asked (a conversion's options never set
-// events).
-func newDecoder(sp *spool.Spool, dir string, meta *spool.ProcessMeta, cfg config.Config, opt Options, torch *spool.TorchInfo) *spool.Decoder {
+// mapsFile (Options.MapsFile), its PyTorch records with what torch learnt:
+// their rows as each range's configuration asked (a conversion's options
+// never set events).
+func newDecoder(sp *spool.Spool, dir string, meta *spool.ProcessMeta, cfg config.Config, mapsFile string, torch *spool.TorchInfo) *spool.Decoder {
 	d := spool.NewDecoder(sp, dir, meta, cfg)
-	d.SymbolizeWith(opt.MapsFile, "")
-	d.FollowConfig(meta.Config.Events)
+	d.SymbolizeWith(mapsFile, "")
+	d.FollowConfig()
 	d.UseTorch(torch)
 	if len(cfg.Export) == 0 {
 		d.NoSites() // no analysis of a conversion reads them (an export names blocks by site without stacks)

@@ -34,7 +34,7 @@ type Decoder struct {
 	mapsText string // the mappings to symbolize with, when given as text
 	meta     *ProcessMeta
 	cfg      config.Config
-	follow   *config.Events // FollowConfig: the capture's events when it began
+	follow   bool // FollowConfig
 	pid      int64
 	live     u64map.Map[block]    // by BlockKey
 	hidden   map[uint64][2]string // the C and Python stacks of hidden blocks, by allocation id
@@ -187,16 +187,15 @@ func LearnTorch(sp *Spool, dir string, meta *ProcessMeta, cfg config.Config) (*T
 // FollowConfig makes the PyTorch rows follow the configuration as the
 // capture changed it (msmemscope.config() between or within ranges: an
 // RConfig record each): each range's launch and access rows as it asked,
-// from start, the capture's events when it began. Without it the
-// decoder's configuration holds throughout.
-// Called before UseTorch or DecodeTorch.
-func (d *Decoder) FollowConfig(start config.Events) { d.follow = &start }
+// from the capture's own when it began (meta). Without it the decoder's
+// configuration holds throughout. Called before UseTorch or DecodeTorch.
+func (d *Decoder) FollowConfig() { d.follow = true }
 
 // UseTorch makes PyTorch records rows, with what ti learnt (nil: none).
 func (d *Decoder) UseTorch(ti *TorchInfo) {
 	d.torch = newTorchDec(d.cfg, false)
-	if d.follow != nil {
-		d.torch.launch, d.torch.access = d.follow.Launch, d.follow.Access
+	if d.follow {
+		d.torch.launch, d.torch.access = d.meta.Config.Events.Launch, d.meta.Config.Events.Access
 	}
 	if ti != nil {
 		d.torch.pta, d.torch.cat, d.torch.tag, d.torch.seg = ti.t.pta, ti.t.cat, ti.t.tag, ti.t.seg

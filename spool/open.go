@@ -251,7 +251,7 @@ func (in *spoolInput) open() (*Spool, *Decoder, error) {
 		meta = spoolMeta(sp)
 	}
 	dec := NewDecoder(sp, in.found.Capture, meta, meta.Config)
-	dec.FollowConfig(meta.Config.Events)
+	dec.FollowConfig()
 	dec.SymbolizeWith("", in.maps)
 	if in.torch {
 		if err := dec.DecodeTorch(); err != nil {

@@ -209,7 +209,7 @@ func (d *Decoder) torchRecord(r *Rec, e *trace.Event) *trace.Event {
 		d.pending = append(d.pending, rows[1:]...)
 		return rows[0]
 	case format.RConfig: // msmemscope.config(): the rows from now on as it asks (FollowConfig)
-		if d.follow != nil && !t.pre {
+		if d.follow && !t.pre {
 			if c, err := config.Decode(r.Text()); err == nil {
 				t.launch, t.access = c.Events.Launch, c.Events.Access
 			}
@@ -316,10 +316,9 @@ func (d *Decoder) torchEmitted(e *trace.Event) {
 
 // opSkew is how far, in the records' time, a CUDA tensor block's alloc
 // entry may come before the operator that allocated it: the history's
-// clock (Unix microseconds, converted) and the records' (the TSC,
-// calibrated) agree to a few microseconds only, and an operator's output
-// is allocated microseconds after it starts.
-const opSkew = 1_000_000
+// clock and the records' are the two histWait allows for, and an
+// operator's output is allocated microseconds after it starts.
+const opSkew = histWait
 
 // noteLately keeps a CUDA tensor block allocated outside every operator
 // until opSkew has passed.

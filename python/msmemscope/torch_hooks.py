@@ -213,8 +213,7 @@ class _State:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         self.torch = torch
-        self.tid = threading.get_ident()
-        self.thread = threading.current_thread()  # (an ident may be reused once it ends)
+        self.thread = threading.current_thread()  # (not its ident: one may be reused once it ends)
         ev = cfg.get("events", {})
         self.access = bool(ev.get("access"))
         self.ops: Dict[Any, _Op] = {}
@@ -487,7 +486,7 @@ def _install_global_hooks() -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     def on_module(module: Any, inputs: Any) -> None:
-        if _state is not None and threading.get_ident() == _state.tid:
+        if _state is not None and threading.current_thread() is _state.thread:
             for p in module.parameters(recurse=False):
                 tag(p, "weight")
 
