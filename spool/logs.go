@@ -3,7 +3,6 @@ package spool
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -77,16 +76,14 @@ func readLog(path string, whole bool) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %v%s", path, err, trace.CutShort)
 	}
 	// Damaged or truncated: decode frame by frame, as far as they go.
-	d, derr := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1))
-	if derr != nil {
-		return nil, fmt.Errorf("%s: %v", path, derr)
+	out, serr := salvageFrames(z)
+	if serr == nil && len(out) < HdrSize {
+		serr = err
 	}
-	defer d.Close()
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, d); err != nil && buf.Len() < HdrSize {
-		return nil, fmt.Errorf("%s: %v", path, err)
+	if serr != nil {
+		return nil, fmt.Errorf("%s: %v", path, serr)
 	}
-	return buf.Bytes(), nil
+	return out, nil
 }
 
 // OpenCapture opens a capture folder's spool: spool.bin, or, for a rotating

@@ -129,16 +129,12 @@ func (ls *logSpool) addLog(path string, skipHeader bool) error {
 			buf, err = logDecoder.DecodeAll(z[off:off+n], buf[:0])
 		}
 		if err != nil {
-			// Damaged or truncated: decode from here as far as it goes.
-			d, derr := zstd.NewReader(bytes.NewReader(z[off:]), zstd.WithDecoderConcurrency(1))
-			if derr != nil {
-				return fmt.Errorf("%s: %v", path, derr)
+			out, serr := salvageFrames(z[off:])
+			if serr != nil {
+				return fmt.Errorf("%s: %v", path, serr)
 			}
-			var out bytes.Buffer
-			_, err = io.Copy(&out, d)
-			d.Close()
-			if out.Len() > 0 {
-				addContent(logPart{mem: out.Bytes()}, out.Bytes())
+			if len(out) > 0 {
+				addContent(logPart{mem: out}, out)
 			}
 			if content < HdrSize {
 				return fmt.Errorf("%s: %v", path, err)
@@ -262,4 +258,31 @@ func (ls *logSpool) Close() error {
 	}
 	ls.files = nil
 	return nil
+}
+
+// salvageFrames reads what can be trusted of frames that do not decode
+// whole: a frame cut off by a kill gives its blocks before the cut (a
+// stream decoder's output), a damaged frame (whole on disk, its content
+// not matching its checksum, say) nothing, and the read ends there.
+func salvageFrames(z []byte) ([]byte, error) {
+	var out []byte
+	for len(z) > 0 {
+		n, err := frameSize(z)
+		if err != nil { // cut short
+			d, derr := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1))
+			if derr != nil {
+				return nil, derr
+			}
+			var b bytes.Buffer
+			_, _ = io.Copy(&b, d)
+			d.Close()
+			return append(out, b.Bytes()...), nil
+		}
+		before := len(out)
+		if out, err = logDecoder.DecodeAll(z[:n], out); err != nil {
+			return out[:before], nil // damaged: nothing of it
+		}
+		z = z[n:]
+	}
+	return out, nil
 }
