@@ -46,7 +46,12 @@ func (r *Rotator) timeOf(rec *spool.Rec) uint64 {
 	if rec.TS&spool.TSEpoch == 0 {
 		return rec.TS
 	}
-	return r.epochTick[rec.TS&^spool.TSEpoch]
+	e := rec.TS &^ spool.TSEpoch
+	if e != r.lastEpoch || !r.lastEpochOK { // (a thread's records share their epoch, mostly)
+		r.lastEpoch, r.lastEpochOK = e, true
+		r.lastEpochTick = r.epochTick[e]
+	}
+	return r.lastEpochTick
 }
 
 // observe sends each record of a batch to the log it belongs to (outOld
@@ -82,6 +87,16 @@ func (r *Rotator) observe(b []byte) error {
 			d = &spool.RecDecoder{}
 			r.dec[tid] = d
 		}
+		// The thread's state in the maps, looked up once a chunk: whether
+		// it wrote past the cut, whether each log stated its epoch, and a
+		// stamp unit waiting for its record (put back if the chunk ends
+		// between the two).
+		split := r.old == nil || r.split[tid]
+		seenCur, seenOld := r.cur.seen[tid], r.old != nil && r.old.seen[tid]
+		stamp := r.stampUnit[tid]
+		if stamp != nil {
+			delete(r.stampUnit, tid)
+		}
 		for len(recs) > 0 {
 			epoch := d.Epoch
 			past := spool.NeedsPast(recs)
@@ -92,29 +107,31 @@ func (r *Rotator) observe(b []byte) error {
 			ev := recs[:size]
 			recs = recs[size:]
 			if rec.Kind == spool.NoEvent {
-				r.stampUnit[tid] = append([]byte(nil), ev...) // it goes with the record it stamps
+				stamp = append(stamp[:0:0], ev...) // it goes with the record it stamps
 				continue
 			}
 			t := r.timeOf(&rec)
-			lf, out, post := r.cur, &r.outCur, r.old != nil
-			if r.old != nil && !r.split[tid] {
+			lf, out, post, seen := r.cur, &r.outCur, r.old != nil, &seenCur
+			if !split {
 				if t < r.cut {
-					lf, out, post = r.old, &r.outOld, false
+					lf, out, post, seen = r.old, &r.outOld, false, &seenOld
 				} else {
+					split = true
 					r.split[tid] = true
 				}
 			}
 			out.chunk(tid, r.pid)
-			if !lf.seen[tid] {
+			if !*seen {
+				*seen = true
 				lf.seen[tid] = true
 				if epoch != 0 && rec.Kind != format.REpoch {
 					ep := spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | epoch}
 					out.buf = spool.AppendRec(out.buf, &ep)
 				}
 			}
-			if u := r.stampUnit[tid]; u != nil {
-				out.buf = append(out.buf, u...)
-				delete(r.stampUnit, tid)
+			if stamp != nil {
+				out.buf = append(out.buf, stamp...)
+				stamp = nil
 			}
 			mark := len(out.buf)
 			if past {
@@ -149,6 +166,9 @@ func (r *Rotator) observe(b []byte) error {
 				r.globals = append(r.globals, append([]byte(nil), ev...))
 				r.alsoToOther(out, ev)
 			}
+		}
+		if stamp != nil {
+			r.stampUnit[tid] = stamp
 		}
 	}
 	r.outCur.close()
@@ -188,6 +208,7 @@ func (r *Rotator) noteCalib(rec *spool.Rec, ev []byte) {
 	}
 	r.calibAt[rec.B] = c
 	r.epochTick[rec.B] = rec.TS
+	r.lastEpochOK = false
 	delete(r.epochTick, rec.B-epochTicks)
 	if rec.TS > r.calTick {
 		r.calTick, r.calNs = rec.TS, rec.A

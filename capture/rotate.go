@@ -86,17 +86,20 @@ type Rotator struct {
 	drained map[int32]uint64 // by thread: when the last drain pass that took all it had published began (max: ended)
 	arrived uint64           // records seen (when.n)
 
-	globals   [][]byte                    // records every log repeats
-	calibs    [][]byte                    // the latest clock calibration records (epoch starts)
-	calibAt   map[uint64][]byte           // the same by epoch
-	epochTick map[uint64]uint64           // recent epochs' start ticks
-	calTick   uint64                      // the newest epoch start: tick and ns
-	calNs     uint64                      //
-	dec       map[int32]*spool.RecDecoder // each thread's past (its epoch, last site and address)
-	ahead     map[int][]byte              // AHED chunks to append to earlier logs, by log
-	stampUnit map[int32][]byte            // by thread: a stamp unit whose record is in the next batch
-	outCur    logOut
-	outOld    logOut
+	globals   [][]byte          // records every log repeats
+	calibs    [][]byte          // the latest clock calibration records (epoch starts)
+	calibAt   map[uint64][]byte // the same by epoch
+	epochTick map[uint64]uint64 // recent epochs' start ticks
+	// timeOf's last look in epochTick (forgotten when an epoch is noted)
+	lastEpoch, lastEpochTick uint64
+	lastEpochOK              bool
+	calTick                  uint64                      // the newest epoch start: tick and ns
+	calNs                    uint64                      //
+	dec                      map[int32]*spool.RecDecoder // each thread's past (its epoch, last site and address)
+	ahead                    map[int][]byte              // AHED chunks to append to earlier logs, by log
+	stampUnit                map[int32][]byte            // by thread: a stamp unit whose record is in the next batch
+	outCur                   logOut
+	outOld                   logOut
 	// Totals for reports and tests. Late: MALLOCs and FREEs that came after
 	// their log's cut had settled (liveset.go). Deleted: the events the
 	// logs deleted so far held (a block of theirs still live is repeated
