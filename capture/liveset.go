@@ -61,15 +61,19 @@ func (a when) before(b when) bool {
 // allocator alternates them on an address, whereas two threads' stamps
 // within an unfenced TSC read's jitter (orderJitter in spool) can put a
 // FREE before the MALLOC it frees (a block handed on at once).
+//
+// The rotator keeps one for every address live or recently freed (a
+// million live blocks, a million of these): its fields are ordered to
+// leave no padding.
 type lastEvent struct {
-	set  bool
-	bal  int    // MALLOCs less FREEs noted (the state carried in counts as one)
-	free bool   // whether the latest event by time is a FREE
-	at   when   // that event's time
-	seq  int    // the log it went to
-	mSet bool   // a MALLOC was noted
+	at   when   // the latest event's time
 	mAt  when   // the latest MALLOC by time: the block live, if one is
 	rec  []byte // that MALLOC, whole
+	bal  int32  // MALLOCs less FREEs noted (the state carried in counts as one)
+	seq  int32  // the log the latest event went to
+	set  bool
+	free bool // whether the latest event by time is a FREE
+	mSet bool // a MALLOC was noted
 }
 
 // note adds rec (a MALLOC or FREE).
@@ -87,7 +91,7 @@ func (l *lastEvent) note(rec *spool.Rec, at when, seq int) {
 	if l.set && at.before(l.at) {
 		return
 	}
-	l.set, l.free, l.at, l.seq = true, free, at, seq
+	l.set, l.free, l.at, l.seq = true, free, at, int32(seq)
 }
 
 // live reports whether the address holds a block after the events noted.
@@ -117,8 +121,11 @@ func (l *lastEvent) then(n *lastEvent) lastEvent {
 }
 
 // addrState is an address's latest event before the cut (pre) and, while a
-// cut waits for late records, after it (post).
-type addrState struct{ pre, post lastEvent }
+// cut waits for late records, after it (post: nil while none came).
+type addrState struct {
+	pre  lastEvent
+	post *lastEvent
+}
 
 // note records a MALLOC or FREE of key that went to log seq.
 func (r *Rotator) note(key spool.BlockKey, rec *spool.Rec, at when, seq int, post bool) {
@@ -128,6 +135,9 @@ func (r *Rotator) note(key spool.BlockKey, rec *spool.Rec, at when, seq int, pos
 		r.live[key] = st
 	}
 	if post {
+		if st.post == nil {
+			st.post = &lastEvent{}
+		}
 		st.post.note(rec, at, seq)
 	} else {
 		st.pre.note(rec, at, seq)
@@ -140,13 +150,13 @@ func (r *Rotator) note(key spool.BlockKey, rec *spool.Rec, at when, seq int, pos
 func (r *Rotator) late(key spool.BlockKey, at when, seq int, rec *spool.Rec) bool {
 	r.Late++
 	st := r.live[key]
-	if st == nil || !st.pre.set || !at.before(st.pre.at) || st.pre.seq >= seq {
+	if st == nil || !st.pre.set || !at.before(st.pre.at) || int(st.pre.seq) >= seq {
 		// Nothing on its address since (a FREE of a block the log
 		// inherited, a block live since), or what came since is in this
 		// log: it reads right here.
 		return false
 	}
-	r.addAhead(st.pre.seq, at.tid, rec)
+	r.addAhead(int(st.pre.seq), at.tid, rec)
 	return true
 }
 
@@ -171,8 +181,8 @@ func (r *Rotator) settle() map[int32][]byte {
 		inherited[b.mAt.tid] = spool.AppendRec(inherited[b.mAt.tid], &rec)
 	}
 	for k, st := range r.live {
-		if st.post.set { // later than anything before the cut
-			st.pre, st.post = st.pre.then(&st.post), lastEvent{}
+		if st.post != nil { // later than anything before the cut
+			st.pre, st.post = st.pre.then(st.post), nil
 		} else if st.pre.live() { // its balance 0 or 1 again
 			st.pre.bal = 1
 		} else {
@@ -204,8 +214,8 @@ func (r *Rotator) LiveHost() (blocks []LiveBlock) {
 			continue
 		}
 		l := st.pre
-		if st.post.set {
-			l = st.pre.then(&st.post)
+		if st.post != nil {
+			l = st.pre.then(st.post)
 		}
 		if !l.live() || !l.mSet {
 			continue
