@@ -231,5 +231,19 @@ rconv=$(tail -1 "$WORK/rconv")
 		'BEGIN {split(c, x, " "); printf "| %.1f× | %d KB | %.1f MiB | %d KB, %s s |\n", l/b, r, d/1024, x[2], x[4]}'
 } >>"$OUT"
 rm -rf "$WORK/rot"
+
+# The same with a large live set: 1 M blocks live while 5 M pairs go by
+# (the rotator keeps every live block, to repeat it in each new log).
+gcc -O2 -o "$WORK/live_blocks" bench/live_blocks.c
+lbare=$( { /usr/bin/time -f "%M" "$WORK/live_blocks" 1000000; } 2>&1 | tail -1)
+lrot=$( { MSMEMSCOPE_HOOK=heap=1,cstack=0 MSMEMSCOPE_RUN_ID=bench \
+	MSMEMSCOPE_CONFIG="{\"output\":\"$WORK/rot\",\"analysis\":[],\"log_mode\":\"rotate\",\"log_files\":3,\"log_file_mb\":20}" \
+	/usr/bin/time -f "%M" env LD_PRELOAD="$LIB" "$WORK/live_blocks" 1000000; } 2>&1 | tail -1)
+{
+	echo
+	echo "With 1 M blocks of 32 B live while 5 M pairs go by (bench/live_blocks.c), the same options:"
+	echo "peak RSS bare ${lbare} KB, in rotate mode ${lrot} KB: **+$(( (lrot - lbare) / 1024 )) MB** (the bound: +64 MB)."
+} >>"$OUT"
+rm -rf "$WORK/rot"
 cat "$OUT"
 rm -rf "$WORK"
