@@ -63,21 +63,21 @@ func (a when) before(b when) bool {
 // FREE before the MALLOC it frees (a block handed on at once).
 //
 // The rotator keeps one for every address live or recently freed (a
-// million live blocks, a million of these): its fields are ordered to
-// leave no padding.
+// million live blocks, a million of these, liveTable): its fields are
+// ordered to leave little padding, and hold no pointer.
 type lastEvent struct {
-	at   when   // the latest event's time
-	mAt  when   // the latest MALLOC by time: the block live, if one is
-	rec  []byte // that MALLOC, whole
-	bal  int32  // MALLOCs less FREEs noted (the state carried in counts as one)
-	seq  int32  // the log the latest event went to
+	at   when      // the latest event's time
+	mAt  when      // the latest MALLOC by time: the block live, if one is
+	rec  mallocRec // that MALLOC, whole
+	bal  int32     // MALLOCs less FREEs noted (the state carried in counts as one)
+	seq  int32     // the log the latest event went to
 	set  bool
 	free bool // whether the latest event by time is a FREE
 	mSet bool // a MALLOC was noted
 }
 
-// note adds rec (a MALLOC or FREE).
-func (l *lastEvent) note(rec *spool.Rec, at when, seq int) {
+// note adds rec (a MALLOC or FREE) to l.
+func (t *liveTable) note(l *lastEvent, rec *spool.Rec, at when, seq int) {
 	free := rec.Kind == format.RFree
 	if free {
 		l.bal--
@@ -85,7 +85,7 @@ func (l *lastEvent) note(rec *spool.Rec, at when, seq int) {
 		l.bal++
 		if !l.mSet || !at.before(l.mAt) {
 			l.mSet, l.mAt = true, at
-			l.rec = spool.AppendRec(l.rec[:0], rec)
+			t.setRec(&l.rec, rec)
 		}
 	}
 	if l.set && at.before(l.at) {
@@ -108,6 +108,7 @@ func (l *lastEvent) live() bool {
 }
 
 // then is l followed by later events (n): the state l ends in, carried in.
+// Its MALLOC is n's or l's (the other's long payload is still held).
 func (l *lastEvent) then(n *lastEvent) lastEvent {
 	live := l.live()
 	out := *n
@@ -120,27 +121,14 @@ func (l *lastEvent) then(n *lastEvent) lastEvent {
 	return out
 }
 
-// addrState is an address's latest event before the cut (pre) and, while a
-// cut waits for late records, after it (post: nil while none came).
-type addrState struct {
-	pre  lastEvent
-	post *lastEvent
-}
-
-// note records a MALLOC or FREE of key that went to log seq.
+// note records a MALLOC or FREE of key that went to log seq: in its state
+// before the cut, or (post) after it.
 func (r *Rotator) note(key spool.BlockKey, rec *spool.Rec, at when, seq int, post bool) {
-	st := r.live[key]
-	if st == nil {
-		st = &addrState{}
-		r.live[key] = st
-	}
+	i := r.live.place(key)
 	if post {
-		if st.post == nil {
-			st.post = &lastEvent{}
-		}
-		st.post.note(rec, at, seq)
+		r.live.note(r.live.postAt(i), rec, at, seq)
 	} else {
-		st.pre.note(rec, at, seq)
+		r.live.note(r.live.at(i), rec, at, seq)
 	}
 }
 
@@ -149,14 +137,18 @@ func (r *Rotator) note(key spool.BlockKey, rec *spool.Rec, at when, seq int, pos
 // queues its copy for the earlier log that holds its partner.
 func (r *Rotator) late(key spool.BlockKey, at when, seq int, rec *spool.Rec) bool {
 	r.Late++
-	st := r.live[key]
-	if st == nil || !st.pre.set || !at.before(st.pre.at) || int(st.pre.seq) >= seq {
+	i, ok := r.live.find(key)
+	if !ok {
+		return false
+	}
+	pre := r.live.at(i)
+	if !pre.set || !at.before(pre.at) || int(pre.seq) >= seq {
 		// Nothing on its address since (a FREE of a block the log
 		// inherited, a block live since), or what came since is in this
 		// log: it reads right here.
 		return false
 	}
-	r.addAhead(int(st.pre.seq), at.tid, rec)
+	r.addAhead(int(pre.seq), at.tid, rec)
 	return true
 }
 
@@ -165,67 +157,76 @@ func (r *Rotator) late(key spool.BlockKey, at when, seq int, rec *spool.Rec) boo
 // came after it becomes the present, and addresses last freed before the
 // previous cut are forgotten (no record that late is expected).
 func (r *Rotator) settle() map[int32][]byte {
-	keys := make([]spool.BlockKey, 0, len(r.live))
-	for k, st := range r.live {
-		if st.pre.set && st.pre.live() {
-			keys = append(keys, k)
-		}
+	lt := r.live
+	type keyAt struct {
+		k spool.BlockKey
+		i uint32
 	}
-	sortKeys(keys)
+	var live []keyAt
+	lt.each(func(k spool.BlockKey, i uint32) {
+		if pre := lt.at(i); pre.set && pre.live() {
+			live = append(live, keyAt{k, i})
+		}
+	})
+	sort.Slice(live, func(a, b int) bool { return keyLess(live[a].k, live[b].k) })
 	inherited := map[int32][]byte{}
-	for _, k := range keys {
-		b := &r.live[k].pre
-		rec, _, _ := spool.DecodeRec(b.rec, 0, 0) // a full record
-		rec.TS = 1                                // live when this log began: readers date it first
+	for _, ka := range live {
+		b := lt.at(ka.i)
+		rec := lt.rec(&b.rec, ka.k.Ptr())
+		rec.TS = 1 // live when this log began: readers date it first
 		rec.Flags |= format.FInherit
 		inherited[b.mAt.tid] = spool.AppendRec(inherited[b.mAt.tid], &rec)
 	}
-	for k, st := range r.live {
-		if st.post != nil { // later than anything before the cut
-			st.pre, st.post = st.pre.then(st.post), nil
-		} else if st.pre.live() { // its balance 0 or 1 again
-			st.pre.bal = 1
+	var gone []keyAt
+	lt.each(func(k spool.BlockKey, i uint32) {
+		pre := lt.at(i)
+		if post := lt.post[i]; post != nil { // later than anything before the cut
+			merged := pre.then(post)
+			if pre.rec.long != merged.rec.long {
+				lt.dropLong(&pre.rec)
+			}
+			*pre = merged
+		} else if pre.live() { // its balance 0 or 1 again
+			pre.bal = 1
 		} else {
-			st.pre.bal = 0
+			pre.bal = 0
 		}
-		if !st.pre.live() && st.pre.at.t < r.prevCut {
-			delete(r.live, k)
+		if !pre.live() && pre.at.t < r.prevCut {
+			gone = append(gone, keyAt{k, i})
 		}
+	})
+	clear(lt.post)
+	for _, ka := range gone {
+		lt.remove(ka.k, ka.i)
 	}
 	r.prevCut = r.cut
 	return inherited
 }
 
-func sortKeys(keys []spool.BlockKey) {
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].Ptr() != keys[j].Ptr() {
-			return keys[i].Ptr() < keys[j].Ptr()
-		}
-		return keys[i].Sub() < keys[j].Sub()
-	})
+// keyLess orders blocks by address, then kind.
+func keyLess(a, b spool.BlockKey) bool {
+	if a.Ptr() != b.Ptr() {
+		return a.Ptr() < b.Ptr()
+	}
+	return a.Sub() < b.Sub()
 }
 
 // LiveHost returns the host-heap blocks live after every record the rotator
 // has seen (the leak-kind scan at exit reads them: with rotating logs, no
 // one file holds the whole run).
 func (r *Rotator) LiveHost() (blocks []LiveBlock) {
-	for k, st := range r.live {
+	r.live.each(func(k spool.BlockKey, i uint32) {
 		if k.Sub() != format.FHost {
-			continue
+			return
 		}
-		l := st.pre
-		if st.post != nil {
-			l = st.pre.then(st.post)
+		l := *r.live.at(i)
+		if post := r.live.post[i]; post != nil {
+			l = l.then(post)
 		}
-		if !l.live() || !l.mSet {
-			continue
+		if l.live() && l.mSet {
+			blocks = append(blocks, LiveBlock{Addr: k.Ptr(), Size: l.rec.b, N: l.mAt.n})
 		}
-		rec, _, ok := spool.DecodeRec(l.rec, 0, 0)
-		if !ok {
-			continue
-		}
-		blocks = append(blocks, LiveBlock{Addr: k.Ptr(), Size: rec.B, N: l.mAt.n})
-	}
+	})
 	return blocks
 }
 

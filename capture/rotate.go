@@ -77,9 +77,9 @@ type Rotator struct {
 	files     []string
 	last      int
 
-	live    map[spool.BlockKey]*addrState // each address's latest events (liveset.go)
-	cut     uint64                        // the tick the newest log began at
-	maxT    uint64                        // the latest MALLOC's or FREE's tick so far
+	live    *liveTable // each address's latest events (liveset.go)
+	cut     uint64     // the tick the newest log began at
+	maxT    uint64     // the latest MALLOC's or FREE's tick so far
 	cutNs   uint64
 	prevCut uint64
 	split   map[int32]bool   // threads that wrote past the cut (their records go to cur)
@@ -120,7 +120,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 		return nil, err
 	}
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
-		live: map[spool.BlockKey]*addrState{}, dec: map[int32]*spool.RecDecoder{},
+		live: newLiveTable(), dec: map[int32]*spool.RecDecoder{},
 		ahead: map[int][]byte{}, logEvents: map[int]uint64{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
 	lf, err := r.open(0)
 	r.cur = lf

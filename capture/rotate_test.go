@@ -372,3 +372,82 @@ func TestRotatorFreeStampedBeforeItsMalloc(t *testing.T) {
 		}
 	}
 }
+
+// A block inherited by a later log is its MALLOC whole: size, site, flags
+// and payload, one unit (a stack's id) or longer (an inline stack); and
+// addresses freed long ago are forgotten, their places reused.
+func TestRotatorInheritsMallocsWhole(t *testing.T) {
+	r, err := NewRotator(t.TempDir(), 42, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := func(n, seed int) []byte {
+		b := make([]byte, 8*n)
+		for i := range b {
+			b[i] = byte(seed*7 + i)
+		}
+		return b
+	}
+	kept := map[uint64]spool.Rec{}
+	tick := uint64(1_000_000)
+	for d := 0; d < 12; d++ {
+		var body []byte
+		for i := 0; i < 3000; i++ {
+			ptr := 0x20000000 + uint64(d)*0x100000 + uint64(i)*32
+			tick += 10
+			rec := spool.Rec{Kind: format.RMalloc, TS: tick, A: ptr, B: uint64(24 + i%100), Flags: format.FHost, Site: uint32(1 + i%500)}
+			switch i % 3 {
+			case 1:
+				rec.Payload = payload(1, i)
+			case 2:
+				rec.Payload = payload(5, i)
+			}
+			body = spool.AppendRec(body, &rec)
+			if i%100 == 0 {
+				kept[ptr] = rec
+				continue
+			}
+			tick += 10
+			body = spool.AppendRec(body, &spool.Rec{Kind: format.RFree, TS: tick, A: ptr, Flags: format.FHost})
+		}
+		tick += 1_000_000 // 100 ms: a cut settles at the next batch
+		if r.old == nil {
+			r.cur.bytes = r.maxBytes // a new log at each batch
+		}
+		if err := r.Write(append(calibRec(tick, uint64(d+1)), spool.AppendChunk(nil, format.ChunkMagic, 7, 42, body)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files := r.Files()
+	if r.seq < 4 {
+		t.Fatalf("%d logs written: the test did not rotate", r.seq)
+	}
+	found := 0
+	eachLogRec(t, files[len(files)-1], func(rec *spool.Rec, _ uint64) {
+		if rec.Kind != format.RMalloc || rec.Flags&format.FInherit == 0 {
+			return
+		}
+		want, ok := kept[rec.A]
+		if !ok {
+			t.Fatalf("inherited %#x, never kept", rec.A)
+		}
+		found++
+		if rec.B != want.B || rec.Site != want.Site || !bytes.Equal(rec.Payload, want.Payload) {
+			t.Fatalf("inherited %#x: size %d site %d payload %x, want %d %d %x", rec.A, rec.B, rec.Site, rec.Payload, want.B, want.Site, want.Payload)
+		}
+	})
+	if found == 0 || found > len(kept) {
+		t.Fatalf("%d blocks inherited by the newest log, of %d kept", found, len(kept))
+	}
+	// What the table holds: the kept blocks, and the addresses freed since
+	// the cut before last, no more (the rest forgotten, their places reused).
+	if n, max := r.live.idx.Len(), len(kept)+3*3000; n < len(kept) || n > max {
+		t.Errorf("%d addresses held, want %d..%d", n, len(kept), max)
+	}
+	if int(r.live.n) > r.live.idx.Len()+3*3000 {
+		t.Errorf("%d places made for %d addresses: freed places are not reused", r.live.n, r.live.idx.Len())
+	}
+}
