@@ -97,10 +97,11 @@ func (r *Rotator) observe(b []byte) error {
 		if stamp != nil {
 			delete(r.stampUnit, tid)
 		}
+		var rec spool.Rec // decoded in place: a copy of it read back stalled on its stores
 		for len(recs) > 0 {
 			epoch := d.Epoch
 			past := spool.NeedsPast(recs)
-			rec, size, ok := d.Next(recs)
+			size, ok := d.NextTo(recs, &rec)
 			if !ok {
 				return fmt.Errorf("rotate: event cut at a chunk's end")
 			}
