@@ -2,6 +2,7 @@ package tests
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -59,14 +60,18 @@ func TestRotateLogsReadAlone(t *testing.T) {
 			if c.RotateLate != 0 {
 				t.Errorf("config.json: rotate_late %d, want 0", c.RotateLate)
 			}
-			// The deleted logs' events are counted (the kept ones' are events_recorded).
-			if c.EventsInDeletedLogs == 0 {
-				t.Errorf("config.json: events_in_deleted_logs 0, but logs were deleted")
-			}
 			orderSettled(t, p.Folder)
 			logs := spool.LogFiles(p.Folder)
 			if len(logs) == 0 {
 				t.Fatal("no rotated logs")
+			}
+			// The deleted logs' events are counted (the kept ones' are
+			// events_recorded). (A loaded machine drains in larger
+			// batches, so fewer, larger logs: then none may go.)
+			if deleted := logNumber(t, logs[len(logs)-1]) > 3; deleted && c.EventsInDeletedLogs == 0 {
+				t.Errorf("config.json: events_in_deleted_logs 0, but logs were deleted (%v kept)", logs)
+			} else if !deleted {
+				t.Logf("%d logs written, none deleted", len(logs))
 			}
 			meta, err := spool.ReadMeta(p.Folder)
 			if err != nil {
@@ -117,4 +122,14 @@ func TestRotateLogsReadAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// logNumber is the N of log_NNNNNN.zst.
+func logNumber(t *testing.T, path string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), spool.LogPrefix), spool.LogSuffix))
+	if err != nil {
+		t.Fatalf("%s: not a log's name: %v", path, err)
+	}
+	return n
 }
