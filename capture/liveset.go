@@ -172,7 +172,7 @@ func (r *Rotator) settle() map[int32][]byte {
 	inherited := map[int32][]byte{}
 	for _, ka := range live {
 		b := lt.at(ka.i)
-		rec := lt.rec(&b.rec, ka.k.Ptr())
+		rec := lt.rec(&b.rec, ka.k)
 		rec.TS = 1 // live when this log began: readers date it first
 		rec.Flags |= format.FInherit
 		inherited[b.mAt.tid] = spool.AppendRec(inherited[b.mAt.tid], &rec)

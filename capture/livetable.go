@@ -96,12 +96,13 @@ type mallocRec struct {
 	long       uint32 // a longer payload: longs[long-1]; 0 none
 	flags      uint16
 	npay       uint8 // bytes of pay used
+	ahi        uint8 // the address's bits 60-63, which its key leaves out (a VMM handle's, say)
 }
 
 // setRec makes m rec (a MALLOC) in place of the MALLOC it was.
 func (t *liveTable) setRec(m *mallocRec, rec *spool.Rec) {
 	t.dropLong(m)
-	*m = mallocRec{ts: rec.TS, b: rec.B, site: rec.Site, flags: rec.Flags}
+	*m = mallocRec{ts: rec.TS, b: rec.B, site: rec.Site, flags: rec.Flags, ahi: uint8(rec.A >> 60)}
 	switch n := len(rec.Payload); {
 	case n == 0:
 	case n <= 8:
@@ -128,9 +129,9 @@ func (t *liveTable) dropLong(m *mallocRec) {
 	}
 }
 
-// rec is the MALLOC of address a as the spool's reader decodes it.
-func (t *liveTable) rec(m *mallocRec, a uint64) spool.Rec {
-	r := spool.Rec{TS: m.ts, A: a, B: m.b, Kind: format.RMalloc, Flags: m.flags, Site: m.site}
+// rec is the MALLOC at key's address as the spool's reader decodes it.
+func (t *liveTable) rec(m *mallocRec, key spool.BlockKey) spool.Rec {
+	r := spool.Rec{TS: m.ts, A: key.Ptr() | uint64(m.ahi)<<60, B: m.b, Kind: format.RMalloc, Flags: m.flags, Site: m.site}
 	switch {
 	case m.long != 0:
 		r.Payload = t.longs[m.long-1]

@@ -451,3 +451,44 @@ func TestRotatorInheritsMallocsWhole(t *testing.T) {
 		t.Errorf("%d places made for %d addresses: freed places are not reused", r.live.n, r.live.idx.Len())
 	}
 }
+
+// A block whose address (a CUDA VMM handle: opaque) has bits 60-63 set is
+// inherited with the address it was allocated at.
+func TestRotatorInheritsHighAddress(t *testing.T) {
+	r, err := NewRotator(t.TempDir(), 42, 4, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const handle = 0xF000_0000_0000_1230
+	tick := uint64(1_000_000)
+	for d := 0; d < 6; d++ {
+		var body []byte
+		if d == 0 {
+			body = spool.AppendRec(body, &spool.Rec{Kind: format.RMalloc, TS: tick + 5, A: handle, B: 4096, Flags: format.FVmm})
+		}
+		body = spool.AppendRec(body, &spool.Rec{Kind: format.RMalloc, TS: tick + 10, A: 0x1000 + uint64(d)*16, B: 8, Flags: format.FHost})
+		tick += 1_000_000
+		if r.old == nil {
+			r.cur.bytes = r.maxBytes
+		}
+		if err := r.Write(append(calibRec(tick, uint64(d+1)), spool.AppendChunk(nil, format.ChunkMagic, 7, 42, body)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files := r.Files()
+	found := false
+	eachLogRec(t, files[len(files)-1], func(rec *spool.Rec, _ uint64) {
+		if rec.Kind == format.RMalloc && rec.Flags&format.FSubMask == format.FVmm {
+			found = true
+			if rec.A != handle {
+				t.Errorf("inherited VMM handle %#x, allocated as %#x", rec.A, uint64(handle))
+			}
+		}
+	})
+	if !found {
+		t.Fatal("the handle was not inherited")
+	}
+}

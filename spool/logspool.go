@@ -88,8 +88,9 @@ func (ls *logSpool) add(p logPart) {
 }
 
 // addLog indexes the frames of one log, decompressing each once to check it
-// (and learn its size). Where a frame is damaged or cut off by a kill, the
-// log ends with what a stream decoder still gets from there, as ReadLog does.
+// (and learn its size). Where a frame is damaged, the log ends before it;
+// where one is cut off by a kill, with the blocks a stream decoder still
+// gets from it (salvageFrames, as ReadLog).
 func (ls *logSpool) addLog(path string, skipHeader bool) error {
 	z, err := os.ReadFile(path)
 	if err != nil {
