@@ -18,16 +18,16 @@ type logOut struct {
 func (o *logOut) reset() { o.buf, o.hdr = o.buf[:0], -1 }
 
 // chunk makes sure the open chunk is tid's.
-func (o *logOut) chunk(tid int32, pid int) {
+func (o *logOut) chunk(tid int32) {
 	if o.hdr >= 0 && o.tid == tid {
 		return
 	}
 	o.close()
 	o.hdr, o.tid = len(o.buf), tid
-	o.buf = spool.AppendChunk(o.buf, format.ChunkMagic, tid, pid, nil) // its count set by close
+	o.buf = spool.AppendChunk(o.buf, format.ChunkMagic, tid, nil) // its count set by close
 }
 
-// close ends the open chunk (none if it is empty).
+// close ends the open chunk (none if it is empty): its count and checksum.
 func (o *logOut) close() {
 	if o.hdr < 0 {
 		return
@@ -36,6 +36,7 @@ func (o *logOut) close() {
 		o.buf = o.buf[:o.hdr]
 	} else {
 		binary.LittleEndian.PutUint32(o.buf[o.hdr+format.ChunkNUnitOff:], uint32(n))
+		binary.LittleEndian.PutUint32(o.buf[o.hdr+format.ChunkCRCOff:], spool.ChunkCRC(o.tid, o.buf[o.hdr+spool.ChunkHdrSize:]))
 	}
 	o.hdr = -1
 }
@@ -121,7 +122,7 @@ func (r *Rotator) observe(b []byte) error {
 					r.split[tid] = true
 				}
 			}
-			out.chunk(tid, r.pid)
+			out.chunk(tid)
 			if !*seen {
 				*seen = true
 				lf.seen[tid] = true
@@ -189,7 +190,7 @@ func (r *Rotator) alsoToOther(out *logOut, ev []byte) {
 	if out == &r.outCur {
 		other = &r.outOld
 	}
-	other.chunk(0, r.pid)
+	other.chunk(0)
 	other.buf = append(other.buf, ev...)
 }
 

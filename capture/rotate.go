@@ -173,7 +173,7 @@ func (r *Rotator) open(start uint64) (*logFile, error) {
 		body = append(body, g...)
 	}
 	if len(body) > 0 {
-		pro.Write(spool.AppendChunk(nil, format.ChunkMagic, 0, r.pid, body))
+		pro.Write(spool.AppendChunk(nil, format.ChunkMagic, 0, body))
 	}
 	return lf, r.frame(lf, pro.Bytes())
 }
@@ -355,7 +355,7 @@ func (r *Rotator) settleCut() error {
 	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
 	var b bytes.Buffer
 	for _, tid := range tids {
-		b.Write(spool.AppendChunk(nil, format.InheritMagic, tid, r.pid, inherited[tid]))
+		b.Write(spool.AppendChunk(nil, format.InheritMagic, tid, inherited[tid]))
 	}
 	err := r.frame(r.cur, b.Bytes())
 	if cerr := r.old.f.Close(); err == nil {
@@ -398,7 +398,7 @@ func (r *Rotator) addAhead(seq int, tid int32, rec *spool.Rec) {
 		c = append(c, r.calibAt[e+1]...)
 	}
 	c = spool.AppendRec(c, rec)
-	r.ahead[seq] = spool.AppendChunk(r.ahead[seq], format.AheadMagic, tid, r.pid, c)
+	r.ahead[seq] = spool.AppendChunk(r.ahead[seq], format.AheadMagic, tid, c)
 }
 
 // flushAhead appends the queued AHED chunks to their logs, a frame each.

@@ -17,7 +17,7 @@ func chunkOf(tid int32, recs [][4]uint64) []byte {
 	for _, r := range recs {
 		body = spool.AppendRec(body, &spool.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: format.FHost})
 	}
-	return spool.AppendChunk(nil, format.ChunkMagic, tid, 42, body)
+	return spool.AppendChunk(nil, format.ChunkMagic, tid, body)
 }
 
 // eachLogRec reads the log at path alone and hands f its records in order.
@@ -48,7 +48,7 @@ func eachLogRec(t *testing.T, path string, f func(rec *spool.Rec, ns uint64)) {
 // rotator waits rotateLagNs of them before a new log's prologue settles).
 func calibRec(tick, epoch uint64) []byte {
 	body := spool.AppendRec(nil, &spool.Rec{TS: tick, A: tick * 100, B: epoch, Kind: format.RCalib, Flags: format.FEpoch})
-	return spool.AppendChunk(nil, format.ChunkMagic, 0, 42, body)
+	return spool.AppendChunk(nil, format.ChunkMagic, 0, body)
 }
 
 // The run: 40 drains of 60 000 events each; every drain allocates 30 000
@@ -149,7 +149,7 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 		return b[:]
 	}
 	thread := func(tid int32, body []byte) []byte {
-		return spool.AppendChunk(nil, format.ChunkMagic, tid, 42, body)
+		return spool.AppendChunk(nil, format.ChunkMagic, tid, body)
 	}
 	first := spool.AppendRec(nil, &spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | 1})
 	first = spool.AppendRec(first, &spool.Rec{Kind: format.RMalloc, TS: 1500, A: 0x100, B: 8, Flags: format.FHost})
@@ -197,7 +197,7 @@ func TestRotatorWritesPairsWhole(t *testing.T) {
 	// A pair unit: FREE at the last address, then FREE 0x40 below it.
 	d := int64(-0x40)
 	body = append(body, unit(7<<61|1<<31|uint64(d>>4)&(1<<28-1))...)
-	if err := r.Write(append(calibRec(1000, 1), spool.AppendChunk(nil, format.ChunkMagic, 7, 42, body)...)); err != nil {
+	if err := r.Write(append(calibRec(1000, 1), spool.AppendChunk(nil, format.ChunkMagic, 7, body)...)); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
@@ -414,7 +414,7 @@ func TestRotatorInheritsMallocsWhole(t *testing.T) {
 		if r.old == nil {
 			r.cur.bytes = r.maxBytes // a new log at each batch
 		}
-		if err := r.Write(append(calibRec(tick, uint64(d+1)), spool.AppendChunk(nil, format.ChunkMagic, 7, 42, body)...)); err != nil {
+		if err := r.Write(append(calibRec(tick, uint64(d+1)), spool.AppendChunk(nil, format.ChunkMagic, 7, body)...)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -471,7 +471,7 @@ func TestRotatorInheritsHighAddress(t *testing.T) {
 		if r.old == nil {
 			r.cur.bytes = r.maxBytes
 		}
-		if err := r.Write(append(calibRec(tick, uint64(d+1)), spool.AppendChunk(nil, format.ChunkMagic, 7, 42, body)...)); err != nil {
+		if err := r.Write(append(calibRec(tick, uint64(d+1)), spool.AppendChunk(nil, format.ChunkMagic, 7, body)...)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -115,5 +115,5 @@ func calibRec(tick, epoch uint64) []byte {
 
 // chunk frames records as the drain does: magic, record units, tid, pid.
 func chunk(tid int32, body []byte) []byte {
-	return spool.AppendChunk(nil, format.ChunkMagic, tid, 42, body)
+	return spool.AppendChunk(nil, format.ChunkMagic, tid, body)
 }

@@ -5,7 +5,7 @@ package format
 // Constants of the spool and its records.
 const (
 	SpoolMagic      = "MSSPOOL1"                 // SPOOL_MAGIC: the spool file's first 8 bytes
-	SpoolVersion    = 6                          // SPOOL_VERSION: 6: rotated logs' INHR and AHED chunks, F_EARLIER; 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
+	SpoolVersion    = 7                          // SPOOL_VERSION: 7: a chunk's CRC-32C in place of its pid; 6: rotated logs' INHR and AHED chunks, F_EARLIER; 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
 	SpoolMinVersion = 2                          // SPOOL_MIN_VERSION: the oldest version still read
 	SpoolHdrSize    = 32                         // SPOOL_HDR_SIZE: bytes before the first chunk
 	UnitSize        = 8                          // UNIT_SIZE: bytes in a unit
@@ -161,7 +161,7 @@ const (
 	ChunkMagicOff = 0  // u32 magic: MS_CHUNK_MAGIC or MS_PAD_MAGIC
 	ChunkNUnitOff = 4  // u32 nunit: units that follow
 	ChunkTidOff   = 8  // i32 tid: the thread that wrote them
-	ChunkPidOff   = 12 // i32 pid: its process
+	ChunkCRCOff   = 12 // u32 crc: CRC-32C (Castagnoli) of tid (4 bytes) and the units that follow, 0 for none (version 7; before it, the process id)
 )
 
 // PyCode (C ms_pycode): its size and its fields' offsets.

@@ -141,7 +141,7 @@ static int segs_write(int fd) {
 		uint32_t units = done_segs[j].direct;
 		if (!units) continue;
 		ms_seg *s = done_segs[j].s;
-		enc_chunk(&s->hdr, MS_CHUNK_MAGIC, units, done_segs[j].t->tid, ms_mypid);
+		enc_chunk(&s->hdr, MS_CHUNK_MAGIC, units, done_segs[j].t->tid, s->u);
 		size_t end = sizeof(ms_chunk) + (size_t)units * 8;
 		size_t len = (end + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
 		if (len > end && len - end < sizeof(ms_chunk)) len += DIO_ALIGN;
@@ -203,7 +203,7 @@ static int iov_flush(int fd) {
 // A chunk of n units at r (none: a drain mark, see drain_mark).
 static int add_chunk(int fd, int32_t tid, const uint64_t *r, uint32_t n) {
 	if (niov + 1 + (n != 0) > MAX_IOV && iov_flush(fd)) return -1;
-	enc_chunk(&hdrs[nhdr], MS_CHUNK_MAGIC, n, tid, ms_mypid);
+	enc_chunk(&hdrs[nhdr], MS_CHUNK_MAGIC, n, tid, r);
 	iov[niov++] = (struct iovec){&hdrs[nhdr++], sizeof(ms_chunk)};
 	if (n) iov[niov++] = (struct iovec){(void *)r, (size_t)n * 8};
 	iov_pending += sizeof(ms_chunk) + (size_t)n * 8;
@@ -302,7 +302,7 @@ HIDDEN long write_direct(const uint64_t *r, uint32_t n, int32_t tid, int locked)
 		return -1;
 	}
 	char buf[sizeof(ms_chunk) + (REC_UNITS + DIRECT_UNITS) * 8];
-	enc_chunk(buf, MS_CHUNK_MAGIC, n, tid, ms_mypid);
+	enc_chunk(buf, MS_CHUNK_MAGIC, n, tid, r);
 	memcpy(buf + sizeof(ms_chunk), r, n * 8);
 	off_t start = lseek(fd, 0, SEEK_END);
 	if (!write_all(fd, buf, sizeof(ms_chunk) + n * 8)) return 0; // O_APPEND: one write, one chunk

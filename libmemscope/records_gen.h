@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #define SPOOL_MAGIC "MSSPOOL1" // the spool file's first 8 bytes
-#define SPOOL_VERSION 6 // 6: rotated logs' INHR and AHED chunks, F_EARLIER; 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
+#define SPOOL_VERSION 7 // 7: a chunk's CRC-32C in place of its pid; 6: rotated logs' INHR and AHED chunks, F_EARLIER; 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
 #define SPOOL_MIN_VERSION 2 // the oldest version still read
 #define SPOOL_HDR_SIZE 32 // bytes before the first chunk
 #define UNIT_SIZE 8 // bytes in a unit
@@ -157,9 +157,9 @@ typedef struct {
 	uint32_t magic; // MS_CHUNK_MAGIC or MS_PAD_MAGIC
 	uint32_t nunit; // units that follow
 	int32_t tid; // the thread that wrote them
-	int32_t pid; // its process
+	uint32_t crc; // CRC-32C (Castagnoli) of tid (4 bytes) and the units that follow, 0 for none (version 7; before it, the process id)
 } ms_chunk;
-_Static_assert(sizeof(ms_chunk) == 16 && offsetof(ms_chunk, magic) == 0 && offsetof(ms_chunk, nunit) == 4 && offsetof(ms_chunk, tid) == 8 && offsetof(ms_chunk, pid) == 12, "records.def: ms_chunk's layout");
+_Static_assert(sizeof(ms_chunk) == 16 && offsetof(ms_chunk, magic) == 0 && offsetof(ms_chunk, nunit) == 4 && offsetof(ms_chunk, tid) == 8 && offsetof(ms_chunk, crc) == 12, "records.def: ms_chunk's layout");
 
 // The R_PYCODE payload starts with this header; file name, name, qualified
 // name and the line table (co_linetable bytes) follow, unpadded.

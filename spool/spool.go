@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -310,15 +311,31 @@ func EpochEndOf(r *Rec) (epoch, tick uint64, ok bool) {
 	return r.B - 1, binary.LittleEndian.Uint64(r.Payload), true
 }
 
-// AppendChunk appends a chunk of thread tid of process pid holding body
-// (whole units) as the drain frames one: its header, then body.
-func AppendChunk(dst []byte, magic uint32, tid int32, pid int, body []byte) []byte {
+// AppendChunk appends a chunk of thread tid holding body (whole units) as
+// the drain frames one: its header, then body.
+func AppendChunk(dst []byte, magic uint32, tid int32, body []byte) []byte {
 	var h [ChunkHdrSize]byte
 	binary.LittleEndian.PutUint32(h[format.ChunkMagicOff:], magic)
 	binary.LittleEndian.PutUint32(h[format.ChunkNUnitOff:], uint32(len(body)/UnitSize))
 	binary.LittleEndian.PutUint32(h[format.ChunkTidOff:], uint32(tid))
-	binary.LittleEndian.PutUint32(h[format.ChunkPidOff:], uint32(pid))
+	binary.LittleEndian.PutUint32(h[format.ChunkCRCOff:], ChunkCRC(tid, body))
 	return append(append(dst, h[:]...), body...)
+}
+
+// castagnoli is CRC-32C's table (SSE 4.2's crc32 instruction where the CPU
+// has it, as the drain's).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ChunkCRC is the checksum a chunk's header holds (spool version 7 on):
+// CRC-32C of its thread id (4 bytes, little-endian) and its units; 0 for a
+// chunk of none. A reader tells a chunk damaged on disk from a whole one.
+func ChunkCRC(tid int32, units []byte) uint32 {
+	if len(units) == 0 {
+		return 0
+	}
+	var t [4]byte
+	binary.LittleEndian.PutUint32(t[:], uint32(tid))
+	return crc32.Update(crc32.Checksum(t[:], castagnoli), castagnoli, units)
 }
 
 type chunkRef struct {
@@ -433,9 +450,11 @@ func (s *Spool) index() error {
 	if _, err := s.f.ReadAt(hdr[:], 0); err != nil || string(hdr[:8]) != Magic {
 		return errors.New("not an msmemscope spool (bad header)")
 	}
-	if v := binary.LittleEndian.Uint32(hdr[8:]); v < format.SpoolMinVersion || v > Version {
+	v := binary.LittleEndian.Uint32(hdr[8:])
+	if v < format.SpoolMinVersion || v > Version {
 		return fmt.Errorf("spool format version %d, this msmemscope reads version %d", v, Version)
 	}
+	checked := v >= 7 // chunks carry a CRC-32C of their units
 	s.Pid = int(binary.LittleEndian.Uint64(hdr[16:]))
 	var buf []byte
 	off := int64(HdrSize)
@@ -474,6 +493,11 @@ func (s *Spool) index() error {
 		buf = buf[:n]
 		if _, err := s.f.ReadAt(buf, data); err != nil {
 			return err
+		}
+		// A chunk written whole whose units do not match its checksum was
+		// damaged on disk: its records would be read as other events.
+		if checked && nunit == want && ChunkCRC(tid, buf) != binary.LittleEndian.Uint32(ch[format.ChunkCRCOff:]) {
+			return fmt.Errorf("damaged chunk at byte %d (its %d units do not match their checksum)", off, nunit)
 		}
 		// Whole events only: calibrations and steps are noted on the way.
 		whole := 0

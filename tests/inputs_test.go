@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,7 +62,7 @@ func TestDamagedInputsExit2(t *testing.T) {
 		{"timeline of a db cut short", []string{"--timeline", "--input=" + write("h.db", dbData[:len(dbData)-4096])}, []string{"h.db", "cut short"}},
 		{"spool cut short", []string{"--analysis=leaks", "--input=" + write("i.bin", spoolData[:len(spoolData)-100])}, []string{"i.bin", "cut short"}},
 		{"timeline of a spool cut short", []string{"--timeline", "--input=" + write("j.bin", spoolData[:len(spoolData)-100])}, []string{"j.bin", "cut short"}},
-		{"garbage spool", []string{"--timeline", "--input=" + write("k.bin", append(spoolData[:64:64], bytes.Repeat([]byte{0xa5}, 4096)...))}, []string{"k.bin", "corrupt chunk header"}},
+		{"garbage spool", []string{"--timeline", "--input=" + write("k.bin", append(spoolData[:64:64], bytes.Repeat([]byte{0xa5}, 4096)...))}, []string{"k.bin", "damaged chunk at byte 32"}},
 	}
 	// A rotating capture that ended, its log cut: converted again, and the
 	// log alone under --timeline.
@@ -104,7 +105,24 @@ func TestDamagedInputsExit2(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(emp, "spool", "process.json"), []byte("{}"), 0o640); err != nil {
 		t.Fatal(err)
 	}
+	// A capture whose spool has one byte flipped inside the first chunk's
+	// units (a damaged disk): said, not converted into other events.
+	flipOut := filepath.Join(tmp, "flip")
+	mustRun(t, 0, flipOut, bin)
+	flip := readManifest(t, flipOut).main(t).Folder
+	flipSpool := filepath.Join(flip, "spool", "spool.bin")
+	flipped, _ := os.ReadFile(flipSpool)
+	const hdr, chunkHdr = 32, 16
+	if len(flipped) < hdr+chunkHdr+24 || string(flipped[hdr:hdr+4]) != "CHNK" || binary.LittleEndian.Uint32(flipped[hdr+4:]) < 3 {
+		t.Fatalf("the spool does not begin with a chunk of 3 units or more: % x", flipped[:min(len(flipped), 64)])
+	}
+	flipped[hdr+chunkHdr+17] ^= 0x10 // the third unit's second byte
+	if err := os.WriteFile(flipSpool, flipped, 0o640); err != nil {
+		t.Fatal(err)
+	}
 	cases = append(cases,
+		inputCase{"capture whose spool has a damaged byte", []string{"--input=" + flip}, []string{"damaged chunk at byte 32"}},
+		inputCase{"spool file with a damaged byte", []string{"--analysis=leaks", "--input=" + write("l.bin", flipped)}, []string{"l.bin", "damaged chunk at byte 32"}},
 		inputCase{"capture with a damaged process.json", []string{"--input=" + dmg}, []string{dmg, "the capture is damaged", "process.json"}},
 		inputCase{"timeline of a capture with a damaged process.json", []string{"--timeline", "--input=" + dmg}, []string{dmg, "damaged"}},
 		inputCase{"output folder holding a damaged capture", []string{"--input=" + damaged}, []string{dmg, "damaged"}},

@@ -32,8 +32,9 @@ static void c_pair_second(uint64_t *w, uint32_t h) { enc_pair_second(w, h); }
 static uint32_t c_stamp(uint64_t *w, uint64_t ts) { return enc_stamp(w, ts); }
 static uint32_t c_stamped_half(uint64_t *w, uint64_t delta, uint32_t h) { return enc_stamped_half(w, delta, h); }
 static uint32_t c_units(const uint64_t *u) { return rec_units(u); }
-static void c_chunk(void *p, uint32_t magic, uint32_t nunit, int32_t tid, int32_t pid) { enc_chunk(p, magic, nunit, tid, pid); }
+static void c_chunk(void *p, uint32_t magic, uint32_t nunit, int32_t tid, const void *units) { enc_chunk(p, magic, nunit, tid, units); }
 static void c_pad(void *p, size_t len) { enc_pad(p, len); }
+static uint32_t c_crc(int32_t tid, const void *p, size_t n, int soft) { return soft ? crc32c_soft(tid, p, n) : chunk_crc(tid, p, n); }
 static uint64_t c_pystack_head(uint32_t nc, uint32_t npy) { return enc_pystack_head(nc, npy); }
 static uint64_t c_pyframe(uint32_t code, int32_t lasti) { return enc_pyframe(code, lasti); }
 static void c_pycode_head(void *p, uint32_t id, int32_t fl, int32_t ft, uint16_t f, uint16_t n, uint16_t q, uint16_t ltf,
@@ -162,11 +163,25 @@ func Units(b []byte) int {
 	return int(C.c_units(&w[0]))
 }
 
-// Chunk encodes a chunk header.
-func Chunk(magic, nunit uint32, tid, pid int32) []byte {
+// Chunk encodes a chunk header for units (nunit of them; nil: none).
+func Chunk(magic, nunit uint32, tid int32, units []byte) []byte {
 	b := make([]byte, C.sizeof_ms_chunk)
-	C.c_chunk(ptr(b), C.uint32_t(magic), C.uint32_t(nunit), C.int32_t(tid), C.int32_t(pid))
+	var u unsafe.Pointer
+	if len(units) > 0 {
+		u = ptr(units)
+	}
+	C.c_chunk(ptr(b), C.uint32_t(magic), C.uint32_t(nunit), C.int32_t(tid), u)
 	return b
+}
+
+// CRC is the drain's checksum of a chunk of thread tid's whole units: the CPU's way, or (soft) bit
+// by bit, as where the CPU has no crc32 instruction.
+func CRC(tid int32, units []byte, soft bool) uint32 {
+	s := 0
+	if soft {
+		s = 1
+	}
+	return uint32(C.c_crc(C.int32_t(tid), ptr(units), C.size_t(len(units)/8), C.int(s)))
 }
 
 // Pad encodes a padding chunk of n bytes (at least a chunk header).

@@ -308,7 +308,7 @@ func TestSpoolFromCEncoders(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := bytes.Join(ev, nil)
-	sp.Write(Chunk(uint32(CSide.ChunkMagic), uint32(len(body)/8), tid, pid))
+	sp.Write(Chunk(uint32(CSide.ChunkMagic), uint32(len(body)/8), tid, body))
 	sp.Write(body)
 	sp.Write(Pad(4096 - sp.Len()%4096))
 	rd, err := spool.New(bytes.NewReader(sp.Bytes()), int64(sp.Len()))
@@ -400,5 +400,21 @@ func TestStampUnits(t *testing.T) {
 	}
 	if spool.NeedsPast(Stamp(1)) || !spool.NeedsPast(StampedHalf(1, HalfFree(0))) {
 		t.Error("a stamp unit stands alone; a stamped half needs its thread's past")
+	}
+}
+
+// The drain's chunk checksum, by the CPU's instruction and bit by bit, is
+// the reader's (spool.ChunkCRC) for the thread id and the units.
+func TestChunkCRCAgrees(t *testing.T) {
+	for _, n := range []int{1, 2, 7, 64, 1000} {
+		b := make([]byte, 8*n)
+		for i := range b {
+			b[i] = byte(i*131 + n)
+		}
+		tid := int32(-n * 1000003) // (a drain mark's tid is negative)
+		want := spool.ChunkCRC(tid, b)
+		if hw, soft := CRC(tid, b, false), CRC(tid, b, true); hw != want || soft != want {
+			t.Errorf("%d units: drain %#x, bit by bit %#x, reader %#x", n, hw, soft, want)
+		}
 	}
 }

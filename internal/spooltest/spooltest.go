@@ -13,5 +13,5 @@ func Chunk(tid int32, recs ...spool.Rec) []byte {
 	for i := range recs {
 		body = spool.AppendRec(body, &recs[i])
 	}
-	return spool.AppendChunk(nil, format.ChunkMagic, tid, 0, body)
+	return spool.AppendChunk(nil, format.ChunkMagic, tid, body)
 }

@@ -5,7 +5,7 @@ from typing import Final
 
 # Constants of the spool and its records.
 SPOOL_MAGIC: Final[bytes] = b"MSSPOOL1"  # the spool file's first 8 bytes
-SPOOL_VERSION: Final[int] = 6  # 6: rotated logs' INHR and AHED chunks, F_EARLIER; 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
+SPOOL_VERSION: Final[int] = 7  # 7: a chunk's CRC-32C in place of its pid; 6: rotated logs' INHR and AHED chunks, F_EARLIER; 5: stamp units; 4: pair units; 3: short MALLOCs, padding chunks
 SPOOL_MIN_VERSION: Final[int] = 2  # the oldest version still read
 SPOOL_HDR_SIZE: Final[int] = 32  # bytes before the first chunk
 UNIT_SIZE: Final[int] = 8  # bytes in a unit
