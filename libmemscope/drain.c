@@ -18,6 +18,11 @@ HIDDEN pthread_mutex_t ms_drain_lock = PTHREAD_MUTEX_INITIALIZER;
 #define MAX_IOV 1024
 static struct iovec iov[MAX_IOV];
 static ms_chunk hdrs[MAX_IOV]; // a chunk takes one, and one or two iovecs (a drain mark one)
+// A pending pair half taken as it is (seg_head) may still get its second
+// half from its owner while the pass runs: it goes out from a copy, in a
+// chunk of its own, so that its chunk's checksum is of what is written.
+// Indexed like hdrs (the copy's chunk header is hdrs[i]).
+static uint64_t half_copy[MAX_IOV];
 static int niov, nhdr;
 static struct {
 	ms_thr *t;
@@ -203,7 +208,7 @@ static int iov_flush(int fd) {
 // A chunk of n units at r (none: a drain mark, see drain_mark).
 static int add_chunk(int fd, int32_t tid, const uint64_t *r, uint32_t n) {
 	if (niov + 1 + (n != 0) > MAX_IOV && iov_flush(fd)) return -1;
-	enc_chunk(&hdrs[nhdr], MS_CHUNK_MAGIC, n, tid, r);
+	enc_chunk(&hdrs[nhdr], MS_CHUNK_MAGIC, n, tid, sink ? NULL : r); // (the rotating logs' chunks are made anew: capture/observe.go)
 	iov[niov++] = (struct iovec){&hdrs[nhdr++], sizeof(ms_chunk)};
 	if (n) iov[niov++] = (struct iovec){(void *)r, (size_t)n * 8};
 	iov_pending += sizeof(ms_chunk) + (size_t)n * 8;
@@ -270,11 +275,18 @@ static uint32_t sink_fit(const uint64_t *r, uint32_t n) {
 
 // Moves a thread's published records [tail, h) of s out: 0 done, 1 the sink
 // is full (the rest stays in the ring), -1 error.
-static int drain_range(int fd, ms_thr *t, ms_seg *s, uint32_t h) {
+static int drain_range(int fd, ms_thr *t, ms_seg *s, uint32_t h, int half) {
 	if (h <= s->tail) return 0;
 	uint32_t take = h - s->tail;
 	if (sink) take = sink_fit(&s->u[s->tail], take);
-	if (take && add_chunk(fd, t->tid, &s->u[s->tail], take)) return -1;
+	if (half && s->tail + take == h) { // the pending half last, from a copy
+		if (take > 1 && add_chunk(fd, t->tid, &s->u[s->tail], take - 1)) return -1;
+		if (niov + 2 > MAX_IOV && iov_flush(fd)) return -1; // (the copy's slot stays this flush's)
+		half_copy[nhdr] = *(volatile uint64_t *)&s->u[h - 1];
+		if (add_chunk(fd, t->tid, &half_copy[nhdr], 1)) return -1;
+	} else if (take && add_chunk(fd, t->tid, &s->u[s->tail], take)) {
+		return -1;
+	}
 	if (sink && take) thr_left -= min_size(thr_left, sizeof(ms_chunk) + (size_t)take * 8);
 	s->tail += take;
 	return s->tail < h ? 1 : 0;
@@ -320,13 +332,18 @@ HIDDEN long write_direct(const uint64_t *r, uint32_t n, int32_t tid, int locked)
 // How far the writer got in s, the drain's segment: its final head once the
 // writer moved on (s->next set), else the writer's position; -1 while the
 // writer is between the two (try again next pass).
-static int64_t seg_head(ms_thr *t, ms_seg *s, ms_seg **next) {
+static int64_t seg_head(ms_thr *t, ms_seg *s, ms_seg **next, int *half) {
+	*half = 0;
 	*next = atomic_load_explicit(&s->next, memory_order_acquire);
 	if (*next) return atomic_load_explicit(&s->head, memory_order_acquire);
 	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_acquire);
 	// After the final drain began nobody may write a pending pair half out
-	// but its owner, who may never run again: take it as it is.
-	if (wp && atomic_load_explicit(&ms_direct, memory_order_acquire) && *(volatile uint32_t *)&t->half) wp++;
+	// but its owner, who may never run again: take it as it is (its last
+	// unit, which the owner may still change: *half).
+	if (wp && atomic_load_explicit(&ms_direct, memory_order_acquire) && *(volatile uint32_t *)&t->half) {
+		wp++;
+		*half = 1;
+	}
 	if (wp < s->u || wp > s->u + s->cap) return -1;
 	return wp - s->u;
 }
@@ -340,9 +357,9 @@ static int drain_thread(int fd, ms_thr *t) {
 	int dead = THR_STATE(st) == THR_DEAD;
 	ms_seg *s = t->rseg, *next = NULL;
 	int64_t h = -1;
-	int queued = 0;
+	int queued = 0, half = 0;
 	while (s) {
-		h = seg_head(t, s, &next);
+		h = seg_head(t, s, &next, &half);
 		if (h < 0) {
 			thr_partial = 1;
 			break;
@@ -356,7 +373,7 @@ static int drain_thread(int fd, ms_thr *t) {
 			}
 		}
 		if (!direct) {
-			int rc = drain_range(fd, t, s, (uint32_t)h);
+			int rc = drain_range(fd, t, s, (uint32_t)h, half);
 			if (rc) return rc;
 		}
 		t->wait_since = 0;

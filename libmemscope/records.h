@@ -112,8 +112,8 @@ ENC uint32_t rec_units(const uint64_t *u) {
 // A chunk's checksum: CRC-32C (Castagnoli, as Go's hash/crc32 and iSCSI)
 // of its thread id (4 bytes, little-endian) and its n units, so that a
 // reader tells a chunk damaged on disk from a whole one (spool/spool.go).
-// SSE 4.2's crc32 instruction where the CPU has it (~8 bytes a cycle and a
-// half, in the drain thread), else bit by bit.
+// SSE 4.2's crc32 instruction where the CPU has it (one serial chain, ~3 GB/s
+// on this project's VM), else bit by bit.
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) static inline uint32_t crc32c_hw(int32_t tid, const uint64_t *u, size_t n) {
 	uint32_t c = __builtin_ia32_crc32si(~0u, (uint32_t)tid);
