@@ -28,7 +28,8 @@ import (
 // layouts are format/records.def's.
 const (
 	Magic        = format.SpoolMagic
-	Version      = format.SpoolVersion // 4: pair units; 3 (short MALLOCs, padding chunks) and 2 are read too
+	Version      = format.SpoolVersion // versions from format.SpoolMinVersion on are read too (format/records.def)
+	crcVersion   = 7                   // the first whose chunk headers hold a checksum (ChunkCRC)
 	HdrSize      = format.SpoolHdrSize
 	UnitSize     = format.UnitSize
 	RecSize      = format.RecSize // a full record
@@ -454,7 +455,7 @@ func (s *Spool) index() error {
 	if v < format.SpoolMinVersion || v > Version {
 		return fmt.Errorf("spool format version %d, this msmemscope reads version %d", v, Version)
 	}
-	checked := v >= 7 // chunks carry a CRC-32C of their units
+	checked := v >= crcVersion
 	s.Pid = int(binary.LittleEndian.Uint64(hdr[16:]))
 	var buf []byte
 	off := int64(HdrSize)
