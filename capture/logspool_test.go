@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -56,11 +57,11 @@ func combined(t *testing.T, capDir string) [][5]uint64 {
 	return spoolRecs(t, sp)
 }
 
-// OpenCapture reads the logs in place (no temporary spool) and gives what
-// their decompressed concatenation gives: whole, with a log cut off by a
-// kill, and with a damaged frame.
-func TestOpenCaptureReadsLogsInPlace(t *testing.T) {
-	capDir := t.TempDir()
+// rotatedCapture writes a rotating capture of 30 batches (two threads,
+// 200 of every 20,000 blocks left live) in 4 MiB logs, and a late.bin.
+func rotatedCapture(t *testing.T) (capDir string) {
+	t.Helper()
+	capDir = t.TempDir()
 	dir := filepath.Join(capDir, spool.SpoolDir)
 	os.Mkdir(dir, 0o750)
 	r, err := NewRotator(dir, 42, 4, 1)
@@ -88,6 +89,14 @@ func TestOpenCaptureReadsLogsInPlace(t *testing.T) {
 	spool.WriteHeader(&late, 42)
 	late.Write(chunkOf(7, [][4]uint64{{tick + 10, 0x10000000, 0, format.RFree}}))
 	os.WriteFile(filepath.Join(dir, spool.LateFile), late.Bytes(), 0o640)
+	return capDir
+}
+
+// OpenCapture reads the logs in place (no temporary spool) and gives what
+// their decompressed concatenation gives: whole, with a log cut off by a
+// kill, and with a damaged frame.
+func TestOpenCaptureReadsLogsInPlace(t *testing.T) {
+	capDir := rotatedCapture(t)
 	logs := spool.LogFiles(capDir)
 	if len(logs) < 3 {
 		t.Fatalf("%d logs: the test did not rotate", len(logs))
@@ -136,4 +145,99 @@ func TestOpenCaptureReadsLogsInPlace(t *testing.T) {
 	b[len(b)/2] ^= 0xff
 	os.WriteFile(logs[1], b, 0o640)
 	check("damaged")
+}
+
+// A kill during a cut's settling can leave an older log's last frame cut
+// short (its records stamped before the cut still went to it) while the
+// newer log goes on. The cut log's content then ends inside a chunk: read
+// with the later logs after it, that chunk ends where its whole units end
+// (their whole events kept), not across the next log's bytes.
+func TestOpenCaptureOlderLogCutInsideAChunk(t *testing.T) {
+	capDir := rotatedCapture(t)
+	sp, err := spool.OpenCapture(capDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := spoolRecs(t, sp)
+	sp.Close()
+	logs := spool.LogFiles(capDir)
+	older := logs[len(logs)-2]
+	b, _ := os.ReadFile(older)
+	// Cut inside the last frame, where its content ends inside a chunk.
+	content, _ := spool.ReadLog(older)
+	cutAt := -1
+	for cut := len(b) - 1; cut > len(b)/2; cut -= 997 {
+		os.WriteFile(older, b[:cut], 0o640)
+		got, _ := spool.ReadLog(older)
+		if len(got) < len(content) && len(got) > spool.HdrSize && !endsOnChunk(got) {
+			cutAt = cut
+			break
+		}
+	}
+	if cutAt < 0 {
+		t.Fatal("no cut of the older log ends inside a chunk")
+	}
+	sp, err = spool.OpenCapture(capDir)
+	if err != nil {
+		t.Fatalf("older log cut at byte %d of %d: %v", cutAt, len(b), err)
+	}
+	defer sp.Close()
+	if !sp.Truncated {
+		t.Error("a capture with a log cut short reads as whole")
+	}
+	got := spoolRecs(t, sp)
+	// The MALLOCs and FREEs read are the whole capture's less some of the
+	// cut log's (those of equal time may come in another order).
+	left := map[[5]uint64]int{}
+	for _, r := range whole {
+		left[r]++
+	}
+	for _, r := range got {
+		if r[1] != format.RMalloc && r[1] != format.RFree {
+			continue
+		}
+		if left[r] == 0 {
+			t.Fatalf("record %v is not the uncut capture's", r)
+		}
+		left[r]--
+	}
+	newest, err := spool.OpenLog(logs[len(logs)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newest.Close()
+	first := spoolRecs(t, newest)
+	if len(got) >= len(whole) || len(got) < len(first) {
+		t.Fatalf("%d records read, %d uncut, %d in the newest log alone", len(got), len(whole), len(first))
+	}
+	// Every FREE the cut log holds, read alone, is read (a FREE is never a
+	// later log's repeat): those of its last chunk's whole units too.
+	alone, err := spool.OpenLog(older)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alone.Close()
+	read := map[[4]uint64]int{}
+	for _, r := range got {
+		read[[4]uint64(r[:4])]++
+	}
+	frees := 0
+	for _, r := range spoolRecs(t, alone) {
+		if r[1] == format.RFree {
+			if frees++; read[[4]uint64(r[:4])] == 0 {
+				t.Fatalf("FREE %v of the cut log, read alone, is not read with the others", r)
+			}
+			read[[4]uint64(r[:4])]--
+		}
+	}
+	t.Logf("%d of %d records read; the cut log's %d FREEs among them", len(got), len(whole), frees)
+}
+
+// endsOnChunk reports whether a log's content ends where a chunk does.
+func endsOnChunk(b []byte) bool {
+	off := spool.HdrSize
+	for off+spool.ChunkHdrSize <= len(b) {
+		off += spool.ChunkHdrSize + int(binary.LittleEndian.Uint32(b[off+format.ChunkNUnitOff:]))*spool.UnitSize
+	}
+	return off == len(b)
 }

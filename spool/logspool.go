@@ -2,6 +2,7 @@ package spool
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"msmemscope/format"
 )
 
 // logSpool is a rotating capture's logs and late.bin read in place as one
@@ -57,11 +60,24 @@ func openLogSpool(dir string) (*logSpool, error) {
 	for i := range ls.cache {
 		ls.cache[i].part = -1
 	}
-	for i, path := range LogFiles(dir) {
+	logs := LogFiles(dir)
+	for i, path := range logs {
 		start := ls.size
+		cut := len(ls.damaged)
 		if err := ls.addLog(path, i > 0); err != nil {
 			ls.Close()
 			return nil, err
+		}
+		if len(ls.damaged) > cut && i < len(logs)-1 {
+			// Cut short, yet not the newest: killed while a cut settled.
+			from := start
+			if i == 0 {
+				from = HdrSize
+			}
+			if err := ls.endOnChunk(from); err != nil {
+				ls.Close()
+				return nil, fmt.Errorf("%s: %v", path, err)
+			}
 		}
 		if i > 0 { // its inherited blocks are in the logs before it
 			ls.laterLogs = append(ls.laterLogs, [2]int64{start, ls.size})
@@ -153,6 +169,56 @@ func (ls *logSpool) addLog(path string, skipHeader bool) error {
 	}
 	if len(head) < HdrSize || string(head[:8]) != Magic {
 		return fmt.Errorf("%s: not an msmemscope log", path)
+	}
+	return nil
+}
+
+// endOnChunk makes the combined spool, whose chunks from byte from on are
+// one log's, end where a chunk does: a log cut short inside a chunk (the
+// records a kill left of a frame) is followed by the next log's, which the
+// chunk's length would otherwise run into. That chunk ends where its whole
+// units do (its length and checksum made anew: the whole events in it are
+// read, as those of a spool's last chunk cut short); a header cut short goes.
+func (ls *logSpool) endOnChunk(from int64) error {
+	var ch [ChunkHdrSize]byte
+	off := from
+	for off+ChunkHdrSize <= ls.size {
+		if _, err := ls.ReadAt(ch[:], off); err != nil {
+			return err
+		}
+		end := off + ChunkHdrSize + int64(binary.LittleEndian.Uint32(ch[format.ChunkNUnitOff:]))*UnitSize
+		if end > ls.size {
+			break
+		}
+		off = end
+	}
+	if off == ls.size {
+		return nil
+	}
+	var fixed []byte
+	if units := (ls.size - off - ChunkHdrSize) / UnitSize; off+ChunkHdrSize <= ls.size && units > 0 {
+		fixed = make([]byte, ChunkHdrSize+units*UnitSize)
+		if _, err := ls.ReadAt(fixed, off); err != nil {
+			return err
+		}
+		tid := int32(binary.LittleEndian.Uint32(fixed[format.ChunkTidOff:]))
+		binary.LittleEndian.PutUint32(fixed[format.ChunkNUnitOff:], uint32(units))
+		binary.LittleEndian.PutUint32(fixed[format.ChunkCRCOff:], ChunkCRC(tid, fixed[ChunkHdrSize:]))
+	}
+	// Drop the parts from off on, and the rest of the one it falls in.
+	i := sort.Search(len(ls.parts), func(i int) bool { return ls.parts[i].off+ls.parts[i].n > off })
+	if i < len(ls.parts) && ls.parts[i].off < off {
+		pt := &ls.parts[i]
+		pt.n = off - pt.off
+		if pt.mem != nil {
+			pt.mem = pt.mem[:pt.n]
+		}
+		i++
+	}
+	ls.parts = ls.parts[:i]
+	ls.size = off
+	if fixed != nil {
+		ls.add(logPart{mem: fixed, n: int64(len(fixed))})
 	}
 	return nil
 }
