@@ -51,17 +51,34 @@ func SiteOf(e *trace.Event) (site, function string) {
 const UnknownSite = "(unknown)"
 
 // cFrameSite splits a C frame, "function file:line (module)" or
-// "function (module+0xoff)", into site and function.
+// "function (module+0xoff)", into site and function. A demangled C++ name
+// may hold spaces and parentheses ("operator new(unsigned long)",
+// "std::map<int, int>::at(int const&)"): the module is the last
+// parenthesized part, and file:line the word before it.
 func cFrameSite(f string) (site, function string) {
-	fn, rest, ok := strings.Cut(f, " ")
-	if !ok {
+	i := strings.LastIndex(f, " (")
+	if i < 0 || !strings.HasSuffix(f, ")") {
 		return f, ""
 	}
-	if strings.HasPrefix(rest, "(") {
-		return strings.Trim(rest, "()"), fn
+	head, module := f[:i], f[i+2:len(f)-1]
+	if j := strings.LastIndexByte(head, ' '); j >= 0 && isFileLine(head[j+1:]) {
+		return head[j+1:], head[:j]
 	}
-	loc, _, _ := strings.Cut(rest, " (")
-	return loc, fn
+	return module, head
+}
+
+// isFileLine reports whether w reads "file:line".
+func isFileLine(w string) bool {
+	i := strings.LastIndexByte(w, ':')
+	if i <= 0 || i == len(w)-1 || strings.ContainsAny(w, "()<>,") {
+		return false
+	}
+	for _, c := range w[i+1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func firstFrame(stack string) string {

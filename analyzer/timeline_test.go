@@ -101,6 +101,11 @@ func TestSiteOf(t *testing.T) {
 		{trace.Event{CStack: "leak data.c:41 (train);main train.c:88 (train)"}, "data.c:41", "leak"},
 		{trace.Event{CStack: "leak (libfoo.so+0x1a2b)"}, "libfoo.so+0x1a2b", "leak"},
 		{trace.Event{CStack: "0x7f00deadbeef"}, "0x7f00deadbeef", ""},
+		// demangled C++ names hold spaces and parentheses
+		{trace.Event{CStack: "operator new(unsigned long) (libstdc++.so.6+0xa958c)"}, "libstdc++.so.6+0xa958c", "operator new(unsigned long)"},
+		{trace.Event{CStack: "std::map<int, int>::at(int const&) map.h:12 (prog);main m.cc:3 (prog)"}, "map.h:12", "std::map<int, int>::at(int const&)"},
+		{trace.Event{Site: "zoo::leak_here(int) zoo.cc:7 (zoo)"}, "zoo.cc:7", "zoo::leak_here(int)"},
+		{trace.Event{CStack: "?? (libfoo.so+0x10)"}, "libfoo.so+0x10", "??"},
 		{trace.Event{}, "(unknown)", ""},
 	}
 	for _, c := range cases {

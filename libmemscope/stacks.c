@@ -9,48 +9,146 @@
 
 static void *unw_lib;
 static int (*unw_backtrace_fn)(void **, int);
-static uintptr_t nofp_lo[4], nofp_hi[4]; // modules built without frame pointers
-static int nofp_n;
+
+// The modules built without frame pointers (libc, libstdc++, libgcc_s: the
+// allocator wrappers' modules), and libstdc++'s operator new and new[] (they
+// call malloc: with the hook, the allocator's own frames, removed from C
+// stacks, SPEC §2.1; libc's and libstdc++'s other frames stay: printf's
+// stdio buffer is made in _IO_file_doallocate, strdup's block in strdup).
+// Noted at start-up, and again when the loader has loaded more since (a
+// site not seen before asks): a program may load libstdc++ later, with the
+// first library that needs it (Python with torch). Each list only grows;
+// its count is published after its entry, so the hooks read them unlocked.
+#define NOFP_MAX 4
+#define OPNEW_MAX 8
+static uintptr_t nofp_lo[NOFP_MAX], nofp_hi[NOFP_MAX];
+static _Atomic int nofp_n;
+static uintptr_t opnew_lo[OPNEW_MAX], opnew_hi[OPNEW_MAX];
+static _Atomic int opnew_n;
+static _Atomic int mods_lock;              // held while an entry is added (never across a loader call)
+static _Atomic unsigned long long mods_adds; // the loader's count of loads when the modules were last noted
+static _Atomic int mods_cxx;                 // libstdc++ and libgcc_s both noted: nothing more to look for
 
 static int nofp(uintptr_t pc) {
-	for (int i = 0; i < nofp_n; i++)
+	int n = atomic_load_explicit(&nofp_n, memory_order_acquire);
+	for (int i = 0; i < n; i++)
 		if (pc >= nofp_lo[i] && pc < nofp_hi[i]) return 1;
 	return 0;
 }
 static int is_leading_skip(uintptr_t pc) { return in_self(pc) || nofp(pc); }
 
-// libstdc++'s operator new and new[] (they call malloc): with the hook, the
-// allocator's own frames, removed from C stacks (SPEC §2.1). libc's and
-// libstdc++'s other frames stay (printf's stdio buffer is made in
-// _IO_file_doallocate, strdup's block in strdup).
-static uintptr_t opnew_lo[8], opnew_hi[8];
-static int opnew_n;
-static char cxx_path[512]; // libstdc++'s path, found by phdr_cb
-
 static int in_opnew(uintptr_t pc) {
-	for (int i = 0; i < opnew_n; i++)
+	int n = atomic_load_explicit(&opnew_n, memory_order_acquire);
+	for (int i = 0; i < n; i++)
 		if (pc >= opnew_lo[i] && pc < opnew_hi[i]) return 1;
 	return 0;
 }
 static int is_alloc_frame(uintptr_t pc) { return in_self(pc) || in_opnew(pc); }
 
-static void opnew_ranges(void) {
+// Adds [lo, hi) to a list unless it holds it; 0 when the list is full.
+static int range_add(uintptr_t *los, uintptr_t *his, _Atomic int *n, int max, uintptr_t lo, uintptr_t hi) {
+	int ok = 1;
+	while (atomic_exchange_explicit(&mods_lock, 1, memory_order_acquire))
+		;
+	int k = atomic_load_explicit(n, memory_order_relaxed);
+	for (int i = 0; i < k; i++)
+		if (los[i] == lo) goto out;
+	if (k == max) {
+		ok = 0;
+		goto out;
+	}
+	los[k] = lo;
+	his[k] = hi;
+	atomic_store_explicit(n, k + 1, memory_order_release);
+out:
+	atomic_store_explicit(&mods_lock, 0, memory_order_release);
+	return ok;
+}
+
+// A pointer of a loaded object's dynamic section: relocated in place by
+// the loader on x86-64, a file address where it is not.
+static uintptr_t dyn_ptr(const struct dl_phdr_info *info, uintptr_t p) { return p < info->dlpi_addr ? p + info->dlpi_addr : p; }
+
+// Notes operator new and new[]'s ranges from libstdc++'s dynamic symbol
+// table, read in memory (no loader call: this may run inside a malloc the
+// loader made). The symbols are counted by the GNU hash table's chains.
+static void opnew_from(const struct dl_phdr_info *info) {
 	static const char *const names[] = {"_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
 	                                    "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
 	                                    "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t"};
-	if (!cxx_path[0]) return;
-	void *h = dlopen(cxx_path, RTLD_NOLOAD | RTLD_LAZY);
-	if (!h) return;
-	for (size_t i = 0; i < sizeof names / sizeof names[0] && opnew_n < 8; i++) {
-		void *a = dlsym(h, names[i]);
-		Dl_info di;
-		const ElfW(Sym) *sym = NULL;
-		if (a && dladdr1(a, &di, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_size) {
-			opnew_lo[opnew_n] = (uintptr_t)a;
-			opnew_hi[opnew_n++] = (uintptr_t)a + sym->st_size;
+	const ElfW(Dyn) *dyn = NULL;
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	if (!dyn) return;
+	const ElfW(Sym) *syms = NULL;
+	const char *strs = NULL;
+	const uint32_t *gnu = NULL;
+	for (; dyn->d_tag != DT_NULL; dyn++) {
+		if (dyn->d_tag == DT_SYMTAB) syms = (const ElfW(Sym) *)dyn_ptr(info, dyn->d_un.d_ptr);
+		if (dyn->d_tag == DT_STRTAB) strs = (const char *)dyn_ptr(info, dyn->d_un.d_ptr);
+		if (dyn->d_tag == DT_GNU_HASH) gnu = (const uint32_t *)dyn_ptr(info, dyn->d_un.d_ptr);
+	}
+	if (!syms || !strs || !gnu) return;
+	// nbuckets, symoffset, bloom words (64-bit), shift; buckets; chains.
+	uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom = gnu[2];
+	const uint32_t *buckets = gnu + 4 + bloom * (sizeof(ElfW(Addr)) / 4);
+	const uint32_t *chains = buckets + nbuckets;
+	uint32_t last = 0;
+	for (uint32_t b = 0; b < nbuckets; b++)
+		if (buckets[b] > last) last = buckets[b];
+	if (last < symoffset) return;
+	while (!(chains[last - symoffset] & 1)) last++;
+	for (uint32_t i = symoffset; i <= last; i++) {
+		const ElfW(Sym) *sym = &syms[i];
+		if (ELF64_ST_TYPE(sym->st_info) != STT_FUNC || !sym->st_value || !sym->st_size) continue;
+		const char *name = strs + sym->st_name;
+		if (name[0] != '_' || name[1] != 'Z' || name[2] != 'n') continue;
+		for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+			if (!strcmp(name, names[k])) {
+				uintptr_t lo = info->dlpi_addr + sym->st_value;
+				range_add(opnew_lo, opnew_hi, &opnew_n, OPNEW_MAX, lo, lo + sym->st_size);
+			}
+	}
+}
+
+static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+	(void)data;
+	if (sz >= offsetof(struct dl_phdr_info, dlpi_subs)) // (the count of loads follows)
+		atomic_store_explicit(&mods_adds, info->dlpi_adds, memory_order_relaxed);
+	const char *name = info->dlpi_name;
+	if (!name) return 0;
+	const char *base = strrchr(name, '/');
+	base = base ? base + 1 : name;
+	int cxx = !strncmp(base, "libstdc++.so", 12);
+	if (strncmp(base, "libc.so", 7) && !cxx && strncmp(base, "libgcc_s.so", 11)) return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+			uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+			range_add(nofp_lo, nofp_hi, &nofp_n, NOFP_MAX, lo, lo + ph->p_memsz);
+			break;
 		}
 	}
-	dlclose(h);
+	if (cxx) opnew_from(info);
+	return 0;
+}
+
+// The loader's count of loads (its first object's dl_phdr_info holds it).
+static int adds_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+	*(unsigned long long *)data = sz >= offsetof(struct dl_phdr_info, dlpi_subs) ? info->dlpi_adds : 0;
+	return 1;
+}
+
+// Notes the modules above, at start-up and whenever the loader has loaded
+// more since they were last noted, until libstdc++ and libgcc_s are both
+// in (a C program may never load them: it asks once a new site).
+static void modules_note(void) {
+	if (atomic_load_explicit(&mods_cxx, memory_order_relaxed)) return;
+	unsigned long long adds = 0;
+	dl_iterate_phdr(adds_cb, &adds);
+	if (adds && adds == atomic_load_explicit(&mods_adds, memory_order_relaxed)) return;
+	dl_iterate_phdr(phdr_cb, NULL);
+	if (atomic_load(&opnew_n) > 0 && atomic_load(&nofp_n) >= 3) atomic_store(&mods_cxx, 1);
 }
 
 static uintptr_t unw_lo, unw_hi;
@@ -158,31 +256,7 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 	return n;
 }
 
-static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
-	(void)sz;
-	(void)data;
-	const char *name = info->dlpi_name;
-	if (!name || nofp_n >= 4) return 0;
-	const char *base = strrchr(name, '/');
-	base = base ? base + 1 : name;
-	if (strncmp(base, "libc.so", 7) && strncmp(base, "libstdc++.so", 12) && strncmp(base, "libgcc_s.so", 11)) return 0;
-	if (!strncmp(base, "libstdc++.so", 12) && strlen(name) < sizeof cxx_path) strcpy(cxx_path, name);
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-			nofp_lo[nofp_n] = info->dlpi_addr + ph->p_vaddr;
-			nofp_hi[nofp_n] = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-			nofp_n++;
-			break;
-		}
-	}
-	return 0;
-}
-
-HIDDEN void stacks_modules(void) {
-	dl_iterate_phdr(phdr_cb, NULL);
-	opnew_ranges(); // not inside the callback: dlopen takes the loader's lock
-}
+HIDDEN void stacks_modules(void) { modules_note(); }
 
 // The lock-free table at *slot, mapped (bytes long) by whichever thread gets
 // there first; *made says whether this call did. NULL if it cannot be mapped.
@@ -292,14 +366,32 @@ HIDDEN uintptr_t *_Atomic site_tab;
 // 0 when that is this library: cgo's C calls pthread_getattr_np, which reads
 // /proc/self/maps, when a program thread first enters msmemscope's Go code.
 static __attribute__((noinline)) uintptr_t site_through_wrapper(uintptr_t ra) {
-	void *buf[24]; // stdio's buffer allocation sits ~7 libc frames deep
-	int got = unw_backtrace_fn(buf, 24), i = 0;
-	while (i < got && in_self((uintptr_t)buf[i])) i++; // the hook
-	while (i < got && nofp((uintptr_t)buf[i])) i++;    // the wrappers
-	if (i < got && in_self((uintptr_t)buf[i])) return 0;
-	for (; i < got; i++)
-		if (!is_leading_skip((uintptr_t)buf[i])) return (uintptr_t)buf[i];
-	return ra;
+	// A short walk first: operator new's caller is a frame past the hook's
+	// (a C++ program, or Python with torch, makes most of its allocations
+	// so, each through here: a deep stack walked whole cost several times
+	// more); stdio's buffer allocation sits ~7 libc frames deep.
+	void *buf[24];
+	for (int want = 10;; want = 24) {
+		int got = unw_backtrace_fn(buf, want), i = 0;
+		while (i < got && in_self((uintptr_t)buf[i])) i++; // the hook
+		while (i < got && nofp((uintptr_t)buf[i])) i++;    // the wrappers
+		if (i < got && in_self((uintptr_t)buf[i])) return 0;
+		for (; i < got; i++)
+			if (!is_leading_skip((uintptr_t)buf[i])) return (uintptr_t)buf[i];
+		if (got < want || want == 24) return ra;
+	}
+}
+
+// ra's slot in the site table, probed as site_insert probes; 0 if absent.
+static uint32_t site_find(uintptr_t *tab, uintptr_t ra, uint32_t h) {
+	for (uint32_t i = 0; i < 16; i++) {
+		uint32_t idx = (h + i) & (SITE_SLOTS - 1);
+		if (idx == 0) continue;
+		uintptr_t cur = atomic_load_explicit((_Atomic uintptr_t *)&tab[idx], memory_order_acquire);
+		if (cur == ra) return idx;
+		if (cur == 0) return 0;
+	}
+	return 0;
 }
 
 static __attribute__((noinline)) uint32_t site_insert(uintptr_t *tab, uintptr_t ra, uint32_t h) {
@@ -317,6 +409,14 @@ HIDDEN uint32_t site_miss(uintptr_t ra, uint32_t h) {
 		if (!tab) return 0;
 		if (made) ms_fast_update(); // the fast path needs the table
 		if (h != 0 && atomic_load_explicit((_Atomic uintptr_t *)&tab[h], memory_order_relaxed) == ra) return h;
+	}
+	if (!nofp(ra)) {
+		// A caller seen before, away from its home slot; else a new one,
+		// which may be a wrapper in a module loaded since (noted first: a
+		// wrapper's own address never becomes a site).
+		uint32_t idx = site_find(tab, ra, h);
+		if (idx) return idx;
+		modules_note();
 	}
 	if (unlikely(nofp(ra)) && unw_backtrace_fn) {
 		if (!(ra = site_through_wrapper(ra))) return SITE_SELF;

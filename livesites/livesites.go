@@ -56,6 +56,7 @@ type wSiteKey struct {
 	lasti int32
 	csite uint32 // the allocator's caller (its site id) when no Python frame
 	cpc   uint64 // with C stacks: their innermost frame instead (as a dump's rows name it)
+	cstk  uint32 // or the id of an interned C stack (F_STACKID), whose innermost frame names it
 }
 
 type wSite struct {
@@ -317,7 +318,9 @@ func (s *Set) site(r *spool.Rec) int32 {
 	k := wSiteKey{csite: r.Site}
 	var frames []spool.PyFrame
 	if r.Flags&format.FCStack != 0 {
-		if c, _ := r.Stacks(); len(c) > 0 {
+		if c, _ := r.Stacks(); r.Flags&format.FStackID != 0 && len(c) > 0 {
+			k = wSiteKey{cstk: uint32(c[0])} // (its one unit is the id, not a frame)
+		} else if len(c) > 0 {
 			k = wSiteKey{cpc: c[0]}
 		}
 	}
@@ -402,7 +405,12 @@ func (n *namer) name(s *wSite) (site, function string, stack []string) {
 	}
 	var e trace.Event
 	addr, ok := s.key.cpc, s.key.cpc != 0
-	if !ok {
+	switch {
+	case s.key.cstk != 0:
+		// (not read yet, where another thread's MALLOC came first: unknown
+		// until then, and named again)
+		addr, ok = n.tail.StackTop[s.key.cstk]
+	case !ok:
 		addr, ok = n.tail.Sites[s.key.csite]
 	}
 	if len(stack) > 0 {

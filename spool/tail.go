@@ -24,6 +24,7 @@ type Tail struct {
 	buf       []byte
 	dec       map[int32]*RecDecoder
 	Sites     map[uint32]uint64 // site id -> return address of the allocator's caller
+	StackTop  map[uint32]uint64 // C stack id -> its innermost frame (R_STACK: a record with F_STACKID names its stack so)
 	EpochTick map[uint64]uint64 // drain epoch -> the tick it began at (the newest tailEpochs)
 	EpochEnd  map[uint64]uint64 // drain epoch -> the tick by which it had ended (the next one's gate set), where recorded
 	Py        PyMeta
@@ -51,7 +52,7 @@ func OpenTail(path string) (*Tail, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: spool format version %d, this msmemscope reads version %d", path, v, Version)
 	}
-	return &Tail{f: f, off: HdrSize, dec: map[int32]*RecDecoder{}, Sites: map[uint32]uint64{}, EpochTick: map[uint64]uint64{}, EpochEnd: map[uint64]uint64{}}, nil
+	return &Tail{f: f, off: HdrSize, dec: map[int32]*RecDecoder{}, Sites: map[uint32]uint64{}, StackTop: map[uint32]uint64{}, EpochTick: map[uint64]uint64{}, EpochEnd: map[uint64]uint64{}}, nil
 }
 
 // Skipped reports whether Python frames of file are msmemscope's own (its
@@ -130,6 +131,10 @@ func (t *Tail) ReadUntil(stop *atomic.Bool, fn func(r *Rec)) error {
 				fn(&r)
 			case format.RSite:
 				t.Sites[uint32(r.B)] = r.A
+			case format.RStack:
+				if len(r.Payload) >= UnitSize {
+					t.StackTop[uint32(r.A)] = binary.LittleEndian.Uint64(r.Payload)
+				}
 			case format.RCalib:
 				if r.Flags&format.FEpoch != 0 {
 					t.EpochTick[r.B] = r.TS

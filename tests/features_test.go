@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -264,6 +265,66 @@ func TestCallStackCxxNew(t *testing.T) {
 	}
 	if len(fs) < 2 || !slices.Equal(fs[:2], want) {
 		t.Errorf("stack of new Obj: %q, want it to begin %q", stack, want)
+	}
+}
+
+// TestLateLoadedCxx: a C program that loads a C++ library with dlopen after
+// start-up (as Python loads torch: libstdc++ comes with it) and has it
+// allocate with new. operator new is still the allocator's entry point: the
+// block's C stack begins at the C++ caller (walked through libstdc++ with
+// its unwind tables, not frame pointers it lacks), and its live-report site
+// is that caller, with C stacks (each stack written once, named by id) and
+// without any (the allocator's caller through the wrapper).
+func TestLateLoadedCxx(t *testing.T) {
+	lsrc, msrc := filepath.Join(progsDir, "latecxx_lib.cpp"), filepath.Join(progsDir, "latecxx.c")
+	lib := compile(t, lsrc, "", "-shared", "-fPIC")
+	bin := compile(t, msrc, "", append(linkMemscope(), "-ldl")...)
+	newAt := fmt.Sprintf("latecxx_lib.cpp:%d", sourceLine(t, lsrc, "LATE_NEW"))
+	want := []string{
+		"build_late " + newAt + " (latecxx_lib.so)",
+		fmt.Sprintf("make_object latecxx_lib.cpp:%d (latecxx_lib.so)", sourceLine(t, lsrc, "LATE_CALL")),
+		fmt.Sprintf("main latecxx.c:%d (latecxx)", sourceLine(t, msrc, "MAIN_CALL")),
+	}
+	for _, opts := range [][]string{{"--call-stack=c:8"}, nil} {
+		out := filepath.Join(t.TempDir(), "out")
+		r := mustRun(t, 0, out, append(opts, bin, lib)...)
+		var rep struct {
+			Result struct {
+				Report []struct {
+					Site     string `json:"site"`
+					Function string `json:"function"`
+					Size     uint64 `json:"size"`
+				} `json:"mem_report"`
+			} `json:"result"`
+		}
+		line, _, _ := strings.Cut(r.Stdout, "\n")
+		if err := json.Unmarshal([]byte(line), &rep); err != nil {
+			t.Fatalf("%v: the live report %q: %v", opts, line, err)
+		}
+		found := false
+		for _, s := range rep.Result.Report {
+			if s.Size == 4444 {
+				found = s.Site == newAt && s.Function == "build_late"
+				if !found {
+					t.Errorf("%v: the new Obj's site %s (%s), want %s (build_late)", opts, s.Site, s.Function, newAt)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%v: live report %+v: no 4444-byte block at build_late", opts, rep.Result.Report)
+		}
+		if opts == nil {
+			continue
+		}
+		var stack string
+		for _, e := range readDump(t, readManifest(t, out).main(t).Dump) {
+			if e.Kind == trace.KindMalloc && e.Size == 4444 {
+				stack = e.CStack
+			}
+		}
+		if fs := frames(stack); len(fs) < len(want) || !slices.Equal(fs[:len(want)], want) {
+			t.Errorf("stack of new Obj: %q, want it to begin %q", stack, want)
+		}
 	}
 }
 
