@@ -179,13 +179,36 @@ func (s *Symbolizer) InModule(addr uint64, moduleBase string) bool {
 	return name == moduleBase
 }
 
-// Frames symbolizes each address; see Frame.
+// Frames symbolizes a stack's return addresses, innermost first (see
+// Frame), up to the first that cannot be one: inside a mapping that holds
+// no code ([stack], [heap], data), or beyond the user address space. A
+// frame-pointer walk that went through code built without frame pointers
+// reads such words as frames; what follows them is no more the stack's.
 func (s *Symbolizer) Frames(addrs []uint64) []string {
-	out := make([]string, len(addrs))
-	for i, a := range addrs {
-		out[i] = s.Frame(a)
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if !s.mayBeCode(a) {
+			break
+		}
+		out = append(out, s.Frame(a))
 	}
 	return out
+}
+
+// userTop bounds the x86-64 (and arm64) user address space: 47 bits.
+const userTop = 1 << 47
+
+// mayBeCode reports whether addr can be a return address: below userTop
+// and not in a mapping without execute permission (an address no mapping
+// holds may be code unloaded before the maps were read).
+func (s *Symbolizer) mayBeCode(addr uint64) bool {
+	if addr >= userTop {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.find(addr)
+	return m == nil || m.exec
 }
 
 // Frame symbolizes one return address.

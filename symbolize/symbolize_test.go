@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -326,6 +327,34 @@ func TestUnmappedAndSpecial(t *testing.T) {
 		}
 		if got := s.Module(c.addr); got != c.mod {
 			t.Errorf("Module(%#x) = %q, want %q", c.addr, got, c.mod)
+		}
+	}
+}
+
+// A stack ends at its first word that cannot be a return address (a walk
+// through code without frame pointers read a data word as a frame): in a
+// mapping without execute permission, or beyond the user address space.
+// Code no mapping holds (unloaded before the maps were read) stays.
+func TestFramesEndAtData(t *testing.T) {
+	s := New(strings.Join([]string{
+		"00400000-00401000 r-xp 00000000 08:01 1234 /nonexistent/dir/gone.so",
+		"00500000-00501000 rw-p 00000000 00:00 0 [heap]",
+		"7ffc0000000-7ffc0021000 rw-p 00000000 00:00 0 [stack]",
+	}, "\n"))
+	defer s.Close()
+	cases := []struct {
+		addrs []uint64
+		want  []string
+	}{
+		{[]uint64{0x400010, 0x900000, 0x400020}, []string{"?? (gone.so+0x10)", "0x900000", "?? (gone.so+0x20)"}},
+		{[]uint64{0x400010, 0x7ffc0001000, 0x400020}, []string{"?? (gone.so+0x10)"}},
+		{[]uint64{0x400010, 0x500010}, []string{"?? (gone.so+0x10)"}},
+		{[]uint64{0x400010, 0x1ff8000000000, 0x400020}, []string{"?? (gone.so+0x10)"}},
+		{[]uint64{0x500010}, []string{}},
+	}
+	for _, c := range cases {
+		if got := s.Frames(c.addrs); !slices.Equal(got, c.want) {
+			t.Errorf("Frames(%#x) = %q, want %q", c.addrs, got, c.want)
 		}
 	}
 }
