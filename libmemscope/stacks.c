@@ -19,15 +19,14 @@ static int (*unw_backtrace_fn)(void **, int);
 // site not seen before asks): a program may load libstdc++ later, with the
 // first library that needs it (Python with torch). Each list only grows;
 // its count is published after its entry, so the hooks read them unlocked.
-#define NOFP_MAX 4
-#define OPNEW_MAX 8
+#define NOFP_MAX 8 // (a process may hold two copies of libstdc++: a conda environment's and the system's)
+#define OPNEW_MAX 16
 static uintptr_t nofp_lo[NOFP_MAX], nofp_hi[NOFP_MAX];
 static _Atomic int nofp_n;
 static uintptr_t opnew_lo[OPNEW_MAX], opnew_hi[OPNEW_MAX];
 static _Atomic int opnew_n;
 static _Atomic int mods_lock;              // held while an entry is added (never across a loader call)
 static _Atomic unsigned long long mods_adds; // the loader's count of loads when the modules were last noted
-static _Atomic int mods_cxx;                 // libstdc++ and libgcc_s both noted: nothing more to look for
 
 static int nofp(uintptr_t pc) {
 	int n = atomic_load_explicit(&nofp_n, memory_order_acquire);
@@ -140,15 +139,13 @@ static int adds_cb(struct dl_phdr_info *info, size_t sz, void *data) {
 }
 
 // Notes the modules above, at start-up and whenever the loader has loaded
-// more since they were last noted, until libstdc++ and libgcc_s are both
-// in (a C program may never load them: it asks once a new site).
+// more since they were last noted (asked once a new site: a look at the
+// loader's count of loads, under its lock).
 static void modules_note(void) {
-	if (atomic_load_explicit(&mods_cxx, memory_order_relaxed)) return;
 	unsigned long long adds = 0;
 	dl_iterate_phdr(adds_cb, &adds);
 	if (adds && adds == atomic_load_explicit(&mods_adds, memory_order_relaxed)) return;
 	dl_iterate_phdr(phdr_cb, NULL);
-	if (atomic_load(&opnew_n) > 0 && atomic_load(&nofp_n) >= 3) atomic_store(&mods_cxx, 1);
 }
 
 static uintptr_t unw_lo, unw_hi;
