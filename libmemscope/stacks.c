@@ -44,6 +44,108 @@ static int in_opnew(uintptr_t pc) {
 }
 static int is_alloc_frame(uintptr_t pc) { return in_self(pc) || in_opnew(pc); }
 
+// Functions that keep no frame pointer (fpless): a frame-pointer walk
+// through one reads whatever it left in rbp as the next frame (a false
+// caller, frames lost). A C stack that starts in one is unwound with its
+// CFI (libunwind) instead; a walk that reaches one goes on with libunwind
+// too, or ends there where the function is libc's or libstdc++'s (their
+// start_thread and thread trampolines are below every thread's frames).
+// Which functions: the one holding an address is found in its module's
+// .eh_frame_hdr table (read in memory), and is fpless unless its code
+// opens with push %rbp and soon moves %rsp into it (fp_prologue). Answers
+// are kept by address.
+// The modules' table is made anew when the loader has loaded more
+// (modules_note) and published whole, sorted: one of two buffers, so a
+// reader is never in one being rewritten unless it was preempted across
+// two loads' notes.
+#define FPLESS_MAX 512
+struct code_set {
+	int n;
+	uintptr_t lo[FPLESS_MAX], hi[FPLESS_MAX];
+	const uint8_t *hdr[FPLESS_MAX]; // the module's .eh_frame_hdr (a checked layout)
+};
+static struct code_set code_sets[2];
+static struct code_set *_Atomic code_cur;
+static _Atomic int code_busy; // a note publishing (another skips: its loads are noted with the next)
+
+#define FPLESS_CACHE 4096
+static _Atomic uint64_t fpless_cache[FPLESS_CACHE]; // pc | known << 62 | fpless << 63
+
+#if defined(__x86_64__)
+// The function holding pc in the .eh_frame_hdr table h: its start, or 0.
+static const uint8_t *fn_start(const uint8_t *h, uintptr_t pc) {
+	uint32_t count;
+	memcpy(&count, h + 8, 4);
+	const uint8_t *table = h + 12;
+	uint32_t lo = 0, hi = count; // the first entry starting after pc
+	while (lo < hi) {
+		uint32_t m = lo + (hi - lo) / 2;
+		int32_t rel;
+		memcpy(&rel, table + (size_t)m * 8, 4);
+		if ((uintptr_t)(h + rel) <= pc)
+			lo = m + 1;
+		else
+			hi = m;
+	}
+	if (lo == 0) return NULL;
+	int32_t rel;
+	memcpy(&rel, table + (size_t)(lo - 1) * 8, 4);
+	return h + rel;
+}
+
+// Whether the code at c (a function's start) sets a frame pointer: push
+// %rbp first (after endbr64), and mov %rsp,%rbp within its first
+// instructions (the compiler may schedule others between them). A function
+// saving rbp as just another register pushes others first, or never moves
+// rsp into it.
+static int fp_prologue(const uint8_t *c) {
+	if (c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa) c += 4; // endbr64
+	if (c[0] != 0x55) return 0;
+	for (int i = 1; i < 32; i++)
+		if (c[i] == 0x48 && c[i + 1] == 0x89 && c[i + 2] == 0xe5) return 1;
+	return 0;
+}
+
+// Whether the table's layout is the one read here: version 1, the
+// eh_frame pointer 4 bytes, the count udata4, the table datarel|sdata4
+// (what binutils and lld write).
+static int hdr_known(const uint8_t *h) {
+	return h[0] == 1 && ((h[1] & 0x0f) == 0x0b || (h[1] & 0x0f) == 0x03) && h[2] == 0x03 && h[3] == 0x3b;
+}
+#endif
+
+static int fpless(uintptr_t pc) {
+#if defined(__x86_64__)
+	uint32_t slot = (uint32_t)((pc * 0x9E3779B97F4A7C15ull) >> 52);
+	uint64_t e = atomic_load_explicit(&fpless_cache[slot], memory_order_relaxed);
+	if (likely((e & ((1ull << 62) - 1)) == pc && (e >> 62 & 1))) return (int)(e >> 63);
+	struct code_set *s = atomic_load_explicit(&code_cur, memory_order_acquire);
+	if (!s) return 0;
+	int lo = 0, hi = s->n;
+	while (lo < hi) {
+		int m = (lo + hi) / 2;
+		if (s->hi[m] <= pc)
+			lo = m + 1;
+		else
+			hi = m;
+	}
+	int r = 0;
+	if (lo < s->n && pc >= s->lo[lo]) {
+		const uint8_t *c = fn_start(s->hdr[lo], pc);
+		if (c && (uintptr_t)c >= s->lo[lo] && (uintptr_t)c + 40 <= s->hi[lo]) r = !fp_prologue(c);
+	}
+	atomic_store_explicit(&fpless_cache[slot], pc | 1ull << 62 | (uint64_t)r << 63, memory_order_relaxed);
+	return r;
+#else
+	(void)pc;
+	return 0; // (not known: walked by frame pointers, as before)
+#endif
+}
+
+struct mods_pass;
+static void fpless_note(const struct dl_phdr_info *info, struct mods_pass *mp);
+static void fpless_publish(struct mods_pass *mp);
+
 // Adds [lo, hi) to a list unless it holds it; 0 when the list is full.
 static int range_add(uintptr_t *los, uintptr_t *his, _Atomic int *n, int max, uintptr_t lo, uintptr_t hi) {
 	int ok = 1;
@@ -81,23 +183,29 @@ static void opnew_from(const struct dl_phdr_info *info) {
 	if (!dyn) return;
 	const ElfW(Sym) *syms = NULL;
 	const char *strs = NULL;
-	const uint32_t *gnu = NULL;
+	const uint32_t *gnu = NULL, *hash = NULL;
 	for (; dyn->d_tag != DT_NULL; dyn++) {
 		if (dyn->d_tag == DT_SYMTAB) syms = (const ElfW(Sym) *)dyn_ptr(info, dyn->d_un.d_ptr);
 		if (dyn->d_tag == DT_STRTAB) strs = (const char *)dyn_ptr(info, dyn->d_un.d_ptr);
 		if (dyn->d_tag == DT_GNU_HASH) gnu = (const uint32_t *)dyn_ptr(info, dyn->d_un.d_ptr);
+		if (dyn->d_tag == DT_HASH) hash = (const uint32_t *)dyn_ptr(info, dyn->d_un.d_ptr);
 	}
-	if (!syms || !strs || !gnu) return;
-	// nbuckets, symoffset, bloom words (64-bit), shift; buckets; chains.
-	uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom = gnu[2];
-	const uint32_t *buckets = gnu + 4 + bloom * (sizeof(ElfW(Addr)) / 4);
-	const uint32_t *chains = buckets + nbuckets;
-	uint32_t last = 0;
-	for (uint32_t b = 0; b < nbuckets; b++)
-		if (buckets[b] > last) last = buckets[b];
-	if (last < symoffset) return;
-	while (!(chains[last - symoffset] & 1)) last++;
-	for (uint32_t i = symoffset; i <= last; i++) {
+	if (!syms || !strs || (!gnu && !hash)) return;
+	uint32_t first = 1, last = 0; // the symbols to look at: [first, last]
+	if (hash) {
+		last = hash[1] - 1; // nchain: the symbol count
+	} else {
+		// nbuckets, symoffset, bloom words (64-bit), shift; buckets; chains.
+		uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom = gnu[2];
+		const uint32_t *buckets = gnu + 4 + bloom * (sizeof(ElfW(Addr)) / 4);
+		const uint32_t *chains = buckets + nbuckets;
+		for (uint32_t b = 0; b < nbuckets; b++)
+			if (buckets[b] > last) last = buckets[b];
+		if (last == 0 || last < symoffset) return; // no symbol hashed
+		while (!(chains[last - symoffset] & 1)) last++;
+		first = symoffset;
+	}
+	for (uint32_t i = first; i <= last; i++) {
 		const ElfW(Sym) *sym = &syms[i];
 		if (ELF64_ST_TYPE(sym->st_info) != STT_FUNC || !sym->st_value || !sym->st_size) continue;
 		const char *name = strs + sym->st_name;
@@ -110,12 +218,18 @@ static void opnew_from(const struct dl_phdr_info *info) {
 	}
 }
 
+// What one pass over the loaded objects finds.
+struct mods_pass {
+	unsigned long long adds; // the loader's count of loads
+	struct code_set set;     // the modules' code with a table read here
+};
+
 static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
-	(void)data;
-	if (sz >= offsetof(struct dl_phdr_info, dlpi_subs)) // (the count of loads follows)
-		atomic_store_explicit(&mods_adds, info->dlpi_adds, memory_order_relaxed);
+	struct mods_pass *mp = data;
+	if (sz >= offsetof(struct dl_phdr_info, dlpi_subs)) mp->adds = info->dlpi_adds; // (the count of loads follows)
 	const char *name = info->dlpi_name;
 	if (!name) return 0;
+	fpless_note(info, mp);
 	const char *base = strrchr(name, '/');
 	base = base ? base + 1 : name;
 	int cxx = !strncmp(base, "libstdc++.so", 12);
@@ -132,6 +246,53 @@ static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
 	return 0;
 }
 
+// Notes the object's code and its .eh_frame_hdr table (msmemscope's own
+// and the vDSO left out).
+static void fpless_note(const struct dl_phdr_info *info, struct mods_pass *mp) {
+#if defined(__x86_64__)
+	if (strstr(info->dlpi_name, "linux-vdso")) return;
+	const uint8_t *h = NULL;
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) h = (const uint8_t *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	if (!h || !hdr_known(h)) return;
+	struct code_set *cs = &mp->set;
+	for (int i = 0; i < info->dlpi_phnum && cs->n < FPLESS_MAX; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+		if (in_self(lo)) continue;
+		cs->lo[cs->n] = lo;
+		cs->hi[cs->n] = lo + ph->p_memsz;
+		cs->hdr[cs->n++] = h;
+	}
+#else
+	(void)info, (void)mp;
+#endif
+}
+
+// Publishes the pass's modules, sorted, in the buffer not in use; the
+// answers kept are forgotten (an address may hold other code now).
+static void fpless_publish(struct mods_pass *mp) {
+	if (atomic_exchange_explicit(&code_busy, 1, memory_order_acquire)) return;
+	struct code_set *m = &mp->set;
+	for (int i = 1; i < m->n; i++) // (insertion sort: tens of modules)
+		for (int j = i; j > 0 && m->lo[j - 1] > m->lo[j]; j--) {
+			uintptr_t l = m->lo[j], h = m->hi[j];
+			const uint8_t *x = m->hdr[j];
+			m->lo[j] = m->lo[j - 1], m->hi[j] = m->hi[j - 1], m->hdr[j] = m->hdr[j - 1];
+			m->lo[j - 1] = l, m->hi[j - 1] = h, m->hdr[j - 1] = x;
+		}
+	struct code_set *cur = atomic_load_explicit(&code_cur, memory_order_relaxed);
+	struct code_set *s = cur == &code_sets[0] ? &code_sets[1] : &code_sets[0];
+	s->n = m->n;
+	memcpy(s->lo, m->lo, m->n * sizeof s->lo[0]);
+	memcpy(s->hi, m->hi, m->n * sizeof s->hi[0]);
+	memcpy(s->hdr, m->hdr, m->n * sizeof s->hdr[0]);
+	atomic_store_explicit(&code_cur, s, memory_order_release);
+	for (int i = 0; i < FPLESS_CACHE; i++) atomic_store_explicit(&fpless_cache[i], 0, memory_order_relaxed);
+	atomic_store_explicit(&code_busy, 0, memory_order_release);
+}
+
 // The loader's count of loads (its first object's dl_phdr_info holds it).
 static int adds_cb(struct dl_phdr_info *info, size_t sz, void *data) {
 	*(unsigned long long *)data = sz >= offsetof(struct dl_phdr_info, dlpi_subs) ? info->dlpi_adds : 0;
@@ -145,7 +306,16 @@ static void modules_note(void) {
 	unsigned long long adds = 0;
 	dl_iterate_phdr(adds_cb, &adds);
 	if (adds && adds == atomic_load_explicit(&mods_adds, memory_order_relaxed)) return;
-	dl_iterate_phdr(phdr_cb, NULL);
+	struct mods_pass *mp = raw_mmap(sizeof *mp); // (too big for a program thread's stack, inside malloc)
+	if (!mp) return;
+	mp->adds = 0;
+	mp->set.n = 0;
+	dl_iterate_phdr(phdr_cb, mp);
+	fpless_publish(mp);
+	// Published after the pass: a thread that sees the count is sure of
+	// the ranges noted with it.
+	atomic_store_explicit(&mods_adds, mp->adds, memory_order_release);
+	raw_munmap(mp, sizeof *mp);
 }
 
 static uintptr_t unw_lo, unw_hi;
@@ -209,6 +379,18 @@ HIDDEN void stacks_thread_start(void) {
 	own_down();
 }
 
+// The caller's stack unwound with DWARF CFI (libunwind), msmemscope's and
+// the allocator's own frames removed.
+static __attribute__((noinline)) int unwound(uintptr_t *out, int max) {
+	void *buf[MAX_FRAMES + 32];
+	int want = max + 32 > MAX_FRAMES + 32 ? MAX_FRAMES + 32 : max + 32;
+	int got = unw_backtrace_fn(buf, want), i = 0, n = 0;
+	while (i < got && is_alloc_frame((uintptr_t)buf[i])) i++;
+	for (; i < got && n < max; i++)
+		if (!in_self((uintptr_t)buf[i])) out[n++] = (uintptr_t)buf[i]; // main's wrapper (exitscan.c)
+	return n;
+}
+
 // Raw return addresses of the caller, innermost first, msmemscope's and the
 // allocator's own frames removed.
 HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
@@ -228,17 +410,11 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		if (next <= fp) break;
 		fp = next;
 	}
-	if (first && nofp(first) && unw_backtrace_fn) {
-		// Called from libc or libstdc++ (strdup, operator new): their frames
-		// carry no frame pointer, so unwind with DWARF CFI instead.
-		void *buf[MAX_FRAMES + 32];
-		int want = max + 32 > MAX_FRAMES + 32 ? MAX_FRAMES + 32 : max + 32;
-		int got = unw_backtrace_fn(buf, want);
-		int i = 0;
-		while (i < got && is_alloc_frame((uintptr_t)buf[i])) i++;
-		for (; i < got && n < max; i++)
-			if (!in_self((uintptr_t)buf[i])) out[n++] = (uintptr_t)buf[i]; // main's wrapper (exitscan.c)
-		return n;
+	if (first && (nofp(first) || fpless(first)) && unw_backtrace_fn) {
+		// Called from code without frame pointers (libc's strdup, libstdc++'s
+		// operator new, a program built -O2 without -fno-omit-frame-pointer,
+		// libpython): unwind with DWARF CFI instead.
+		return unwound(out, max);
 	}
 	while (t && n < max && fp >= lo && fp <= t->stack_hi - 16 && !(fp & 7)) {
 		uintptr_t ra = ((uintptr_t *)fp)[1];
@@ -248,6 +424,14 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		// (exitscan.c) is left out too.
 		if (n > 0 ? !in_self(ra) : !is_alloc_frame(ra)) out[n++] = ra;
 		if (next <= fp) break;
+		if (n < max && fpless(ra)) {
+			// A function without a frame pointer left none to go on from:
+			// its caller is found with its CFI, unless it is libc's or
+			// libstdc++'s (start_thread and the like, below every
+			// thread's frames: the walk ends there).
+			if (nofp(ra) || !unw_backtrace_fn) break;
+			return unwound(out, max);
+		}
 		fp = next;
 	}
 	return n;

@@ -374,12 +374,33 @@ func newNamer(t *spool.Tail) *namer {
 
 // report names the sites holding live bytes, largest first, the top of
 // them (top <= 0: every one).
-func (n *namer) report(sites []wSite, top int) []Site {
-	idx := make([]int, 0, len(sites))
-	for i := range sites {
-		if sites[i].live > 0 {
-			idx = append(idx, i)
+func (n *namer) report(all []wSite, top int) []Site {
+	// The sites named by an interned C stack are one a frame, as the
+	// dump's rows name them: the stacks of one innermost frame (the same
+	// caller reached along other paths) together, and with that frame's
+	// blocks recorded with whole stacks.
+	sites := make([]wSite, 0, len(all))
+	at := map[uint64]int{}
+	for _, w := range all {
+		if w.live == 0 {
+			continue
 		}
+		if a, ok := n.tail.StackTop[w.key.cstk]; ok && w.key.cstk != 0 {
+			w.key = wSiteKey{cpc: a}
+		}
+		if w.key.cpc != 0 {
+			if j, ok := at[w.key.cpc]; ok {
+				sites[j].live += w.live
+				sites[j].count += w.count
+				continue
+			}
+			at[w.key.cpc] = len(sites)
+		}
+		sites = append(sites, w)
+	}
+	idx := make([]int, len(sites))
+	for i := range idx {
+		idx[i] = i
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return sites[idx[a]].live > sites[idx[b]].live })
 	if top > 0 && len(idx) > top {

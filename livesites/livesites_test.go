@@ -241,3 +241,34 @@ func TestFreeDoesNotWaitForALaterReuse(t *testing.T) {
 		t.Errorf("peak %d, live %d; want 2000, 16", tots[0].Peak, tots[0].Live)
 	}
 }
+
+// With C stacks, a MALLOC may name its stack by id (F_STACKID, the stack
+// written once in an R_STACK record): its site is the stack's innermost
+// frame, not the id, and the stacks of one innermost frame are one site,
+// with that frame's blocks recorded with whole stacks.
+func TestSitesOfStackIDs(t *testing.T) {
+	stack := func(id, top uint64) spool.Rec {
+		return spool.Rec{Kind: format.RStack, Flags: format.FCStack, TS: 1, A: id, B: 2,
+			Payload: binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, top), 0x9999)}
+	}
+	byID := func(ts, addr, size, id uint64) spool.Rec {
+		r := malloc(ts, addr, size)
+		r.Flags |= format.FCStack | format.FStackID
+		r.Payload = binary.LittleEndian.AppendUint64(nil, id)
+		return r
+	}
+	whole := malloc(500, 0xD0, 4)
+	whole.Flags |= format.FCStack
+	whole.Payload = binary.LittleEndian.AppendUint64(nil, 0x1234)
+	s, _ := follow(t, [][]byte{
+		spooltest.Chunk(1, stack(7, 0x1234), stack(8, 0x1234), stack(9, 0x5678),
+			byID(100, 0xA0, 16, 7), byID(200, 0xB0, 32, 8), byID(300, 0xC0, 8, 9), whole),
+	})
+	_, now := s.Named(0)
+	if len(now) != 2 || now[0].Size != 52 || now[0].Count != 3 || now[1].Size != 8 || now[1].Count != 1 {
+		t.Fatalf("sites now %+v, want 52 bytes in 3 blocks at 0x1234 and 8 in 1 at 0x5678", now)
+	}
+	if r := s.Report(); len(r.Report) != 2 || r.Report[0].Size != 52 || r.Report[0].Site != now[0].Site || r.Report[0].Site == "0x7" {
+		t.Errorf("report %+v", r)
+	}
+}

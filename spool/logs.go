@@ -128,6 +128,9 @@ func OpenCaptureEnded(dir string, end *EndMeta) (*Spool, error) {
 		ls.Close()
 		return nil, fmt.Errorf("%s: %v", filepath.Join(dir, SpoolDir), err)
 	}
+	// A log cut short reads as such, though its last chunk was made to end
+	// on its whole units (endOnChunk).
+	s.Truncated = s.Truncated || len(ls.damaged) > 0
 	s.closer = ls
 	return s, nil
 }

@@ -68,8 +68,9 @@ func openLogSpool(dir string) (*logSpool, error) {
 			ls.Close()
 			return nil, err
 		}
-		if len(ls.damaged) > cut && i < len(logs)-1 {
-			// Cut short, yet not the newest: killed while a cut settled.
+		if len(ls.damaged) > cut {
+			// Cut short: the newest log of a killed run, late.bin after
+			// it; or an older one, killed while a cut settled.
 			from := start
 			if i == 0 {
 				from = HdrSize
@@ -175,8 +176,8 @@ func (ls *logSpool) addLog(path string, skipHeader bool) error {
 
 // endOnChunk makes the combined spool, whose chunks from byte from on are
 // one log's, end where a chunk does: a log cut short inside a chunk (the
-// records a kill left of a frame) is followed by the next log's, which the
-// chunk's length would otherwise run into. That chunk ends where its whole
+// records a kill left of a frame) is followed by the next log's, or by
+// late.bin's, which the chunk's length would otherwise run into. That chunk ends where its whole
 // units do (its length and checksum made anew: the whole events in it are
 // read, as those of a spool's last chunk cut short); a header cut short goes.
 func (ls *logSpool) endOnChunk(from int64) error {

@@ -34,6 +34,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -181,9 +182,10 @@ func (s *Symbolizer) InModule(addr uint64, moduleBase string) bool {
 
 // Frames symbolizes a stack's return addresses, innermost first (see
 // Frame), up to the first that cannot be one: inside a mapping that holds
-// no code ([stack], [heap], data), or beyond the user address space. A
-// frame-pointer walk that went through code built without frame pointers
-// reads such words as frames; what follows them is no more the stack's.
+// no code ([stack], [heap], data), or in none and below every mapping or,
+// on x86-64, beyond the user address space. A frame-pointer walk that went
+// through code built without frame pointers read such words as frames;
+// what follows them is no more the stack's.
 func (s *Symbolizer) Frames(addrs []uint64) []string {
 	out := make([]string, 0, len(addrs))
 	for _, a := range addrs {
@@ -195,20 +197,23 @@ func (s *Symbolizer) Frames(addrs []uint64) []string {
 	return out
 }
 
-// userTop bounds the x86-64 (and arm64) user address space: 47 bits.
+// userTop bounds the x86-64 user address space (4-level paging: 47 bits).
 const userTop = 1 << 47
 
-// mayBeCode reports whether addr can be a return address: below userTop
-// and not in a mapping without execute permission (an address no mapping
-// holds may be code unloaded before the maps were read).
+// mayBeCode reports whether addr can be a return address: not in a mapping
+// without execute permission; an address no mapping holds may be code
+// unloaded before the maps were read, unless it lies below them all (small
+// numbers) or above what x86-64 gives a process.
 func (s *Symbolizer) mayBeCode(addr uint64) bool {
-	if addr >= userTop {
-		return false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.find(addr)
-	return m == nil || m.exec
+	if m := s.find(addr); m != nil {
+		return m.exec
+	}
+	if len(s.maps) > 0 && addr < s.maps[0].start {
+		return false
+	}
+	return runtime.GOARCH != "amd64" || addr < userTop
 }
 
 // Frame symbolizes one return address.

@@ -268,6 +268,29 @@ func TestCallStackCxxNew(t *testing.T) {
 	}
 }
 
+// TestCallStackWithoutFramePointers: a program built with -O2 and no frame
+// pointers: its functions keep none, so the stack is unwound with their CFI
+// and reads as valgrind's (it was leaf and then a false caller).
+func TestCallStackWithoutFramePointers(t *testing.T) {
+	src := filepath.Join(progsDir, "nofp.c")
+	bin := compile(t, src, "O2", "-O2", "-fomit-frame-pointer")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "--call-stack=c:8", bin)
+	var stack string
+	for _, e := range readDump(t, readManifest(t, out).main(t).Dump) {
+		if e.Kind == trace.KindMalloc && e.Size == 4323 {
+			stack = e.CStack
+		}
+	}
+	var want []string
+	for _, f := range [][2]string{{"leaf", "LEAF"}, {"mid", "MID"}, {"top", "TOP"}, {"main", "MAIN"}} {
+		want = append(want, fmt.Sprintf("%s nofp.c:%d (nofp)", f[0], sourceLine(t, src, f[1])))
+	}
+	if fs := frames(stack); len(fs) < len(want) || !slices.Equal(fs[:len(want)], want) {
+		t.Errorf("stack of leaf's block: %q, want it to begin %q", stack, want)
+	}
+}
+
 // TestLateLoadedCxx: a C program that loads a C++ library with dlopen after
 // start-up (as Python loads torch: libstdc++ comes with it) and has it
 // allocate with new. operator new is still the allocator's entry point: the
