@@ -239,7 +239,7 @@ func howEnded(sig syscall.Signal, man *spool.Manifest) string {
 	if spool.CrashSignal(sig) {
 		return "the program crashed with " + what + ", and its capture could not be completed (the handler was replaced, or the crash came inside msmemscope): it holds the events up to the drain's last pass (at most ~100 ms before the crash)"
 	}
-	return "the program was killed by " + what + "; its capture holds the events up to the drain's last pass (all but the last ~100 ms at most)"
+	return "the program was killed by " + what + "; its capture holds the events up to the drain's last pass (all but the last ~100 ms; a thread idle since may lack its last event)"
 }
 
 func exitCode(ps *os.ProcessState, err error) int {
