@@ -159,6 +159,9 @@ typedef struct ms_thr {
 	uint64_t last_epoch; // the owner's: the epoch its last R_EPOCH said
 	int precise_seen;    // the owner's: ms_precise as its last stamp saw it
 	uint64_t last_stamp; // the owner's: the stamp of its last stamp unit or stamped half
+	uintptr_t fpl_ra;    // the owner's: the caller of its last C stack's allocation (stacks.c)...
+	uint32_t fpl_gen;    // ... as the modules' table of that generation read it...
+	int fpl;             // ... and whether its function keeps no frame pointer
 	_Atomic uint32_t state; // THR_* in the low 2 bits; above them, how many times the ring changed owner
 	ms_seg *rseg;        // drain's current segment
 	_Atomic uint64_t segs; // segments allocated and not yet released

@@ -67,6 +67,7 @@ struct code_set {
 static struct code_set code_sets[2];
 static struct code_set *_Atomic code_cur;
 static _Atomic int code_busy; // a note publishing (another skips: its loads are noted with the next)
+static _Atomic uint32_t code_gen; // bumped as a table is published (a thread's answer for its last caller holds within one)
 
 #define FPLESS_CACHE 4096
 static _Atomic uint64_t fpless_cache[FPLESS_CACHE]; // pc | known << 62 | fpless << 63
@@ -290,6 +291,7 @@ static void fpless_publish(struct mods_pass *mp) {
 	memcpy(s->hdr, m->hdr, m->n * sizeof s->hdr[0]);
 	atomic_store_explicit(&code_cur, s, memory_order_release);
 	for (int i = 0; i < FPLESS_CACHE; i++) atomic_store_explicit(&fpless_cache[i], 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&code_gen, 1, memory_order_release);
 	atomic_store_explicit(&code_busy, 0, memory_order_release);
 }
 
@@ -410,7 +412,14 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		if (next <= fp) break;
 		fp = next;
 	}
-	if (first && (nofp(first) || fpless(first)) && unw_backtrace_fn) {
+	int first_fpless = 0;
+	if (first && !nofp(first)) {
+		// (a loop allocating from one call site asks about one caller)
+		uint32_t gen = atomic_load_explicit(&code_gen, memory_order_acquire);
+		if (first != t->fpl_ra || gen != t->fpl_gen) t->fpl_ra = first, t->fpl_gen = gen, t->fpl = fpless(first);
+		first_fpless = t->fpl;
+	}
+	if (first && (nofp(first) || first_fpless) && unw_backtrace_fn) {
 		// Called from code without frame pointers (libc's strdup, libstdc++'s
 		// operator new, a program built -O2 without -fno-omit-frame-pointer,
 		// libpython): unwind with DWARF CFI instead.
@@ -423,13 +432,14 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		// Below the program's frames, this library's wrapper of main
 		// (exitscan.c) is left out too.
 		if (n > 0 ? !in_self(ra) : !is_alloc_frame(ra)) out[n++] = ra;
-		if (next <= fp) break;
-		if (n < max && fpless(ra)) {
-			// A function without a frame pointer left none to go on from:
-			// its caller is found with its CFI, unless it is libc's or
-			// libstdc++'s (start_thread and the like, below every
-			// thread's frames: the walk ends there).
-			if (nofp(ra) || !unw_backtrace_fn) break;
+		if (next <= fp || n == max) break;
+		// A function without a frame pointer left none to go on from: the
+		// walk ends at libc's and libstdc++'s (start_thread and the like,
+		// below every thread's frames), and goes on with CFI from others
+		// (first was looked at already).
+		if (nofp(ra)) break;
+		if (ra != first && fpless(ra)) {
+			if (!unw_backtrace_fn) break;
 			return unwound(out, max);
 		}
 		fp = next;
