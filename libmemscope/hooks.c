@@ -67,8 +67,8 @@ static void rec_free(void *p, size_t size, uint16_t sub) {
 void ms_fast_update(void) {
 	uint64_t g = atomic_load(&ms_gate), n;
 	do {
-		int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && cfg_cstack <= 0 &&
-		        ms_py_depth <= 0 && !atomic_load(&ms_direct) && !ms_child && atomic_load(&site_tab);
+		int f = atomic_load(&ms_state) == 2 && atomic_load(&ms_active) && !atomic_load(&ms_direct) && !ms_child &&
+		        atomic_load(&site_tab);
 		uint16_t fl = F_HOST | (atomic_load(&ms_collecting) ? 0 : F_OFF);
 		// C_SHORT: the forms that need their reader to know the thread's past
 		// (short MALLOCs, pair halves: F_HOST alone) may be written.
@@ -77,7 +77,11 @@ void ms_fast_update(void) {
 		// stamps are CLOCK_MONOTONIC, taken on the general path.
 		f = f && !(precise && !ms_use_tsc);
 		// C_SHORT also allows stamped halves (also read with the thread's past).
-		n = (g & G_EPOCH) | (f ? enc_tag(fl) | (ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) | (precise ? G_PRECISE : 0) : 0);
+		// G_STACKS: MALLOCs take stacks, on the general path; FREEs, which
+		// take none, keep the fast one.
+		n = (g & G_EPOCH) | (f ? enc_tag(fl) | (ms_rotating || (fl & F_OFF) ? 0 : C_SHORT) | (precise ? G_PRECISE : 0) |
+		                             (cfg_cstack > 0 || ms_py_depth > 0 ? G_STACKS : 0)
+		                       : 0);
 	} while (!atomic_compare_exchange_weak(&ms_gate, &g, n));
 }
 
@@ -127,7 +131,7 @@ static __attribute__((noinline)) int fast_precise(ms_thr *t, uint64_t *w, uint64
 		}
 	}
 	if (unlikely(ts > P_STAMP_MAX)) return 0;
-	uint64_t tag = g & ~(C_SHORT | G_PRECISE | G_EPOCH);
+	uint64_t tag = g & ~(C_SHORT | G_PRECISE | G_STACKS | G_EPOCH);
 	if (is_malloc) {
 		if (unlikely((p | n) > C_MAX)) return 0;
 		uint32_t site;
@@ -143,7 +147,7 @@ static __attribute__((noinline)) int fast_precise(ms_thr *t, uint64_t *w, uint64
 
 static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p, size_t n, uintptr_t ra) {
 	ms_thr *t = ms_tls.fast;
-	if (unlikely(t == NULL)) return 0;
+	if (unlikely(t == NULL || (g & G_STACKS))) return 0;
 	uint64_t *w;
 	if (unlikely(!fast_slot(t, g, &w))) return 0;
 	if (g & G_PRECISE) return fast_precise(t, w, g, (uint64_t)p, n, ra, 1);
@@ -185,7 +189,7 @@ static inline __attribute__((always_inline)) int fast_free(uint64_t g, void *p) 
 	}
 	if (unlikely((uintptr_t)p > C_MAX)) return 0;
 	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 1)) return 0;
-	publish(t, w, (uint64_t)p, enc_free(w, g & ~(C_SHORT | G_EPOCH), (uint64_t)p));
+	publish(t, w, (uint64_t)p, enc_free(w, g & ~(C_SHORT | G_STACKS | G_EPOCH), (uint64_t)p));
 	return 1;
 }
 

@@ -103,6 +103,7 @@ extern HIDDEN _Atomic uint64_t ms_lost_count;
 extern HIDDEN _Atomic uint64_t ms_gate;
 #define G_EPOCH ((1ull << 48) - 1)
 #define G_PRECISE C_FREE // in the tag: a stamp unit goes before each fast record (ms_precise)
+#define G_STACKS ((uint64_t)F_CSTACK << 48) // in the tag: MALLOCs want stacks (the general path); never in a fast record
 #define STAMP_UNITS 256
 
 // ---- per-thread state: keep the TLS block small (DESIGN: < 1 KiB free after torch) ----
@@ -162,12 +163,17 @@ typedef struct ms_thr {
 	uintptr_t fpl_ra;    // the owner's: the caller of its last C stack's allocation (stacks.c)...
 	uint32_t fpl_gen;    // ... as the modules' table of that generation read it...
 	int fpl;             // ... and whether its function keeps no frame pointer
+	int stk_n;           // the owner's: its last interned C stack (stacks.c), up to STK_MEMO frames...
+	uint32_t stk_id;     // ... its id...
+	uintptr_t stk_f[16]; // ... and its frames (a loop allocating from one place repeats them)
 	_Atomic uint32_t state; // THR_* in the low 2 bits; above them, how many times the ring changed owner
 	ms_seg *rseg;        // drain's current segment
 	_Atomic uint64_t segs; // segments allocated and not yet released
 	ms_seg *_Atomic spare[NSPARE]; // drained segments handed back for reuse
 	uint64_t wait_since; // when the drain first saw the current segment's undrained tail
 } ms_thr;
+_Static_assert(sizeof(ms_thr) <= 4096, "a thread's state is one page (ring.c)");
+#define STK_MEMO 16
 
 extern HIDDEN ms_thr *_Atomic ms_threads;
 

@@ -522,8 +522,17 @@ HIDDEN __attribute__((noinline)) void emit_with_cstack(uint16_t kind, uint16_t f
 	if (depth < 1) depth = 1;
 	uintptr_t frames[depth]; // as deep as asked: a small frame stays in cache
 	int n = capture_c(frames, depth);
-	uint64_t id = n && !ms_rotating ? stack_id(frames, n) : 0;
 	ms_thr *t = tls_thr;
+	uint64_t id = 0;
+	if (n && !ms_rotating) {
+		// The thread's last stack again (a loop): its id without hashing.
+		if (t && n == t->stk_n && !memcmp(frames, t->stk_f, (size_t)n * sizeof frames[0])) {
+			id = t->stk_id;
+		} else if ((id = stack_id(frames, n)) && t && n <= STK_MEMO) {
+			memcpy(t->stk_f, frames, (size_t)n * sizeof frames[0]);
+			t->stk_n = n, t->stk_id = (uint32_t)id;
+		}
+	}
 	if (id && t)
 		emit1(t, kind, flags | F_CSTACK | F_STACKID, ts, a, b, site, id);
 	else
