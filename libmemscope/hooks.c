@@ -171,7 +171,7 @@ static inline __attribute__((always_inline)) int fast_alloc(uint64_t g, void *p,
 	if (unlikely(!fast_site(ra, &site))) return 0;
 	if (unlikely(t->half) && !ring_room(t, w = half_close(t), 2)) return 0;
 	t->last_ra = ra;
-	publish(t, w, (uint64_t)p, enc_malloc(w, g & ~(C_SHORT | G_EPOCH), (uint64_t)p, n, site));
+	publish(t, w, (uint64_t)p, enc_malloc(w, g & ~(C_SHORT | G_STACKS | G_EPOCH), (uint64_t)p, n, site));
 	return 1;
 }
 

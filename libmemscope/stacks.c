@@ -26,7 +26,6 @@ static _Atomic int nofp_n;
 static uintptr_t opnew_lo[OPNEW_MAX], opnew_hi[OPNEW_MAX];
 static _Atomic int opnew_n;
 static _Atomic int mods_lock;              // held while an entry is added (never across a loader call)
-static _Atomic unsigned long long mods_adds; // the loader's count of loads when the modules were last noted
 
 static int nofp(uintptr_t pc) {
 	int n = atomic_load_explicit(&nofp_n, memory_order_acquire);
@@ -51,26 +50,14 @@ static int is_alloc_frame(uintptr_t pc) { return in_self(pc) || in_opnew(pc); }
 // too, or ends there where the function is libc's or libstdc++'s (their
 // start_thread and thread trampolines are below every thread's frames).
 // Which functions: the one holding an address is found in its module's
-// .eh_frame_hdr table (read in memory), and is fpless unless its code
-// opens with push %rbp and soon moves %rsp into it (fp_prologue). Answers
-// are kept by address.
-// The modules' table is made anew when the loader has loaded more
-// (modules_note) and published whole, sorted: one of two buffers, so a
-// reader is never in one being rewritten unless it was preempted across
-// two loads' notes.
-#define FPLESS_MAX 512
-struct code_set {
-	int n;
-	uintptr_t lo[FPLESS_MAX], hi[FPLESS_MAX];
-	const uint8_t *hdr[FPLESS_MAX]; // the module's .eh_frame_hdr (a checked layout)
-};
-static struct code_set code_sets[2];
-static struct code_set *_Atomic code_cur;
-static _Atomic int code_busy; // a note publishing (another skips: its loads are noted with the next)
-static _Atomic uint32_t code_gen; // bumped as a table is published (a thread's answer for its last caller holds within one)
-
+// .eh_frame_hdr table, read in memory from inside dl_iterate_phdr's
+// callback (the loader's lock then keeps the module mapped: a dlclose'd
+// library is never read), and is fpless unless its code sets up a frame
+// pointer first thing (fp_prologue). Answers are kept by address, and
+// forgotten when the loader has loaded or unloaded since (modules_note).
 #define FPLESS_CACHE 4096
 static _Atomic uint64_t fpless_cache[FPLESS_CACHE]; // pc | known << 62 | fpless << 63
+static _Atomic uint32_t code_gen; // bumped as the answers are forgotten (a thread's own answer holds within one)
 
 #if defined(__x86_64__)
 // The function holding pc in the .eh_frame_hdr table h: its start, or 0.
@@ -94,58 +81,88 @@ static const uint8_t *fn_start(const uint8_t *h, uintptr_t pc) {
 	return h + rel;
 }
 
-// Whether the code at c (a function's start) sets a frame pointer: push
-// %rbp first (after endbr64), and mov %rsp,%rbp within its first
-// instructions (the compiler may schedule others between them). A function
-// saving rbp as just another register pushes others first, or never moves
-// rsp into it.
-static int fp_prologue(const uint8_t *c) {
-	if (c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa) c += 4; // endbr64
-	if (c[0] != 0x55) return 0;
-	for (int i = 1; i < 32; i++)
-		if (c[i] == 0x48 && c[i + 1] == 0x89 && c[i + 2] == 0xe5) return 1;
-	return 0;
-}
-
 // Whether the table's layout is the one read here: version 1, the
 // eh_frame pointer 4 bytes, the count udata4, the table datarel|sdata4
 // (what binutils and lld write).
 static int hdr_known(const uint8_t *h) {
-	return h[0] == 1 && ((h[1] & 0x0f) == 0x0b || (h[1] & 0x0f) == 0x03) && h[2] == 0x03 && h[3] == 0x3b;
+	return h[0] == 1 && ((h[1] & 0x0f) == 0x0b || (h[1] & 0x0f) == 0x03) && !(h[1] & 0x80) && h[2] == 0x03 && h[3] == 0x3b;
+}
+
+// Whether the code at c (a function's start) sets up a frame pointer:
+// push %rbp (after endbr64), then mov %rsp,%rbp with nothing between that
+// moves rsp or writes rbp. The compiler may schedule a few register moves
+// and clears there (gcc: push %rbp; mov $0x40,%ecx; xor %eax,%eax; mov
+// %rsp,%rbp); anything not known to be such ends the look, as fpless (an
+// unwind: slower, never wrong). A function saving rbp as just another
+// register pushes more, or moves rsp later, into it.
+static int fp_prologue(const uint8_t *c) {
+	if (c[0] == 0xf3 && c[1] == 0x0f && c[2] == 0x1e && c[3] == 0xfa) c += 4; // endbr64
+	if (c[0] != 0x55) return 0;
+	c++;
+	for (int k = 0; k < 4; k++) {
+		if (c[0] == 0x48 && c[1] == 0x89 && c[2] == 0xe5) return 1; // mov %rsp,%rbp
+		int rex = (c[0] & 0xf0) == 0x40 ? 1 : 0, r = rex ? c[0] : 0;
+		const uint8_t *op = c + rex;
+		if (op[0] >= 0xb8 && op[0] <= 0xbf && !(r & 0x08)) { // mov $imm32,%r32
+			if ((op[0] & 7) == 4 || (op[0] & 7) == 5) return 0; // (esp, ebp: only without REX.B, but keep it simple)
+			c = op + 5;
+			continue;
+		}
+		if ((op[0] == 0x31 || op[0] == 0x89 || op[0] == 0x8b) && (op[1] & 0xc0) == 0xc0) { // xor/mov reg,reg
+			int dst = op[0] == 0x8b ? (op[1] >> 3 & 7) | (r & 4 ? 8 : 0) : (op[1] & 7) | (r & 1 ? 8 : 0);
+			if (dst == 4 || dst == 5) return 0; // writes rsp or rbp
+			c = op + 2;
+			continue;
+		}
+		return 0;
+	}
+	return 0;
+}
+
+struct fn_query {
+	uintptr_t pc;
+	int fpless;
+};
+
+// For the object holding q->pc: whether that function keeps no frame
+// pointer (0 where its table is not one read here: walked as before).
+static int fn_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+	(void)sz;
+	struct fn_query *q = data;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || q->pc < lo || q->pc >= hi) continue;
+		const uint8_t *h = NULL;
+		for (int j = 0; j < info->dlpi_phnum; j++)
+			if (info->dlpi_phdr[j].p_type == PT_GNU_EH_FRAME) h = (const uint8_t *)(info->dlpi_addr + info->dlpi_phdr[j].p_vaddr);
+		if (h && hdr_known(h)) {
+			const uint8_t *c = fn_start(h, q->pc - 1); // (a return address may be just past its function)
+			if (c && (uintptr_t)c >= lo && (uintptr_t)c + 32 <= hi) q->fpless = !fp_prologue(c);
+		}
+		return 1;
+	}
+	return 0;
 }
 #endif
+
+static int modules_note(void);
 
 static int fpless(uintptr_t pc) {
 #if defined(__x86_64__)
 	uint32_t slot = (uint32_t)((pc * 0x9E3779B97F4A7C15ull) >> 52);
 	uint64_t e = atomic_load_explicit(&fpless_cache[slot], memory_order_relaxed);
 	if (likely((e & ((1ull << 62) - 1)) == pc && (e >> 62 & 1))) return (int)(e >> 63);
-	struct code_set *s = atomic_load_explicit(&code_cur, memory_order_acquire);
-	if (!s) return 0;
-	int lo = 0, hi = s->n;
-	while (lo < hi) {
-		int m = (lo + hi) / 2;
-		if (s->hi[m] <= pc)
-			lo = m + 1;
-		else
-			hi = m;
-	}
-	int r = 0;
-	if (lo < s->n && pc >= s->lo[lo]) {
-		const uint8_t *c = fn_start(s->hdr[lo], pc);
-		if (c && (uintptr_t)c >= s->lo[lo] && (uintptr_t)c + 40 <= s->hi[lo]) r = !fp_prologue(c);
-	}
-	atomic_store_explicit(&fpless_cache[slot], pc | 1ull << 62 | (uint64_t)r << 63, memory_order_relaxed);
-	return r;
+	if (!modules_note()) return 1; // (another thread is noting the modules: unwound, this once)
+	struct fn_query q = {pc, 0};
+	dl_iterate_phdr(fn_cb, &q);
+	atomic_store_explicit(&fpless_cache[slot], pc | 1ull << 62 | (uint64_t)q.fpless << 63, memory_order_relaxed);
+	return q.fpless;
 #else
 	(void)pc;
 	return 0; // (not known: walked by frame pointers, as before)
 #endif
 }
-
-struct mods_pass;
-static void fpless_note(const struct dl_phdr_info *info, struct mods_pass *mp);
-static void fpless_publish(struct mods_pass *mp);
 
 // Adds [lo, hi) to a list unless it holds it; 0 when the list is full.
 static int range_add(uintptr_t *los, uintptr_t *his, _Atomic int *n, int max, uintptr_t lo, uintptr_t hi) {
@@ -219,18 +236,16 @@ static void opnew_from(const struct dl_phdr_info *info) {
 	}
 }
 
-// What one pass over the loaded objects finds.
-struct mods_pass {
-	unsigned long long adds; // the loader's count of loads
-	struct code_set set;     // the modules' code with a table read here
-};
+// The loader's counts of loads and unloads, as one number (0 unknown).
+static unsigned long long loads_key(const struct dl_phdr_info *info, size_t sz) {
+	if (sz < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) return 0;
+	return (unsigned long long)info->dlpi_adds << 32 ^ info->dlpi_subs ^ 1;
+}
 
 static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
-	struct mods_pass *mp = data;
-	if (sz >= offsetof(struct dl_phdr_info, dlpi_subs)) mp->adds = info->dlpi_adds; // (the count of loads follows)
+	(void)sz, (void)data;
 	const char *name = info->dlpi_name;
 	if (!name) return 0;
-	fpless_note(info, mp);
 	const char *base = strrchr(name, '/');
 	base = base ? base + 1 : name;
 	int cxx = !strncmp(base, "libstdc++.so", 12);
@@ -247,77 +262,33 @@ static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
 	return 0;
 }
 
-// Notes the object's code and its .eh_frame_hdr table (msmemscope's own
-// and the vDSO left out).
-static void fpless_note(const struct dl_phdr_info *info, struct mods_pass *mp) {
-#if defined(__x86_64__)
-	if (strstr(info->dlpi_name, "linux-vdso")) return;
-	const uint8_t *h = NULL;
-	for (int i = 0; i < info->dlpi_phnum; i++)
-		if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME) h = (const uint8_t *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-	if (!h || !hdr_known(h)) return;
-	struct code_set *cs = &mp->set;
-	for (int i = 0; i < info->dlpi_phnum && cs->n < FPLESS_MAX; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
-		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-		if (in_self(lo)) continue;
-		cs->lo[cs->n] = lo;
-		cs->hi[cs->n] = lo + ph->p_memsz;
-		cs->hdr[cs->n++] = h;
-	}
-#else
-	(void)info, (void)mp;
-#endif
-}
-
-// Publishes the pass's modules, sorted, in the buffer not in use; the
-// answers kept are forgotten (an address may hold other code now).
-static void fpless_publish(struct mods_pass *mp) {
-	if (atomic_exchange_explicit(&code_busy, 1, memory_order_acquire)) return;
-	struct code_set *m = &mp->set;
-	for (int i = 1; i < m->n; i++) // (insertion sort: tens of modules)
-		for (int j = i; j > 0 && m->lo[j - 1] > m->lo[j]; j--) {
-			uintptr_t l = m->lo[j], h = m->hi[j];
-			const uint8_t *x = m->hdr[j];
-			m->lo[j] = m->lo[j - 1], m->hi[j] = m->hi[j - 1], m->hdr[j] = m->hdr[j - 1];
-			m->lo[j - 1] = l, m->hi[j - 1] = h, m->hdr[j - 1] = x;
-		}
-	struct code_set *cur = atomic_load_explicit(&code_cur, memory_order_relaxed);
-	struct code_set *s = cur == &code_sets[0] ? &code_sets[1] : &code_sets[0];
-	s->n = m->n;
-	memcpy(s->lo, m->lo, m->n * sizeof s->lo[0]);
-	memcpy(s->hi, m->hi, m->n * sizeof s->hi[0]);
-	memcpy(s->hdr, m->hdr, m->n * sizeof s->hdr[0]);
-	atomic_store_explicit(&code_cur, s, memory_order_release);
-	for (int i = 0; i < FPLESS_CACHE; i++) atomic_store_explicit(&fpless_cache[i], 0, memory_order_relaxed);
-	atomic_fetch_add_explicit(&code_gen, 1, memory_order_release);
-	atomic_store_explicit(&code_busy, 0, memory_order_release);
-}
-
-// The loader's count of loads (its first object's dl_phdr_info holds it).
-static int adds_cb(struct dl_phdr_info *info, size_t sz, void *data) {
-	*(unsigned long long *)data = sz >= offsetof(struct dl_phdr_info, dlpi_subs) ? info->dlpi_adds : 0;
+// The loader's counts (its first object's dl_phdr_info holds them).
+static int loads_cb(struct dl_phdr_info *info, size_t sz, void *data) {
+	*(unsigned long long *)data = loads_key(info, sz);
 	return 1;
 }
 
 // Notes the modules above, at start-up and whenever the loader has loaded
-// more since they were last noted (asked once a new site: a look at the
-// loader's count of loads, under its lock).
-static void modules_note(void) {
-	unsigned long long adds = 0;
-	dl_iterate_phdr(adds_cb, &adds);
-	if (adds && adds == atomic_load_explicit(&mods_adds, memory_order_relaxed)) return;
-	struct mods_pass *mp = raw_mmap(sizeof *mp); // (too big for a program thread's stack, inside malloc)
-	if (!mp) return;
-	mp->adds = 0;
-	mp->set.n = 0;
-	dl_iterate_phdr(phdr_cb, mp);
-	fpless_publish(mp);
-	// Published after the pass: a thread that sees the count is sure of
-	// the ranges noted with it.
-	atomic_store_explicit(&mods_adds, mp->adds, memory_order_release);
-	raw_munmap(mp, sizeof *mp);
+// or unloaded since they were last noted (asked once a new site or a new
+// return address: a look at the loader's counts, under its lock), and
+// forgets the answers kept by address. 1: the lists and answers are the
+// loaded modules'; 0: another thread is noting them (not to be trusted
+// this once).
+static _Atomic int mods_noting;
+static _Atomic unsigned long long mods_key; // the loader's counts when the modules were last noted
+static int modules_note(void) {
+	unsigned long long key = 0;
+	dl_iterate_phdr(loads_cb, &key);
+	if (key && key == atomic_load_explicit(&mods_key, memory_order_acquire)) return 1;
+	if (atomic_exchange_explicit(&mods_noting, 1, memory_order_acquire)) return 0;
+	dl_iterate_phdr(phdr_cb, NULL);
+	for (int i = 0; i < FPLESS_CACHE; i++) atomic_store_explicit(&fpless_cache[i], 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&code_gen, 1, memory_order_release);
+	// Stored after the lists and answers: a thread that sees the counts
+	// is sure of what was noted with them.
+	atomic_store_explicit(&mods_key, key, memory_order_release);
+	atomic_store_explicit(&mods_noting, 0, memory_order_release);
+	return 1;
 }
 
 static uintptr_t unw_lo, unw_hi;
@@ -616,7 +587,7 @@ HIDDEN uint32_t site_miss(uintptr_t ra, uint32_t h) {
 		// wrapper's own address never becomes a site).
 		uint32_t idx = site_find(tab, ra, h);
 		if (idx) return idx;
-		modules_note();
+		if (!modules_note()) return 0; // (another thread is noting them: unknown, this once)
 	}
 	if (unlikely(nofp(ra)) && unw_backtrace_fn) {
 		if (!(ra = site_through_wrapper(ra))) return SITE_SELF;

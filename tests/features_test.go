@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"msmemscope/format"
 	"os"
 	"path/filepath"
 	"slices"
@@ -288,6 +289,63 @@ func TestCallStackWithoutFramePointers(t *testing.T) {
 	}
 	if fs := frames(stack); len(fs) < len(want) || !slices.Equal(fs[:len(want)], want) {
 		t.Errorf("stack of leaf's block: %q, want it to begin %q", stack, want)
+	}
+	// A function without a frame pointer between two with: the walk goes
+	// on from it with its CFI (it went from work to main, top lost).
+	src = filepath.Join(progsDir, "fpmix.c")
+	bin = compile(t, src, "O2", "-O2", "-fno-omit-frame-pointer")
+	out = filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, "--call-stack=c:8", bin)
+	stack = ""
+	for _, e := range readDump(t, readManifest(t, out).main(t).Dump) {
+		if e.Kind == trace.KindMalloc && e.Size == 4001 {
+			stack = e.CStack
+		}
+	}
+	want = nil
+	for _, f := range [][2]string{{"use", "USE"}, {"work", "WORK"}, {"top", "TOP"}, {"main", "MAIN"}} {
+		want = append(want, fmt.Sprintf("%s fpmix.c:%d (fpmix)", f[0], sourceLine(t, src, f[1])))
+	}
+	if fs := frames(stack); len(fs) < len(want) || !slices.Equal(fs[:len(want)], want) {
+		t.Errorf("stack of use's block: %q, want it to begin %q", stack, want)
+	}
+}
+
+// TestStacksLeaveFreesCompact: with stacks wanted, FREEs keep the compact
+// path (MALLOCs take the general one, which takes the stacks); the gate's
+// mark that stacks are wanted is never written into a FREE record (its
+// reader would take the record as carrying a stack).
+func TestStacksLeaveFreesCompact(t *testing.T) {
+	bin := compile(t, "farfree.c", "")
+	for _, opt := range []string{"--call-stack=c:4", "--call-stack=c:4,python:4"} {
+		out := filepath.Join(t.TempDir(), "out")
+		mustRun(t, 0, out, opt, bin)
+		sp, err := spool.OpenFile(filepath.Join(readManifest(t, out).main(t).Folder, "spool", spool.FileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := sp.Reader()
+		frees, stacked := 0, 0
+		for {
+			r, _, err := rd.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r == nil {
+				break
+			}
+			if r.Kind != format.RFree || r.Flags&format.FSubMask != format.FHost {
+				continue
+			}
+			frees++
+			if r.Flags&(format.FCStack|format.FPyStack) != 0 {
+				stacked++
+			}
+		}
+		sp.Close()
+		if frees < 100 || stacked != 0 {
+			t.Errorf("%s: %d HOST FREEs, %d of them flagged with a stack", opt, frees, stacked)
+		}
 	}
 }
 

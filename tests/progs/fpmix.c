@@ -1,0 +1,31 @@
+// Built with frame pointers, but for work(), which keeps none and leaves
+// rbp as its caller set it: a frame-pointer walk from use() would go from
+// work straight to main, top lost. The stack is use < work < top < main.
+#include <stdio.h>
+#include <stdlib.h>
+
+void *volatile keep[8];
+
+__attribute__((noinline)) void use(long *p, long i) {
+	p[0] = 1;
+	keep[i] = malloc(4000 + i); // USE
+}
+
+__attribute__((noinline, optimize("omit-frame-pointer"))) void *work(long n) {
+	long buf[4];
+	use(buf, n); // WORK
+	use(buf, n + 1);
+	return (void *)(buf[0] + n);
+}
+
+__attribute__((noinline)) void *top(long n) {
+	void *r = work(n); // TOP
+	__asm__ volatile("" ::: "memory"); // (no tail call)
+	return r;
+}
+
+int main(void) {
+	top(1); // MAIN
+	for (int i = 0; i < 8; i++) free(keep[i]);
+	return 0;
+}
