@@ -312,6 +312,7 @@ static inline uint64_t ev_stamp(ms_thr *t, int after) {
 	uint64_t e = g & G_EPOCH;
 	uint64_t *wp = atomic_load_explicit(&t->wp, memory_order_relaxed);
 	t->gate = g & C_COMPACT ? g : 0;
+	if (g & G_STACKS) t->last_ra = 0; // (no half MALLOC: fast_alloc)
 	int precise = atomic_load_explicit(&ms_precise, memory_order_relaxed);
 	// The first event after precise stamps stopped is stamped too: the
 	// reader bounds the epoch-only events that follow by it (spool/order.go).
