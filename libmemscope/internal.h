@@ -142,6 +142,7 @@ _Static_assert(offsetof(ms_seg, hdr) == SEG_META, "segment data must start on a 
 #define NSPARE 8
 #define SPARE_MAX 32
 extern HIDDEN _Atomic int spare_total;
+#define STK_MEMO 16
 typedef struct ms_thr {
 	// The owner's line: what every event reads and writes.
 	uint64_t *_Atomic wp; // next unit to write in wseg (published: the drain reads up to it)
@@ -161,11 +162,11 @@ typedef struct ms_thr {
 	int precise_seen;    // the owner's: ms_precise as its last stamp saw it
 	uint64_t last_stamp; // the owner's: the stamp of its last stamp unit or stamped half
 	uintptr_t fpl_ra;    // the owner's: the caller of its last C stack's allocation (stacks.c)...
-	uint32_t fpl_gen;    // ... as the modules' table of that generation read it...
+	uint32_t fpl_gen;    // ... the generation of the answers it was given in (code_gen)...
 	int fpl;             // ... and whether its function keeps no frame pointer
-	int stk_n;           // the owner's: its last interned C stack (stacks.c), up to STK_MEMO frames...
-	uint32_t stk_id;     // ... its id...
-	uintptr_t stk_f[16]; // ... and its frames (a loop allocating from one place repeats them)
+	int stk_n;                 // the owner's: its last interned C stack (stacks.c), up to STK_MEMO frames...
+	uint32_t stk_id;           // ... its id...
+	uintptr_t stk_f[STK_MEMO]; // ... and its frames (a loop allocating from one place repeats them)
 	_Atomic uint32_t state; // THR_* in the low 2 bits; above them, how many times the ring changed owner
 	ms_seg *rseg;        // drain's current segment
 	_Atomic uint64_t segs; // segments allocated and not yet released
@@ -173,7 +174,6 @@ typedef struct ms_thr {
 	uint64_t wait_since; // when the drain first saw the current segment's undrained tail
 } ms_thr;
 _Static_assert(sizeof(ms_thr) <= 4096, "a thread's state is one page (ring.c)");
-#define STK_MEMO 16
 
 extern HIDDEN ms_thr *_Atomic ms_threads;
 

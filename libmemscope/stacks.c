@@ -1,6 +1,6 @@
-// C stacks and allocation sites: frame-pointer walks (libunwind where the
-// caller is libc or libstdc++, built without frame pointers), and the
-// lock-free tables that give each distinct stack and each allocation site an
+// C stacks and allocation sites: frame-pointer walks (libunwind through
+// functions that keep no frame pointer: libc's, libstdc++'s, -O2 code's),
+// and the lock-free tables that give each distinct stack and each allocation site an
 // id written once (R_STACK, R_SITE) and named by MALLOCs from then on.
 #include "internal.h"
 
@@ -104,7 +104,7 @@ static int fp_prologue(const uint8_t *c) {
 		int rex = (c[0] & 0xf0) == 0x40 ? 1 : 0, r = rex ? c[0] : 0;
 		const uint8_t *op = c + rex;
 		if (op[0] >= 0xb8 && op[0] <= 0xbf && !(r & 0x08)) { // mov $imm32,%r32
-			if ((op[0] & 7) == 4 || (op[0] & 7) == 5) return 0; // (esp, ebp: only without REX.B, but keep it simple)
+			if ((op[0] & 7) == 4 || (op[0] & 7) == 5) return 0; // esp, ebp (r12, r13 with REX.B: refused too, to no harm)
 			c = op + 5;
 			continue;
 		}
