@@ -157,6 +157,29 @@ func TestCLIRefusesStaticProgram(t *testing.T) {
 // TestCLIBadOptions spot-checks option errors (the full table is in
 // cmd/msmemscope/cli): exit 2, one line naming the option and the value, and
 // the program never starts.
+// TestCLILogFilesWithoutRotate: --log-files and --log-file-mb mean nothing
+// in full mode: the run goes on and says so in one line (it said nothing).
+func TestCLILogFilesWithoutRotate(t *testing.T) {
+	needBuild(t)
+	const warn = "--log-files and --log-file-mb apply with --log-mode=rotate only"
+	for _, c := range []struct {
+		opts []string
+		warn bool
+	}{
+		{[]string{"--log-files=5"}, true},
+		{[]string{"--log-file-mb=4"}, true},
+		{[]string{"--log-mode=rotate", "--log-files=5"}, false},
+		{nil, false},
+	} {
+		dir := t.TempDir()
+		args := append([]string{"--output=" + filepath.Join(dir, "out")}, c.opts...)
+		r := runCLI(t, 30*time.Second, dir, append(args, "/bin/true")...)
+		if r.Code != 0 || strings.Count(r.Stderr, warn) != map[bool]int{true: 1, false: 0}[c.warn] {
+			t.Errorf("%v: exit %d, stderr:\n%s\nwant exit 0 and the warning %v", c.opts, r.Code, r.Stderr, c.warn)
+		}
+	}
+}
+
 func TestCLIBadOptions(t *testing.T) {
 	needBuild(t)
 	cases := []struct {

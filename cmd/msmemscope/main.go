@@ -135,6 +135,9 @@ func runProgram(inv *cli.Invocation) int {
 	if os.Geteuid() == 0 {
 		logx.Warnf("running as root; output is still written with modes 0750/0640 and the same path checks")
 	}
+	if cfg.LogMode != "rotate" && (inv.Set["log-files"] || inv.Set["log-file-mb"]) {
+		logx.Warnf("--log-files and --log-file-mb apply with --log-mode=rotate only: this run keeps one whole spool (--log-mode=%s)", cfg.LogMode)
+	}
 	logx.Infof("tracing %s: output %s, options %s", strings.Join(inv.Program, " "), cfg.Output, cfg.Encode())
 	runID := newRunID()
 	env := os.Environ()
