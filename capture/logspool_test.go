@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"msmemscope/format"
+	"msmemscope/internal/spooltest"
 	"msmemscope/spool"
 )
 
@@ -16,17 +17,10 @@ import (
 func spoolRecs(t *testing.T, sp *spool.Spool) [][5]uint64 {
 	t.Helper()
 	var out [][5]uint64
-	rd := sp.Reader()
-	for {
-		r, ns, err := rd.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r == nil {
-			return out
-		}
+	spooltest.Each(t, sp, func(r *spool.Rec, ns uint64) {
 		out = append(out, [5]uint64{uint64(r.Tid), uint64(r.Kind), r.A, r.B, ns})
-	}
+	})
+	return out
 }
 
 // combined is what a rotating capture's spool is by definition: the logs

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"msmemscope/format"
+	"msmemscope/internal/spooltest"
 	"msmemscope/spool"
 )
 
@@ -31,17 +32,7 @@ func eachLogRec(t *testing.T, path string, f func(rec *spool.Rec, ns uint64)) {
 	if err != nil {
 		t.Fatalf("%s does not parse alone: %v", path, err)
 	}
-	rd := sp.Reader()
-	for {
-		rec, ns, err := rd.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec == nil {
-			return
-		}
-		f(rec, ns)
-	}
+	spooltest.Each(t, sp, f)
 }
 
 // calibRec is a drain pass's calibration: tick, and 100 ns a tick (the

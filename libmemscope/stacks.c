@@ -25,7 +25,6 @@ static uintptr_t nofp_lo[NOFP_MAX], nofp_hi[NOFP_MAX];
 static _Atomic int nofp_n;
 static uintptr_t opnew_lo[OPNEW_MAX], opnew_hi[OPNEW_MAX];
 static _Atomic int opnew_n;
-static _Atomic int mods_lock;              // held while an entry is added (never across a loader call)
 
 static int nofp(uintptr_t pc) {
 	int n = atomic_load_explicit(&nofp_n, memory_order_acquire);
@@ -165,23 +164,17 @@ static int fpless(uintptr_t pc) {
 }
 
 // Adds [lo, hi) to a list unless it holds it; 0 when the list is full.
+// Only modules_note adds, one thread at a time (mods_noting); the hooks
+// read the lists unlocked, up to the count published after its entry.
 static int range_add(uintptr_t *los, uintptr_t *his, _Atomic int *n, int max, uintptr_t lo, uintptr_t hi) {
-	int ok = 1;
-	while (atomic_exchange_explicit(&mods_lock, 1, memory_order_acquire))
-		;
 	int k = atomic_load_explicit(n, memory_order_relaxed);
 	for (int i = 0; i < k; i++)
-		if (los[i] == lo) goto out;
-	if (k == max) {
-		ok = 0;
-		goto out;
-	}
+		if (los[i] == lo) return 1;
+	if (k == max) return 0;
 	los[k] = lo;
 	his[k] = hi;
 	atomic_store_explicit(n, k + 1, memory_order_release);
-out:
-	atomic_store_explicit(&mods_lock, 0, memory_order_release);
-	return ok;
+	return 1;
 }
 
 // A pointer of a loaded object's dynamic section: relocated in place by
@@ -383,14 +376,14 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		if (next <= fp) break;
 		fp = next;
 	}
-	int first_fpless = 0;
-	if (first && !nofp(first)) {
+	int unwind = first && nofp(first);
+	if (first && !unwind) {
 		// (a loop allocating from one call site asks about one caller)
 		uint32_t gen = atomic_load_explicit(&code_gen, memory_order_acquire);
 		if (first != t->fpl_ra || gen != t->fpl_gen) t->fpl_ra = first, t->fpl_gen = gen, t->fpl = fpless(first);
-		first_fpless = t->fpl;
+		unwind = t->fpl;
 	}
-	if (first && (nofp(first) || first_fpless) && unw_backtrace_fn) {
+	if (unwind && unw_backtrace_fn) {
 		// Called from code without frame pointers (libc's strdup, libstdc++'s
 		// operator new, a program built -O2 without -fno-omit-frame-pointer,
 		// libpython): unwind with DWARF CFI instead.
@@ -437,8 +430,9 @@ static void *lazy_table(void *_Atomic *slot, size_t bytes, int *made) {
 
 // The slot of key (nonzero) in the open-addressed table tab (mask + 1
 // slots), looked for from slot home on, or a free slot it is put in (*fresh
-// set: the caller announces it). Slot 0 stays empty (id 0 means none); 0
-// when probes slots are all taken by others.
+// set: the caller announces it; fresh NULL: looked for only, 0 if absent).
+// Slot 0 stays empty (id 0 means none); 0 when probes slots are all taken
+// by others.
 static uint32_t intern(uint64_t *tab, uint32_t mask, uint64_t key, uint32_t home, int probes, int *fresh) {
 	for (uint32_t i = 0; i < (uint32_t)probes; i++) {
 		uint32_t idx = (home + i) & mask;
@@ -446,6 +440,7 @@ static uint32_t intern(uint64_t *tab, uint32_t mask, uint64_t key, uint32_t home
 		uint64_t cur = atomic_load_explicit((_Atomic uint64_t *)&tab[idx], memory_order_acquire);
 		if (cur == key) return idx;
 		if (cur == 0) {
+			if (!fresh) return 0; // (a look only)
 			uint64_t zero = 0;
 			if (atomic_compare_exchange_strong((_Atomic uint64_t *)&tab[idx], &zero, key)) {
 				*fresh = 1;
@@ -553,18 +548,6 @@ static __attribute__((noinline)) uintptr_t site_through_wrapper(uintptr_t ra) {
 	}
 }
 
-// ra's slot in the site table, probed as site_insert probes; 0 if absent.
-static uint32_t site_find(uintptr_t *tab, uintptr_t ra, uint32_t h) {
-	for (uint32_t i = 0; i < 16; i++) {
-		uint32_t idx = (h + i) & (SITE_SLOTS - 1);
-		if (idx == 0) continue;
-		uintptr_t cur = atomic_load_explicit((_Atomic uintptr_t *)&tab[idx], memory_order_acquire);
-		if (cur == ra) return idx;
-		if (cur == 0) return 0;
-	}
-	return 0;
-}
-
 static __attribute__((noinline)) uint32_t site_insert(uintptr_t *tab, uintptr_t ra, uint32_t h) {
 	int fresh = 0;
 	uint32_t idx = intern((uint64_t *)tab, SITE_SLOTS - 1, ra, h, 16, &fresh);
@@ -585,7 +568,7 @@ HIDDEN uint32_t site_miss(uintptr_t ra, uint32_t h) {
 		// A caller seen before, away from its home slot; else a new one,
 		// which may be a wrapper in a module loaded since (noted first: a
 		// wrapper's own address never becomes a site).
-		uint32_t idx = site_find(tab, ra, h);
+		uint32_t idx = intern((uint64_t *)tab, SITE_SLOTS - 1, ra, h, 16, NULL);
 		if (idx) return idx;
 		if (!modules_note()) return 0; // (another thread is noting them: unknown, this once)
 	}

@@ -187,12 +187,14 @@ func (s *Symbolizer) InModule(addr uint64, moduleBase string) bool {
 // through code built without frame pointers read such words as frames;
 // what follows them is no more the stack's.
 func (s *Symbolizer) Frames(addrs []uint64) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := make([]string, 0, len(addrs))
 	for _, a := range addrs {
 		if !s.mayBeCode(a) {
 			break
 		}
-		out = append(out, s.Frame(a))
+		out = append(out, s.cached(a))
 	}
 	return out
 }
@@ -203,10 +205,8 @@ const userTop = 1 << 47
 // mayBeCode reports whether addr can be a return address: not in a mapping
 // without execute permission; an address no mapping holds may be code
 // unloaded before the maps were read, unless it lies below them all (small
-// numbers) or above what x86-64 gives a process.
+// numbers) or above what x86-64 gives a process. s.mu is held.
 func (s *Symbolizer) mayBeCode(addr uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if m := s.find(addr); m != nil {
 		return m.exec
 	}
@@ -220,6 +220,11 @@ func (s *Symbolizer) mayBeCode(addr uint64) bool {
 func (s *Symbolizer) Frame(addr uint64) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.cached(addr)
+}
+
+// cached is Frame with s.mu held.
+func (s *Symbolizer) cached(addr uint64) string {
 	if f, ok := s.cache[addr]; ok {
 		return f
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"msmemscope/analyzer"
+	"msmemscope/internal/spooltest"
 	"msmemscope/spool"
 	"msmemscope/trace"
 )
@@ -324,24 +325,16 @@ func TestStacksLeaveFreesCompact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd := sp.Reader()
 		frees, stacked := 0, 0
-		for {
-			r, _, err := rd.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r == nil {
-				break
-			}
+		spooltest.Each(t, sp, func(r *spool.Rec, _ uint64) {
 			if r.Kind != format.RFree || r.Flags&format.FSubMask != format.FHost {
-				continue
+				return
 			}
 			frees++
 			if r.Flags&(format.FCStack|format.FPyStack) != 0 {
 				stacked++
 			}
-		}
+		})
 		sp.Close()
 		if frees < 100 || stacked != 0 {
 			t.Errorf("%s: %d HOST FREEs, %d of them flagged with a stack", opt, frees, stacked)
