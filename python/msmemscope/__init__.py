@@ -78,9 +78,22 @@ def config(**items: Any) -> None:
     _lib.configure(pairs)
     _cfg = None
     cfg = _config()
+    _warn_log_files(items, cfg)
     torch_hooks.reconfigured(cfg)
     if tracer.is_tracing() and not tracer._by_api and not _traceback(cfg):
         tracer._end()
+
+
+def _warn_log_files(items: Dict[str, Any], cfg: Dict[str, Any]) -> None:
+    # The CLI says the same of --log-files/--log-file-mb without rotate:
+    # a value that is silently ignored looks like a bound that holds.
+    given = [k for k in ("log_files", "log_file_mb") if items.get(k) not in (None, "")]
+    if not given or cfg.get("log_mode") == "rotate" or cfg.get("log_level") == "error":
+        return
+    warnings.warn(
+        "msmemscope: %s %s with log_mode='rotate' only: log_mode is %r, which keeps one whole spool"
+        % (" and ".join(given), "apply" if len(given) > 1 else "applies", cfg.get("log_mode")),
+        RuntimeWarning, stacklevel=3)
 
 
 def _traceback(cfg: Dict[str, Any]) -> bool:

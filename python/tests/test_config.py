@@ -54,6 +54,20 @@ def test_rule(name, value, shown, rule):
     assert str(e.value) == 'invalid value "%s" for %s: %s' % (shown, name, rule)
 
 
+def test_log_files_without_rotate_warns():
+    # As the CLI: a bound that does not apply is said, not silently ignored.
+    msmemscope.config(log_mode="full")
+    with pytest.warns(RuntimeWarning, match=r"^msmemscope: log_files and log_file_mb apply with log_mode='rotate' only: log_mode is 'full'"):
+        msmemscope.config(log_files=3, log_file_mb=4)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        msmemscope.config(log_mode="rotate", log_files=3)  # applies: no warning
+        msmemscope.config(log_mode="full", log_level="error", log_file_mb=5)  # error level: silent
+        msmemscope.config(log_level="warn")
+        msmemscope.config(log_mode="full")
+
+
 def test_unknown_option():
     with pytest.raises(ValueError, match='unknown option "colour"'):
         msmemscope.config(colour="red")
@@ -73,7 +87,8 @@ def test_all_or_none_and_off():
     assert cfg["analysis"] == []
     assert not any(cfg["events"].values())
     # Implications are the CLI's: leaks needs alloc and free.
-    msmemscope.config(analysis="leaks", events=["launch"], log_files=3)
+    with pytest.warns(RuntimeWarning, match="log_files applies with log_mode='rotate' only"):
+        msmemscope.config(analysis="leaks", events=["launch"], log_files=3)
     cfg = _lib.effective_config()
     assert cfg["events"]["alloc"] and cfg["events"]["free"] and cfg["events"]["launch"]
     assert cfg["log_files"] == 3
