@@ -396,16 +396,18 @@ HIDDEN __attribute__((noinline)) int capture_c(uintptr_t *out, int max) {
 		// Below the program's frames, this library's wrapper of main
 		// (exitscan.c) is left out too.
 		if (n > 0 ? !in_self(ra) : !is_alloc_frame(ra)) out[n++] = ra;
-		if (next <= fp || n == max) break;
+		if (n == max) break;
 		// A function without a frame pointer left none to go on from: the
 		// walk ends at libc's and libstdc++'s (start_thread and the like,
 		// below every thread's frames), and goes on with CFI from others
-		// (first was looked at already).
+		// (first was looked at already). Asked before next is judged: such
+		// a function's rbp holds whatever it keeps there (a count, 0).
 		if (nofp(ra)) break;
 		if (ra != first && fpless(ra)) {
 			if (!unw_backtrace_fn) break;
 			return unwound(out, max);
 		}
+		if (next <= fp) break;
 		fp = next;
 	}
 	return n;

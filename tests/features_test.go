@@ -310,6 +310,21 @@ func TestCallStackWithoutFramePointers(t *testing.T) {
 	if fs := frames(stack); len(fs) < len(want) || !slices.Equal(fs[:len(want)], want) {
 		t.Errorf("stack of use's block: %q, want it to begin %q", stack, want)
 	}
+	// apply keeps no frame pointer and a count in rbp across its call: the
+	// walk goes on from it with its CFI (it ended at apply).
+	stack = ""
+	for _, e := range readDump(t, readManifest(t, out).main(t).Dump) {
+		if e.Kind == trace.KindMalloc && e.Size == 4103 {
+			stack = e.CStack
+		}
+	}
+	want = nil
+	for _, f := range [][2]string{{"cb", "CB"}, {"apply", "APPLY"}, {"top2", "T2"}, {"main", "M2"}} {
+		want = append(want, fmt.Sprintf("%s fpmix.c:%d (fpmix)", f[0], sourceLine(t, src, f[1])))
+	}
+	if fs := frames(stack); len(fs) < len(want) || !slices.Equal(fs[:len(want)], want) {
+		t.Errorf("stack of cb's block: %q, want it to begin %q", stack, want)
+	}
 }
 
 // TestStacksLeaveFreesCompact: with stacks wanted, FREEs keep the compact
