@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <link.h>
 #include <errno.h>
 #include <signal.h>
@@ -177,13 +178,17 @@ static int own_stack(const pthread_attr_t *attr, pthread_attr_t *own) {
 // when main calls pthread_exit the process must end with the last of them,
 // as it does bare, although msmemscope's own threads live on (pthread_exit).
 static long prog_threads;
+static pid_t prog_last_tid; // the thread that ended the count last
 static pthread_mutex_t prog_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t prog_cv = PTHREAD_COND_INITIALIZER;
 
 static void prog_end(void *unused) {
 	(void)unused;
 	pthread_mutex_lock(&prog_mu);
-	if (--prog_threads == 0) pthread_cond_broadcast(&prog_cv);
+	if (--prog_threads == 0) {
+		prog_last_tid = (pid_t)syscall(SYS_gettid);
+		pthread_cond_broadcast(&prog_cv);
+	}
 	pthread_mutex_unlock(&prog_mu);
 }
 
@@ -228,6 +233,33 @@ static void *program_start(void *v) {
 	return r;
 }
 
+// main leaves with pthread_exit: glibc unwinds it (its cleanup handlers, its
+// frames' C++ destructors), runs its thread-specific destructors, and ends
+// the process with status 0 when the last thread ends, which msmemscope's
+// own threads never do. So main_left, a destructor of main's, waits there
+// for the program's threads (pthread_create's count) and their last one's
+// end, then calls exit(0). It lets the program's own destructors of main
+// run first: set again, it is called in each of glibc's rounds, and waits
+// in the last one.
+static pthread_key_t main_left_key;
+
+static void main_left(void *v) {
+	static int rounds;
+	if (++rounds < PTHREAD_DESTRUCTOR_ITERATIONS) {
+		pthread_setspecific(main_left_key, v);
+		return;
+	}
+	pthread_mutex_lock(&prog_mu);
+	while (prog_threads > 0) pthread_cond_wait(&prog_cv, &prog_mu);
+	pid_t last = prog_last_tid;
+	pthread_mutex_unlock(&prog_mu);
+	// The last thread counted down on leaving its start routine; its own
+	// thread-specific destructors run after that (10 s at most: its id
+	// could be a new thread's).
+	for (int i = 0; last && i < 100000 && syscall(SYS_tgkill, ms_mypid, last, 0) == 0; i++) sleep_ns(100000);
+	exit(0);
+}
+
 typedef void (*pthread_exit_fn)(void *) __attribute__((noreturn));
 static pthread_exit_fn real_pthread_exit;
 
@@ -237,14 +269,9 @@ void pthread_exit(void *ret) {
 		real_pthread_exit = (pthread_exit_fn)dlsym(RTLD_NEXT, "pthread_exit");
 		guard_down();
 	}
-	if (!in_child() && (pid_t)syscall(SYS_gettid) == ms_mypid && atomic_load(&ms_state) == 2) {
-		// main leaves: the process ends, with status 0, when the last of
-		// the program's threads does.
-		pthread_mutex_lock(&prog_mu);
-		while (prog_threads > 0) pthread_cond_wait(&prog_cv, &prog_mu);
-		pthread_mutex_unlock(&prog_mu);
-		exit(0);
-	}
+	if (!in_child() && (pid_t)syscall(SYS_gettid) == ms_mypid && atomic_load(&ms_state) == 2 &&
+	    pthread_key_create(&main_left_key, main_left) == 0)
+		pthread_setspecific(main_left_key, &main_left_key);
 	real_pthread_exit(ret);
 }
 
