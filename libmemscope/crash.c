@@ -19,6 +19,8 @@
 // drain (drain.c) and the spool's descriptor.
 #include "internal.h"
 
+#include <dlfcn.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -334,6 +336,37 @@ __attribute__((noreturn)) void _exit(int status) {
 	__builtin_unreachable();
 }
 void _Exit(int status) __attribute__((noreturn, alias("_exit")));
+
+// quick_exit runs the at_quick_exit handlers, then libc's own _exit (not the
+// one above): the final drain is a handler of its own, registered at load
+// (crash_quick_exit), before the program registers any, so run after every
+// one of the program's, with the status quick_exit was given.
+static int quick_exit_status;
+
+static void quick_exit_last(void) {
+	if (atomic_load_explicit(&ms_state, memory_order_acquire) == 2 && !in_child() && !tls_guard) {
+		quick_status = quick_exit_status;
+		guard_up();
+		crash_drain(0, NULL, 1);
+		guard_down();
+	}
+}
+
+HIDDEN void crash_quick_exit(void) { at_quick_exit(quick_exit_last); }
+
+typedef void (*quick_exit_fn)(int) __attribute__((noreturn));
+
+__attribute__((noreturn)) void quick_exit(int status) {
+	static quick_exit_fn real;
+	if (!real) {
+		guard_up();
+		real = (quick_exit_fn)dlsym(RTLD_NEXT, "quick_exit");
+		guard_down();
+	}
+	quick_exit_status = status;
+	if (real) real(status);
+	_exit(status); // (no libc quick_exit: the handlers are libc's to run)
+}
 
 // ---- the program's view of these signals ----
 static int kept(int sig) {

@@ -468,6 +468,7 @@ static inline uint32_t site_id(uintptr_t ra) {
 
 // ---- crash signals (crash.c) ----
 HIDDEN void crash_install(void);       // ms_init: our handlers, the program's kept
+HIDDEN void crash_quick_exit(void);    // load: the final drain as the last at_quick_exit handler
 HIDDEN void crash_altstack(void);      // a recording thread's alternate signal stack
 HIDDEN void crash_altstack_free(void); // its end
 HIDDEN void engine_wait(void);         // until the spool is open (or never will be), 3 s at most

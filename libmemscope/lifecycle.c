@@ -97,6 +97,7 @@ __attribute__((constructor(101))) static void ms_ctor(void) {
 	stacks_modules();
 	if (cfg_heap) stacks_load();
 	resolve_reals();
+	crash_quick_exit();
 	guard_down();
 }
 

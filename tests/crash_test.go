@@ -121,8 +121,8 @@ func TestCrashOwnHandler(t *testing.T) {
 	}
 }
 
-// TestQuickExit: a program that ends with _exit or _Exit right after
-// allocating (no exit handlers run; from a SIGTERM handler too), and a
+// TestQuickExit: a program that ends with _exit, _Exit or quick_exit right
+// after allocating (no exit handlers run; from a SIGTERM handler too), and a
 // Python script that ends with os._exit: the CLI exits with its status and
 // the capture holds every MALLOC (msmemscope's _exit drains the rings
 // first); config.json says it ended by _exit, the capture complete.
@@ -140,11 +140,31 @@ func TestQuickExit(t *testing.T) {
 		return mp
 	}
 	bin := compile(t, "crash.c", "")
-	for _, mode := range []string{"_exit", "_Exit", "term"} {
+	for _, mode := range []string{"_exit", "_Exit", "term", "quick_exit"} {
 		t.Run(mode, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			r := runCLI(t, 60*time.Second, "", "--output="+out, bin, mode)
-			crashBlocks(t, check(t, out, r).Dump)
+			dump := check(t, out, r).Dump
+			crashBlocks(t, dump)
+			if mode != "quick_exit" {
+				return
+			}
+			// Its at_quick_exit handler freed the first block before
+			// msmemscope's drained (libc's quick_exit ends with its own
+			// _exit: the capture was lost).
+			var first uint64
+			frees := 0
+			scanDump(t, dump, true, func(e *trace.Event) {
+				switch {
+				case e.Kind == trace.KindMalloc && e.Type == trace.TypeHost && e.Size == crashBase:
+					first = e.Ptr
+				case e.Kind == trace.KindFree && e.Type == trace.TypeHost && first != 0 && e.Ptr == first:
+					frees++
+				}
+			})
+			if frees != 1 {
+				t.Errorf("the FREE of the first block by the at_quick_exit handler: %d, want 1", frees)
+			}
 		})
 	}
 	t.Run("python", func(t *testing.T) {

@@ -10,6 +10,7 @@
  *   signal the same handler installed with signal()
  *   _exit  _exit(7) (no exit handlers: msmemscope's final drain is in it)
  *   _Exit  _Exit(7)
+ *   quick_exit  quick_exit(7), whose at_quick_exit handler frees the first block
  *   term   a SIGTERM handler that calls _exit(7), then raise(SIGTERM)
  *   sigterm, sigint, sighup, sigusr1  raise that signal (its default action ends the process)
  *   sigpipe  write to a pipe whose reading end is closed (SIGPIPE, as under `| head -1`)
@@ -39,6 +40,8 @@ static void on_segv(int sig, siginfo_t *info, void *uc) {
 }
 
 static void on_segv_plain(int sig) { on_segv(sig, NULL, NULL); }
+
+static void on_quick(void) { free(sink[0]); }
 
 static void on_term(int sig) {
 	(void)sig;
@@ -87,6 +90,7 @@ int main(int argc, char **argv) {
 	if (!strcmp(mode, "stack")) return recurse(0);
 	if (!strcmp(mode, "_exit")) _exit(7);
 	if (!strcmp(mode, "_Exit")) _Exit(7);
+	if (!strcmp(mode, "quick_exit") && !at_quick_exit(on_quick)) quick_exit(7);
 	if (!strcmp(mode, "term")) raise(SIGTERM);
 	if (!strcmp(mode, "sigterm") || !strcmp(mode, "unignterm")) raise(SIGTERM);
 	if (!strcmp(mode, "sigint")) raise(SIGINT);
