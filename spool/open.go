@@ -42,6 +42,10 @@ func Find(path string) (Found, error) {
 	if err != nil {
 		return Found{}, fmt.Errorf("%s: %w", path, unwrapPath(err))
 	}
+	if !fi.IsDir() && !fi.Mode().IsRegular() {
+		// (a FIFO would block the first read, a device never end)
+		return Found{}, fmt.Errorf("%s: not a regular file", path)
+	}
 	if !fi.IsDir() {
 		f := Found{File: path}
 		// A spool or log inside a capture folder: its maps symbolize.

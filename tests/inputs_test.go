@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -132,6 +133,14 @@ func TestDamagedInputsExit2(t *testing.T) {
 		inputCase{"rotating capture with a log missing between two", []string{"--input=" + gap}, []string{"log_000002.zst is missing"}},
 		inputCase{"rotating capture with its logs missing", []string{"--input=" + none}, []string{"rotated logs are missing"}},
 		inputCase{"timeline of a cut log alone", []string{"--timeline", "--input=" + write("log_000009.zst", logData[:len(logData)-9])}, []string{"log_000009.zst", "cut short"}})
+	// A FIFO: refused before it is opened (the open blocked for good).
+	fifo := filepath.Join(tmp, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--input=" + fifo}, {"--timeline", "--input=" + fifo}, {"--compare", "--input=" + fifo + "," + dump}} {
+		cases = append(cases, inputCase{"a FIFO: " + strings.Join(args, " "), args, []string{fifo, "not a regular file"}})
+	}
 	for _, c := range cases {
 		r := runCLI(t, 60*time.Second, tmp, append([]string{"--output=" + filepath.Join(tmp, "reports")}, c.args...)...)
 		if r.Code != 2 {

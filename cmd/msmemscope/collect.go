@@ -150,6 +150,9 @@ func offline(inv *cli.Invocation) int {
 	if err != nil {
 		return usage(fmt.Errorf("--input %s: %v", in, err))
 	}
+	if !fi.IsDir() && !fi.Mode().IsRegular() { // (a FIFO would block the first read)
+		return usage(fmt.Errorf("--input %s: not a regular file", in))
+	}
 	// A damaged capture named (the folder, its spool folder or a file in
 	// that, or an output folder holding no other) is an error; one beside
 	// others in an output folder is left out, said.
