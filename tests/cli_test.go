@@ -154,6 +154,24 @@ func TestCLIRefusesStaticProgram(t *testing.T) {
 	}
 }
 
+// TestCLIScriptWithoutShebang: a script with no "#!" line runs under
+// /bin/sh, as a shell or execvp runs it (it failed to start, exit 1), its
+// status kept and the shell traced.
+func TestCLIScriptWithoutShebang(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "plain.sh")
+	if err := os.WriteFile(script, []byte("echo ran \"$1\"\nexit 3\n"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	r := mustRun(t, 3, out, script, "arg1")
+	if !strings.Contains(r.Stdout, "ran arg1") {
+		t.Errorf("the script's output: %q, want \"ran arg1\"", r.Stdout)
+	}
+	if m := readManifest(t, out).main(t); m.Events == 0 {
+		t.Errorf("no event recorded from the shell that ran the script")
+	}
+}
+
 // TestCLIBadOptions spot-checks option errors (the full table is in
 // cmd/msmemscope/cli): exit 2, one line naming the option and the value, and
 // the program never starts.

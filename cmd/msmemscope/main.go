@@ -182,7 +182,17 @@ func runProgram(inv *cli.Invocation) int {
 			signal.Notify(sigs, s)
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	if errors.Is(err, syscall.ENOEXEC) {
+		// Neither ELF nor "#!" (cli.CheckProgram lets it by): run by
+		// /bin/sh, as execvp and the shells do.
+		cmd = exec.Command("/bin/sh", append([]string{prog}, inv.Program[1:]...)...)
+		cmd.Args[0] = "sh"
+		cmd.Env = env
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		err = cmd.Start()
+	}
+	if err != nil {
 		return fail(fmt.Errorf("cannot start %s: %v", inv.Program[0], err))
 	}
 	go func() {
