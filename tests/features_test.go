@@ -652,7 +652,7 @@ func TestAnalysesOnEveryInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRun(t, 0, out, "--input="+mp.Dump, "--data-format=db", "--analysis=leaks")
-	db := strings.TrimSuffix(mp.Dump, ".csv") + ".db"
+	db := filepath.Join(out, strings.TrimSuffix(filepath.Base(mp.Dump), ".csv")+".db") // (--output given)
 	summary := func(stderr string) []string { // the analyses' console lines, without paths
 		var lines []string
 		for _, l := range stderrLines(stderr) {

@@ -153,6 +153,13 @@ func offline(inv *cli.Invocation) int {
 	if !fi.IsDir() && !fi.Mode().IsRegular() { // (a FIFO would block the first read)
 		return usage(fmt.Errorf("--input %s: not a regular file", in))
 	}
+	if inv.Set["output"] {
+		// Checked as a collection run checks it, before anything is read
+		// (a symbolic link, a folder others may write, a file).
+		if err := ensureOutput(inv.Config.Output); err != nil {
+			return usage(err)
+		}
+	}
 	// A damaged capture named (the folder, its spool folder or a file in
 	// that, or an output folder holding no other) is an error; one beside
 	// others in an output folder is left out, said.

@@ -99,7 +99,8 @@ func writeUnique(dir, prefix, ext string, write func(io.Writer) error) (string, 
 }
 
 // offlineFile runs --analysis on a dump file (and, with --data-format naming
-// the other format, writes a copy in that format beside it). The analyses
+// the other format, writes a copy in that format beside it, or in --output
+// when given). The analyses
 // that read rows go over the file in one pass and write their reports; one
 // that annotates rows adds its results to the file itself, as its offline
 // call (check_inefficient) does.
@@ -133,7 +134,11 @@ func offlineFile(inv *cli.Invocation, path string) int {
 		options = inv.Config.Analysis
 	}
 	if inv.Set["data-format"] && inv.Config.DataFormat != format {
-		out, rows, err := exportDump(path, inv.Config.DataFormat)
+		dir := "" // beside the input, unless --output names a folder
+		if inv.Set["output"] {
+			dir = inv.Config.Output
+		}
+		out, rows, err := exportDump(path, dir, inv.Config.DataFormat)
 		if err != nil {
 			return exitFor(err)
 		}
@@ -213,14 +218,19 @@ func exportFile(path, dir string, formats []string) error {
 	return err
 }
 
-// exportDump writes a copy of a dump file in the other format beside it.
-func exportDump(path, format string) (string, uint64, error) {
+// exportDump writes a copy of a dump file in the other format, in dir
+// ("": beside it).
+func exportDump(path, dir, format string) (string, uint64, error) {
 	in, err := spool.Open(path, trace.OpenOptions{Reuse: true})
 	if err != nil {
 		return "", 0, collect.BadInput(err)
 	}
 	defer in.Close()
-	out := safefs.FreeName(safefs.Numbered(strings.TrimSuffix(path, filepath.Ext(path)), "."+format))
+	base := strings.TrimSuffix(path, filepath.Ext(path))
+	if dir != "" {
+		base = filepath.Join(dir, filepath.Base(base))
+	}
+	out := safefs.FreeName(safefs.Numbered(base, "."+format))
 	prog := analyzer.NewProgress("export")
 	defer prog.Done()
 	prog.Track(in)

@@ -181,6 +181,31 @@ func TestOfflineFileCLI(t *testing.T) {
 	if !reflect.DeepEqual(readAll(t, dump), readAll(t, db)) {
 		t.Fatal("DB copy differs from the CSV")
 	}
+	// --output given: the reports and the copy go there, checked first as
+	// a collection's output is (a symbolic link or a folder others may
+	// write: exit 2, nothing written).
+	out := filepath.Join(dir, "reports")
+	if rc := run([]string{"--input=" + dump, "--analysis=leaks", "--data-format=db", "--output=" + out}); rc != 0 {
+		t.Fatalf("--output: exit %d", rc)
+	}
+	if reps, _ := filepath.Glob(filepath.Join(out, "analysis", "leaks_*.csv")); len(reps) != 1 {
+		t.Errorf("--output: leak reports there: %v", reps)
+	}
+	if _, err := os.Stat(filepath.Join(out, filepath.Base(db))); err != nil {
+		t.Errorf("--output: the DB copy is not there: %v", err)
+	}
+	link, open := filepath.Join(dir, "link"), filepath.Join(dir, "open")
+	os.Symlink(out, link)
+	os.Mkdir(open, 0o750)
+	os.Chmod(open, 0o777)
+	for _, o := range []string{link, open} {
+		if rc := run([]string{"--input=" + dump, "--analysis=leaks", "--output=" + o}); rc != 2 {
+			t.Errorf("--output=%s: exit %d, want 2", o, rc)
+		}
+	}
+	if reps, _ := filepath.Glob(filepath.Join(open, "*")); len(reps) != 0 {
+		t.Errorf("written into a folder others may write: %v", reps)
+	}
 	// The folder itself, now holding a CSV and a DB and no spool: the newest
 	// dump (the DB) is analysed.
 	if rc := run([]string{"--input=" + capDir, "--analysis=leaks"}); rc != 0 {
