@@ -652,7 +652,8 @@ func TestAnalysesOnEveryInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRun(t, 0, out, "--input="+mp.Dump, "--data-format=db", "--analysis=leaks")
-	db := filepath.Join(out, strings.TrimSuffix(filepath.Base(mp.Dump), ".csv")+".db") // (--output given)
+	// (--output given: the DB copy is there)
+	db := filepath.Join(out, strings.TrimSuffix(filepath.Base(mp.Dump), ".csv")+".db")
 	summary := func(stderr string) []string { // the analyses' console lines, without paths
 		var lines []string
 		for _, l := range stderrLines(stderr) {
