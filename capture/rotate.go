@@ -162,7 +162,7 @@ func (r *Rotator) open(start uint64) (*logFile, error) {
 		delete(r.logEvents, gone)
 	}
 	var pro bytes.Buffer
-	_ = spool.WriteHeader(&pro, r.pid)
+	_ = spool.WriteLogHeader(&pro, r.pid, lf.seq)
 	var body []byte
 	// Records drained late can carry an epoch that began several passes
 	// ago: repeat the recent epoch starts.

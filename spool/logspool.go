@@ -171,6 +171,11 @@ func (ls *logSpool) addLog(path string, skipHeader bool) error {
 	if len(head) < HdrSize || string(head[:8]) != Magic {
 		return fmt.Errorf("%s: not an msmemscope log", path)
 	}
+	if n := binary.LittleEndian.Uint64(head[logSeqOff:]); n != 0 && int64(n) != int64(logSeq(path)) {
+		// Read in name order: a log out of its place would give blocks
+		// freed, and freed ones live.
+		return fmt.Errorf("%s: the file holds log %d: a log renamed or copied over another", path, n)
+	}
 	return nil
 }
 

@@ -99,14 +99,23 @@ func textLen(b uint64, payload []byte) int {
 }
 
 // WriteHeader writes the header a new spool starts with.
-func WriteHeader(w io.Writer, pid int) error {
+func WriteHeader(w io.Writer, pid int) error { return WriteLogHeader(w, pid, 0) }
+
+// WriteLogHeader is WriteHeader for rotated log number seq: a log renamed,
+// or copied over another, reads as such in its capture (addLog).
+func WriteLogHeader(w io.Writer, pid, seq int) error {
 	var h [HdrSize]byte
 	copy(h[:], Magic)
 	binary.LittleEndian.PutUint32(h[8:], Version)
 	binary.LittleEndian.PutUint64(h[16:], uint64(pid))
+	binary.LittleEndian.PutUint64(h[logSeqOff:], uint64(seq))
 	_, err := w.Write(h[:])
 	return err
 }
+
+// logSeqOff is where a header holds its log's number (0: not a rotated log,
+// or one written before it was kept there).
+const logSeqOff = 24
 
 // DecodeRec decodes the event at the start of b, which holds whole units.
 // A compact record gets the stamp TSEpoch|epoch (its thread's current epoch),

@@ -85,6 +85,19 @@ func TestDamagedInputsExit2(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(gap, "spool", "log_000009.zst"), gapData, 0o640); err != nil {
 		t.Fatal(err)
 	}
+	// A rotating capture with two logs swapped: named as read, each holds
+	// another's number (read in name order they gave blocks freed as live).
+	swapOut := filepath.Join(tmp, "swap")
+	mustRun(t, 0, swapOut, "--log-mode=rotate", "--log-files=2", "--log-file-mb=1", bin)
+	swap := readManifest(t, swapOut).main(t).Folder
+	swapLog := onlyFile(t, filepath.Join(swap, "spool", "log_*.zst"))
+	swapped := filepath.Join(swap, "spool", "log_000002.zst") // the newest log's next number
+	if err := os.Rename(swapLog, swapped); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(swapLog, gapData, 0o640); err != nil { // another capture's log 1
+		t.Fatal(err)
+	}
 	noneOut := filepath.Join(tmp, "nologs")
 	mustRun(t, 0, noneOut, "--log-mode=rotate", "--log-files=2", "--log-file-mb=1", bin)
 	none := readManifest(t, noneOut).main(t).Folder
@@ -132,6 +145,7 @@ func TestDamagedInputsExit2(t *testing.T) {
 		inputCase{"rotating capture with a cut log", []string{"--input=" + rot}, []string{log, "cut short"}},
 		inputCase{"rotating capture with a log missing between two", []string{"--input=" + gap}, []string{"log_000002.zst is missing"}},
 		inputCase{"rotating capture with its logs missing", []string{"--input=" + none}, []string{"rotated logs are missing"}},
+		inputCase{"rotating capture with a log renamed", []string{"--input=" + swap}, []string{swapped, "holds log 1", "renamed or copied"}},
 		inputCase{"timeline of a cut log alone", []string{"--timeline", "--input=" + write("log_000009.zst", logData[:len(logData)-9])}, []string{"log_000009.zst", "cut short"}})
 	// A FIFO: refused before it is opened (the open blocked for good).
 	fifo := filepath.Join(tmp, "fifo")
