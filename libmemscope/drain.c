@@ -491,8 +491,14 @@ HIDDEN long ms_drain_crash(uint64_t wait_ns) {
 	return out;
 }
 
-// Drains everything published, through the page cache.
-long ms_drain(void) { return drain_pass(0); }
+// Drains everything published, through the page cache, the calling thread's
+// pending pair half first: a live report or a test's leak check on this
+// thread must see its last FREE (it waited for a second half).
+long ms_drain(void) {
+	ms_thr *t = tls_thr;
+	if (t && t->half) half_close(t);
+	return drain_pass(0);
+}
 
 
 // ---- the drain thread (spool mode) ----

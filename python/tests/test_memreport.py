@@ -2,6 +2,8 @@
 functions over the capture it leaves."""
 import json
 
+import pytest
+
 from conftest import line_of, run_traced
 
 SCRIPT = """
@@ -116,3 +118,30 @@ def test_live_report_after_handoffs_between_threads(tmp_path, monkeypatch):
     assert len(reps) == 3
     for rep in reps:
         assert site(rep, handed) == [], rep["mem_report"][:3]
+
+
+LAST_FREE = """
+import json
+import msmemscope
+import numpy as np
+
+msmemscope.start()
+msmemscope.get_mem_report()          # (the first call opens the spool)
+a = np.zeros(100_000, dtype=np.uint8)   # from the heap (under the mmap threshold)
+print("REPORT", json.dumps(msmemscope.get_mem_report()))
+del a
+print("REPORT", json.dumps(msmemscope.get_mem_report()))
+"""
+
+
+def test_live_report_sees_the_callers_last_free(tmp_path):
+    # The thread's last FREE waited unpublished for a second pair half: the
+    # block read as live until the thread's next event. (No stacks: with
+    # them a MALLOC takes the general path, which closes the half. numpy
+    # allocates its data at a site of its own.)
+    pytest.importorskip("numpy")
+    r = run_traced(tmp_path, LAST_FREE, "--collect-mode=deferred").check()
+    first, second = reports(r)
+    big = [x for x in first["mem_report"] if x["size"] == 100_000 and x["count"] == 1]
+    assert len(big) == 1, first
+    assert [x for x in second["mem_report"] if x["site"] == big[0]["site"]] == [], second
