@@ -68,6 +68,25 @@ typedef struct {
 static slot *seen;
 static _Atomic uint32_t next_id = 1;
 
+// Code objects from files under these folders (msmemscope's package, torch's
+// dispatch-mode module: msmemscope_python_package) are msmemscope's own:
+// their frames are left out as a stack is taken, so that they do not use up
+// its depth. The seen-set marks such a code object's id with CODE_SKIP.
+#define CODE_SKIP (1u << 31)
+#define SKIP_DIRS 8
+#define SKIP_DIR_MAX 1024
+static char skip_dir[SKIP_DIRS][SKIP_DIR_MAX];
+static uint32_t skip_len[SKIP_DIRS];
+static _Atomic int skip_n;
+static atomic_flag skip_lock = ATOMIC_FLAG_INIT;
+
+static int skipped_file(const char *f, uint32_t n) {
+	int k = atomic_load_explicit(&skip_n, memory_order_acquire);
+	for (int i = 0; i < k; i++)
+		if (n >= skip_len[i] && !memcmp(f, skip_dir[i], skip_len[i])) return 1;
+	return 0;
+}
+
 static inline uintptr_t ld(uintptr_t p) { return *(const uintptr_t *)p; }
 
 static inline uint32_t fingerprint(const ms_pylayout *l, uintptr_t code) {
@@ -157,8 +176,32 @@ static uint32_t emit_code(const ms_pylayout *l, uintptr_t code) {
 	                (uint16_t)l->linetable_format, ltlen);
 	uint32_t plen = (uint32_t)(p - buf);
 	ms_emit(R_PYCODE, F_TEXT, id, plen, buf, plen);
+	int skip = skipped_file(buf + sizeof(ms_pycode), flen);
 	if (buf != local) syscall(SYS_munmap, buf, need);
-	return id;
+	return skip ? id | CODE_SKIP : id;
+}
+
+// Frames from files under dir are msmemscope's own from now on. The code
+// objects seen so far are forgotten, to be judged again (each gets a new id
+// and R_PYCODE record).
+HIDDEN void py_skip_add(const char *dir, uint32_t len) {
+	if (!dir || !len || len >= SKIP_DIR_MAX) return;
+	while (atomic_flag_test_and_set_explicit(&skip_lock, memory_order_acquire)) {
+	}
+	int k = atomic_load_explicit(&skip_n, memory_order_relaxed), known = 0;
+	for (int i = 0; i < k; i++) known |= skip_len[i] == len && !memcmp(skip_dir[i], dir, len);
+	if (!known && k < SKIP_DIRS) {
+		memcpy(skip_dir[k], dir, len);
+		skip_len[k] = len;
+		atomic_store_explicit(&skip_n, k + 1, memory_order_release);
+		if (seen)
+			for (uint32_t i = 0; i < SLOTS; i++)
+				if (atomic_load_explicit(&seen[i].key, memory_order_relaxed)) {
+					atomic_store_explicit(&seen[i].val, 0, memory_order_relaxed);
+					atomic_store_explicit(&seen[i].key, 0, memory_order_release);
+				}
+	}
+	atomic_flag_clear_explicit(&skip_lock, memory_order_release);
 }
 
 static uint32_t code_id(const ms_pylayout *l, uintptr_t code) {
@@ -214,7 +257,9 @@ int ms_py_capture(uint64_t *out, int max) {
 		// instruction: Python itself leaves such frames out of tracebacks
 		// (3.10 has no such marker: -1 keeps every frame).
 		int first = l->co_firsttraceable >= 0 ? *(const int32_t *)(code + l->co_firsttraceable) : -1;
-		if (owner == l->owned_by_generator || lasti >= first) out[n++] = enc_pyframe(code_id(l, code), (int32_t)lasti);
+		if (owner != l->owned_by_generator && lasti < first) continue;
+		uint32_t id = code_id(l, code);
+		if (!(id & CODE_SKIP)) out[n++] = enc_pyframe(id, (int32_t)lasti); // (ours: not counted)
 	}
 	return n;
 }

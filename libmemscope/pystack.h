@@ -36,6 +36,9 @@ unsigned long ms_py_version(void);
 // Runs inside the hook: no allocation, no Python API that could allocate or
 // take a lock. The caller holds the reentrancy guard.
 int ms_py_capture(uint64_t *out, int max);
+// py_skip_add: frames from files under dir (len bytes) are left out of
+// stacks from now on (msmemscope_python_package).
+void py_skip_add(const char *dir, uint32_t len);
 
 // In lifecycle.c: appends an event stamped now to the calling thread's ring
 // (caller holds the reentrancy guard).

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import REPO, attr, run_traced
+from conftest import REPO, attr, line_of, run_traced
 
 TIMEOUT = 300
 
@@ -425,3 +425,28 @@ def test_hooks_of_an_ended_thread(tmp_path, torch_available):
     ops = [(r["Event Type"], r["Name"]) for r in run.rows() if r["Event"] == "OP_LAUNCH"]
     pair = [("ATEN_START", "aten::ones"), ("ATEN_END", "aten::ones"), ("ATEN_START", "aten::sum"), ("ATEN_END", "aten::sum")]
     assert ops == pair + pair, ops
+
+
+SHORT_STACK = """
+import msmemscope, torch
+msmemscope.start()
+def make():
+    return torch.empty(1000, dtype=torch.float32)   # the tensor
+kv = make()                                         # its caller
+msmemscope.stop()
+"""
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_short_python_stack_of_a_tensor(tmp_path, torch_available, depth):
+    # The hooks' own frames (msmemscope's package, torch's dispatch mode)
+    # are left out as the stack is taken: they used up a short depth, and
+    # the PTA row had no frame at all.
+    run = run_traced(tmp_path, SHORT_STACK, "--collect-mode=deferred", "--call-stack=python:%d" % depth,
+                     timeout=TIMEOUT).check()
+    pta = [r for r in run.rows() if r["Event"] == "MALLOC" and r["Event Type"] == "PTA" and attr(r)["size"] == "4000"]
+    assert len(pta) == 1, pta
+    want = ["prog.py:%d(make)" % line_of(SHORT_STACK, "# the tensor"),
+            "prog.py:%d(<module>)" % line_of(SHORT_STACK, "# its caller")][:depth]
+    got = [f.rsplit(os.sep, 1)[-1] for f in pta[0]["Call Stack(Python)"].split(";")]
+    assert got == want, pta[0]["Call Stack(Python)"]
