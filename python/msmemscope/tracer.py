@@ -10,7 +10,7 @@ so a generator gives one row per resumption (up to its next yield), and a
 frame left by an exception ends its row there. Times are on the dump's
 clock (``time.monotonic_ns()`` is CLOCK_MONOTONIC). Events go to per-thread
 buffers, one per ``threading.get_native_id()``, and become rows when
-tracing stops (and at exit, and every 1 Mi events of a thread): one
+tracing stops (and at exit, and every 32 Ki calls of a thread): one
 ``python_trace_{tid}_{timestamp}.csv`` per thread in the capture's dump
 folder. Calls still open when tracing stops end at the stop time; frames
 already open when it starts are not rows.
@@ -32,13 +32,15 @@ Two hooks give the same rows:
 
 from __future__ import annotations
 
+import array
+import contextlib
 import os
 import sys
 import threading
 import time
 import warnings
 from types import CodeType, FrameType
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _lib
 
@@ -46,7 +48,12 @@ __all__ = ["start", "stop", "is_tracing"]
 
 _mono = time.monotonic_ns
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_FLUSH_EVENTS = 1 << 20  # events (two a call) a thread buffers before they go to its file
+# A thread's events go into two buffers made once, as msmemscope's own
+# (msmemscope_own): a list of the calls' code objects (None: a return) and an
+# array of their times. The hooks then create no Python object and allocate
+# nothing, so that nothing of the trace is charged to the program's frames
+# (a list of tuples grew with every call, at the traced function's line).
+_SLOTS = 1 << 15  # events a thread buffers before its rows go to its file (512 KiB)
 
 _lock = threading.RLock()
 _on = False
@@ -61,18 +68,29 @@ _mon: Any = getattr(sys, "monitoring", None)
 _backend = "monitoring" if _mon is not None else "setprofile"
 _tool: Optional[int] = None  # the sys.monitoring tool id of the running trace
 
-Event = Union[Tuple[CodeType, int], int]  # a call's (code, start ns), or a return's end ns
 Profiler = Callable[[FrameType, str, Any], None]
 
 
+@contextlib.contextmanager
+def _owned() -> Any:
+    """The trace's own work on this thread: what it allocates makes no row."""
+    own = _lib.untyped("msmemscope_own")
+    own(1)
+    try:
+        yield
+    finally:
+        own(0)
+
+
 class _Thread:
-    __slots__ = ("tid", "log", "stack", "path", "fd", "closed")
+    __slots__ = ("tid", "codes", "times", "n", "stack", "path", "fd", "closed")
 
     def __init__(self) -> None:
         self.tid = threading.get_native_id()
-        # One flat list of events: the cheapest thing to append to in the
-        # hook; pairing them into rows waits for _flush.
-        self.log: List[Event] = []
+        with _owned():
+            self.codes: List[Optional[CodeType]] = [None] * _SLOTS
+            self.times = array.array("q", bytes(8 * _SLOTS))
+        self.n = 0  # events buffered
         self.stack: List[Tuple[CodeType, int]] = []  # calls open at the last flush
         self.path: Optional[str] = None
         self.fd: Optional[int] = None
@@ -80,20 +98,24 @@ class _Thread:
 
 
 def _make_profiler(th: _Thread, session: int) -> Profiler:
-    log = th.log
-    add = log.append
-    mono = _mono
+    codes, times, full, mono = th.codes, th.times, _SLOTS, _mono
 
     def prof(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             if not _on or _session != session:
                 sys.setprofile(None)
                 return
-            add((frame.f_code, mono()))
+            i = th.n
+            codes[i] = frame.f_code
         elif event == "return":
-            add(mono())
-            if len(log) >= _FLUSH_EVENTS:
-                _flush(th)
+            i = th.n
+            codes[i] = None
+        else:
+            return
+        times[i] = mono()
+        th.n = i = i + 1
+        if i >= full:
+            _flush(th)
     return prof
 
 
@@ -104,9 +126,10 @@ def _thread_bootstrap(frame: FrameType, event: str, arg: Any) -> None:
         if not _on:
             sys.setprofile(None)
             return
-        th = _Thread()
-        _threads.append(th)
-        prof = _make_profiler(th, _session)
+        with _owned():
+            th = _Thread()
+            _threads.append(th)
+            prof = _make_profiler(th, _session)
     sys.setprofile(prof)
     prof(frame, event, arg)
 
@@ -133,36 +156,45 @@ def _take_tool() -> Optional[int]:
 def _monitor(tool: int) -> None:
     """Registers the callbacks on tool: each thread gets its _Thread at its
     first event."""
-    m, mono, limit = _mon, _mono, _FLUSH_EVENTS
+    m, mono, full = _mon, _mono, _SLOTS
     # New each session, and a thread's entry goes with the thread (thread
     # idents are reused).
     tl = threading.local()
 
-    def new_log() -> List[Event]:
-        th = _Thread()
-        with _lock:
-            _threads.append(th)
-        tl.th, tl.log = th, th.log
-        return th.log
+    def new_thread() -> _Thread:
+        with _owned():
+            th = _Thread()
+            with _lock:
+                _threads.append(th)
+            tl.th = th
+        return th
 
     def on_call(code: CodeType, offset: int) -> None:
         try:
-            log = tl.log
+            th = tl.th
         except AttributeError:
-            log = new_log()
-        log.append((code, mono()))
+            th = new_thread()
+        i = th.n
+        th.codes[i] = code
+        th.times[i] = mono()
+        th.n = i = i + 1
+        if i >= full:
+            _flush(th)
 
     def on_throw(code: CodeType, offset: int, exc: BaseException) -> None:
         on_call(code, offset)
 
     def on_return(code: CodeType, offset: int, value: object) -> None:
         try:
-            log = tl.log
+            th = tl.th
         except AttributeError:
-            log = new_log()
-        log.append(mono())
-        if len(log) >= limit:
-            _flush(tl.th)
+            th = new_thread()
+        i = th.n
+        th.codes[i] = None
+        th.times[i] = mono()
+        th.n = i = i + 1
+        if i >= full:
+            _flush(th)
 
     mask = 0
     for names, fn in ((_CALLS, on_call), (_THROWS, on_throw), (_RETURNS, on_return)):
@@ -188,7 +220,7 @@ def is_tracing() -> bool:
 
 def _begin() -> None:
     global _on, _session, _threads, _tool
-    with _lock:
+    with _lock, _owned():
         if _on:
             return
         _session += 1
@@ -215,7 +247,7 @@ def _begin() -> None:
 def _end() -> List[str]:
     """Stops tracing and writes every thread's rows; returns the files."""
     global _on, _tool
-    with _lock:
+    with _lock, _owned():
         if not _on:
             return []
         now = _mono()
@@ -278,33 +310,37 @@ def _lines(th: _Thread, end: Optional[int]) -> List[str]:
     """Pairs th's buffered events into CSV rows, in the order of their ends;
     a return with no open call is a frame open before tracing began. With
     end, calls still open end then."""
-    events = th.log[:]
-    del th.log[:]  # in place: the hook holds this list
+    n, codes, times = th.n, th.codes, th.times
+    th.n = 0
     stack, out = th.stack, []
     push, pop, add, info = stack.append, stack.pop, out.append, _info.get
     tail = ",%d,%d\n" % (th.tid, os.getpid())
-    while True:
-        # One loop pairs and formats: a third faster than two.
-        for e in events:
-            if type(e) is tuple:
-                push(e)
-            elif stack:
-                code, t0 = pop()
-                fi = info(code)
-                if fi is None:
-                    fi = _funcinfo(code)
-                if fi:
-                    add("%s,%d,%d%s" % (fi, t0, e, tail))
-        if end is None or not stack:
-            return out
-        events, end = [end] * len(stack), None
+    # One loop pairs and formats: a third faster than two.
+    for i in range(n):
+        code = codes[i]
+        if code is not None:
+            push((code, times[i]))
+        elif stack:
+            code, t0 = pop()
+            fi = info(code)
+            if fi is None:
+                fi = _funcinfo(code)
+            if fi:
+                add("%s,%d,%d%s" % (fi, t0, times[i], tail))
+    while end is not None and stack:
+        code, t0 = pop()
+        fi = info(code) or _funcinfo(code)
+        if fi:
+            add("%s,%d,%d%s" % (fi, t0, end, tail))
+    return out
 
 
 def _flush(th: _Thread, end: Optional[int] = None) -> None:
     """Writes th's rows so far to its file; with end, calls still open end
     then."""
-    with _lock:  # a hook's flush against _end's
+    with _lock, _owned():  # (a hook's flush against _end's)
         if th.closed:
+            th.n = 0
             return
         out = _lines(th, end)
         if not out:

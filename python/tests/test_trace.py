@@ -1,6 +1,7 @@
 """The Python trace (SPEC §2.3): python_trace_{tid}_{timestamp}.csv per
 thread, the known call tree, StartTime <= EndTime, on the dump's clock."""
 import csv
+import json
 import os
 import re
 import textwrap
@@ -390,3 +391,37 @@ def test_trace_rows_whole_across_flushes(tmp_path, hook):
     # the outermost call is the last to end and spans every other
     a0, b0 = mine[-1][1:]
     assert all(a0 <= a <= b <= b0 for _, a, b in mine)
+
+
+CALLS = """
+import json
+import msmemscope
+
+msmemscope.config(events="alloc,free,traceback")
+msmemscope.start()
+
+def f(i):
+    return i
+
+for i in range(200_000):
+    f(i)                                      # the loop
+print("REPORT", json.dumps(msmemscope.get_mem_report()))
+msmemscope.stop()
+"""
+
+
+def test_trace_is_not_charged_to_the_program(tmp_path):
+    # The trace's buffers grew with every call (a list of tuples): ~400 k
+    # HOST rows and 28 MB live at the loop's line, of a loop that allocates
+    # nothing. They are msmemscope's own now. (With sys.setprofile, 3.10
+    # and 3.11, CPython may malloc a frame object it makes for the hook: a
+    # few blocks of its own.)
+    run = run_traced(tmp_path, CALLS, "--collect-mode=deferred").check()
+    rows = [r for r in run.rows() if r["Event Type"] == "HOST"]
+    assert len(rows) < 20, rows[:5]
+    rep = next(l for l in run.stdout.splitlines() if l.startswith("REPORT "))
+    assert json.loads(rep.split(" ", 1)[1])["total_size"] < 16 << 10, rep[:300]
+    traced = []
+    for p in run.traces():
+        traced += [r for r in _read(p) if r[0].endswith("(f)")]
+    assert len(traced) == 200_000
