@@ -217,7 +217,8 @@ class _State:
         ev = cfg.get("events", {})
         self.access = bool(ev.get("access"))
         self.ops: Dict[Any, _Op] = {}
-        self.watch = _Watch(cfg["watch"]) if cfg.get("watch") else None
+        self.watch_cfg = cfg.get("watch") or None
+        self.watch = _Watch(self.watch_cfg) if self.watch_cfg else None
         self.history: Optional[_cuda_history.History] = None
         cuda, ordinals = _cuda_history.wanted(cfg)
         if cuda and ev.get("alloc", True):
@@ -516,10 +517,20 @@ def enabled() -> bool:
 
 
 def reconfigured(cfg: Dict[str, Any]) -> None:
-    """config() changed the options: the hooks now on follow access."""
+    """config() changed the options: the hooks now on follow access and
+    watch (a new watch starts over; the one it replaces ends as stop() ends
+    it). Under the CLI the hooks start as torch is imported, before the
+    script's config(watch=...) comes."""
     st = _state
-    if st is not None:
-        st.access = bool(cfg.get("events", {}).get("access"))
+    if st is None:
+        return
+    st.access = bool(cfg.get("events", {}).get("access"))
+    w = cfg.get("watch") or None
+    if w != st.watch_cfg:
+        if st.watch is not None:
+            st.watch.finish()
+        st.watch_cfg = w
+        st.watch = _Watch(w) if w else None
 
 
 def enable(cfg: Optional[Dict[str, Any]] = None) -> None:

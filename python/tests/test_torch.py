@@ -346,6 +346,21 @@ for _ in range(2):
 """
 
 
+@pytest.mark.parametrize("where", ["immediate", "after start"])
+def test_watch_configured_while_the_hooks_run(tmp_path, torch_available, where):
+    # In immediate mode the hooks start as torch is imported, before the
+    # script's config(watch=...); or config() comes after start(): the
+    # watch was ignored.
+    prog, opts = WATCH, []
+    if where == "after start":
+        prog = WATCH.replace('msmemscope.config(events="alloc,free,launch", watch=', 'msmemscope.config(events="alloc,free,launch")\n'
+                             'msmemscope.start()\nmsmemscope.config(watch=').replace("\nmsmemscope.start()\na = ", "\na = ")
+        opts = ["--collect-mode=deferred"]
+    run = run_traced(tmp_path, prog, *opts, timeout=TIMEOUT).check()
+    changed = [(r["Operator"], r["Tensor"]) for r in _analysis(run, "watch") if r["Status"] == "changed"]
+    assert changed == [("aten::add_", "aten::mul:out0")], changed
+
+
 def test_watch_given_tensor_is_the_next_windows(tmp_path, torch_available):
     run = run_traced(tmp_path, WATCH_TWICE, "--collect-mode=deferred", timeout=TIMEOUT).check()
     rep = [(r["Status"], r["Tensor"]) for r in _analysis(run, "watch")]
