@@ -14,6 +14,7 @@ import (
 
 	"msmemscope/analyzer"
 	"msmemscope/format"
+	"msmemscope/internal/u64map"
 	"msmemscope/spool"
 	"msmemscope/symbolize"
 	"msmemscope/trace"
@@ -32,7 +33,7 @@ type Set struct {
 	tail      *spool.Tail
 	subs      func(sub uint16) bool // the kinds of memory kept (format.FSubMask)
 	peaks     bool                  // whether the sites at the peak are kept (a window's)
-	blocks    map[spool.BlockKey]wBlock
+	blocks    u64map.Map[wBlock] // by spool.BlockKey (Go's map spent most of a catch-up's time)
 	sites     []wSite
 	index     map[wSiteKey]int32
 	live      uint64
@@ -45,6 +46,7 @@ type Set struct {
 	freed     map[int32]freedBlock            // by thread: the block its latest FREE ended (a failed realloc's)
 	pass      int
 	names     []analyzer.SiteSize // Report's names of the sites, by index ("": not named yet)
+	recent    [16]int32           // recent sites, 1-based (0: none), by a hash of their key
 	merge     merger              // the records read, merged in time order before they count (merge.go)
 }
 
@@ -95,8 +97,10 @@ type orphanFree struct {
 // New follows the spool t reads; keep says which kinds of memory count
 // (format.FSubMask), peaks whether the sites at the peak are kept.
 func New(t *spool.Tail, keep func(sub uint16) bool, peaks bool) *Set {
-	return &Set{tail: t, subs: keep, peaks: peaks, blocks: map[spool.BlockKey]wBlock{}, index: map[wSiteKey]int32{},
+	s := &Set{tail: t, subs: keep, peaks: peaks, index: map[wSiteKey]int32{},
 		orphans: map[spool.BlockKey][]orphanFree{}, freed: map[int32]freedBlock{}}
+	s.blocks.Runs, s.blocks.Grain = true, 4 // addresses, 16-byte aligned, in runs
+	return s
 }
 
 // CatchUp reads what the spool holds beyond the last catch-up (call it
@@ -180,7 +184,7 @@ func (s *Set) span(ts uint64) (lo, hi uint64) {
 func (s *Set) apply(r *item) {
 	k := r.key
 	if r.kind == itemFree {
-		b, ok := s.blocks[k]
+		b, ok := s.blocks.Get(uint64(k))
 		if !ok {
 			// Allocated before the capture (or the window), or by
 			// another thread later in this pass.
@@ -195,7 +199,7 @@ func (s *Set) apply(r *item) {
 			// the capture.
 			if b.stale > 0 {
 				b.stale--
-				s.blocks[k] = b
+				s.blocks.Put(uint64(k), b)
 			}
 			delete(s.freed, r.tid)
 			return
@@ -208,7 +212,7 @@ func (s *Set) apply(r *item) {
 		// A failed realloc: the block its thread just freed lives on.
 		if f, ok := s.freed[r.tid]; ok && f.key == k {
 			s.add(k, f.b, false)
-		} else if q := s.orphans[k]; len(q) > 0 && q[len(q)-1].tid == r.tid {
+		} else if q := s.orphansOf(k); len(q) > 0 && q[len(q)-1].tid == r.tid {
 			s.orphans[k] = q[:len(q)-1] // that FREE did not happen
 		}
 		return
@@ -218,7 +222,10 @@ func (s *Set) apply(r *item) {
 	// The address may have been reused many times: another thread's
 	// FREEs of it are queued in its program order; the first that this
 	// MALLOC may precede is its own (earlier ones were older blocks').
-	q := s.orphans[k]
+	q := s.orphansOf(k)
+	if q == nil {
+		return
+	}
 	for len(q) > 0 && (q[0].tid == r.tid || !s.freedFirst(q[0], r.ts)) {
 		q = q[1:]
 	}
@@ -231,6 +238,15 @@ func (s *Set) apply(r *item) {
 	} else {
 		s.orphans[k] = q
 	}
+}
+
+// orphansOf is the FREEs without a block queued at k (nil: none, the
+// common case, looked up without hashing).
+func (s *Set) orphansOf(k spool.BlockKey) []orphanFree {
+	if len(s.orphans) == 0 {
+		return nil
+	}
+	return s.orphans[k]
 }
 
 // dropOrphans forgets, once more than maxOrphans addresses hold them, the
@@ -263,8 +279,7 @@ var maxOrphans = 1 << 20
 
 // free ends a block.
 func (s *Set) free(k spool.BlockKey) {
-	b := s.blocks[k]
-	delete(s.blocks, k)
+	b, _ := s.blocks.Take(uint64(k))
 	if b.site < 0 {
 		return
 	}
@@ -280,13 +295,13 @@ func (s *Set) free(k spool.BlockKey) {
 // add adds a block (fresh: a new allocation, not a failed realloc's
 // block living on).
 func (s *Set) add(k spool.BlockKey, b wBlock, fresh bool) {
-	if old, ok := s.blocks[k]; ok {
+	if old, ok := s.blocks.Get(uint64(k)); ok {
 		// The address's block was freed, but that FREE has not been
 		// read: another thread's, whose records come later (or lost).
 		if s.order(b.ts, old.ts) == before {
 			// This MALLOC is the older one: its block is the one freed.
 			old.stale++
-			s.blocks[k] = old
+			s.blocks.Put(uint64(k), old)
 			if fresh && b.site >= 0 {
 				s.allocated += b.size
 				s.nalloc++
@@ -296,7 +311,7 @@ func (s *Set) add(k spool.BlockKey, b wBlock, fresh bool) {
 		s.free(k)
 		b.stale = old.stale + 1
 	}
-	s.blocks[k] = b
+	s.blocks.Put(uint64(k), b)
 	if b.site < 0 {
 		return
 	}
@@ -335,7 +350,14 @@ func (s *Set) site(r *spool.Rec) int32 {
 			break
 		}
 	}
+	// A few recent sites by a cheap hash of the key, before the map's
+	// (a loop's MALLOCs come from a few sites).
+	slot := &s.recent[(k.csite^k.code^k.cstk^uint32(k.lasti)^uint32(k.cpc>>4))%uint32(len(s.recent))]
+	if *slot > 0 && s.sites[*slot-1].key == k {
+		return *slot - 1
+	}
 	if i, ok := s.index[k]; ok {
+		*slot = i + 1
 		return i
 	}
 	if len(frames) > maxStack {
@@ -344,6 +366,7 @@ func (s *Set) site(r *spool.Rec) int32 {
 	s.sites = append(s.sites, wSite{key: k, frames: append([]spool.PyFrame(nil), frames...)})
 	i := int32(len(s.sites) - 1)
 	s.index[k] = i
+	*slot = i + 1
 	return i
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"msmemscope/format"
+	"msmemscope/internal/u64map"
 	"msmemscope/spool"
 )
 
@@ -62,8 +63,10 @@ type merger struct {
 	last    map[int32]uint64         // each thread's latest time (see collect)
 	n       int                      // items waiting
 	seq     uint64                   // the next record's read order
-	mallocs map[spool.BlockKey]int32 // MALLOCs waiting, by address (mustWait's quick no)
+	mallocs u64map.Map[int32]        // MALLOCs waiting, by address (mustWait's quick no)
 	heap    qheap
+	lastTid int32    // the thread of the last record queued,
+	lastQ   *threadQ // and its queue
 }
 
 // Bounds of what a catch-up holds before counting: a first catch-up of a
@@ -82,12 +85,16 @@ func (s *Set) collect(r *spool.Rec) {
 	}
 	m := &s.merge
 	if m.threads == nil {
-		m.threads, m.last, m.mallocs = map[int32]*threadQ{}, map[int32]uint64{}, map[spool.BlockKey]int32{}
+		m.threads, m.last = map[int32]*threadQ{}, map[int32]uint64{}
+		m.mallocs.Runs, m.mallocs.Grain = true, 4
 	}
-	q := m.threads[r.Tid]
-	if q == nil {
-		q = &threadQ{}
-		m.threads[r.Tid] = q
+	q := m.lastQ
+	if q == nil || m.lastTid != r.Tid { // (a chunk's records are one thread's)
+		if q = m.threads[r.Tid]; q == nil {
+			q = &threadQ{}
+			m.threads[r.Tid] = q
+		}
+		m.lastTid, m.lastQ = r.Tid, q
 	}
 	it := item{key: spool.KeyOf(r), ts: r.TS, tid: r.Tid, site: -1, seq: m.seq}
 	m.seq++
@@ -106,7 +113,7 @@ func (s *Set) collect(r *spool.Rec) {
 			// collection was off, make no row: counted nowhere.)
 			it.site = s.site(r)
 		}
-		m.mallocs[it.key]++
+		*m.mallocs.Slot(uint64(it.key))++
 	}
 	q.items = append(q.items, it)
 	m.n++
@@ -172,6 +179,7 @@ func (s *Set) flush(keep int) {
 			delete(m.threads, tid)
 		}
 	}
+	m.lastQ = nil // (maybe one of those gone)
 	if keep == 0 && len(m.last) > maxThreadTimes {
 		// A thread's time matters to its epoch-stamped records of the same
 		// epoch only (its first in an epoch has a precise stamp): those of
@@ -192,10 +200,10 @@ func (s *Set) flush(keep int) {
 // and another thread still has a MALLOC of it to count that may have come
 // first (stamped up to the FREE's latest possible time and the jitter).
 func (m *merger) mustWait(s *Set, it *item) bool {
-	if _, ok := s.blocks[it.key]; ok {
+	if s.blocks.Has(uint64(it.key)) {
 		return false
 	}
-	if m.mallocs[it.key] == 0 {
+	if !m.mallocs.Has(uint64(it.key)) {
 		return false
 	}
 	_, upto := s.span(it.ts)
@@ -230,8 +238,10 @@ func (s *Set) count(q *threadQ) {
 	q.head++
 	m.n--
 	if it.kind == itemMalloc {
-		if m.mallocs[it.key]--; m.mallocs[it.key] == 0 {
-			delete(m.mallocs, it.key)
+		if p := m.mallocs.Ptr(uint64(it.key)); p != nil && *p > 1 {
+			*p--
+		} else {
+			m.mallocs.Take(uint64(it.key))
 		}
 	}
 	s.apply(it)
