@@ -33,7 +33,7 @@ type Set struct {
 	tail      *spool.Tail
 	subs      func(sub uint16) bool // the kinds of memory kept (format.FSubMask)
 	peaks     bool                  // whether the sites at the peak are kept (a window's)
-	blocks    u64map.Map[wBlock] // by spool.BlockKey (Go's map spent most of a catch-up's time)
+	blocks    u64map.Map[wBlock]    // by spool.BlockKey (Go's map spent most of a catch-up's time)
 	sites     []wSite
 	index     map[wSiteKey]int32
 	live      uint64

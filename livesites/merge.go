@@ -59,11 +59,11 @@ type threadQ struct {
 
 // merger holds the records read and not yet counted.
 type merger struct {
-	threads map[int32]*threadQ       // threads with records waiting
-	last    map[int32]uint64         // each thread's latest time (see collect)
-	n       int                      // items waiting
-	seq     uint64                   // the next record's read order
-	mallocs u64map.Map[int32]        // MALLOCs waiting, by address (mustWait's quick no)
+	threads map[int32]*threadQ // threads with records waiting
+	last    map[int32]uint64   // each thread's latest time (see collect)
+	n       int                // items waiting
+	seq     uint64             // the next record's read order
+	mallocs u64map.Map[int32]  // MALLOCs waiting, by address (mustWait's quick no)
 	heap    qheap
 	lastTid int32    // the thread of the last record queued,
 	lastQ   *threadQ // and its queue
