@@ -2,11 +2,14 @@ package capture
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -68,6 +71,7 @@ type Rotator struct {
 	// the drain either way): one batch in flight at most. Everything else
 	// that compresses (a new log's prologue, inherited and AHED chunks)
 	// joins it first, so one encoder serves both.
+	full      bool // the disk is full and no log is left to delete: nothing more is written
 	fly       *inflight
 	spare     [2][]byte // the out buffers of the batch in flight, free again once it is written
 	rawFramed uint64    // raw bytes compressed so far (with Written: the ratio that estimates a batch in flight)
@@ -155,11 +159,7 @@ func (r *Rotator) open(start uint64) (*logFile, error) {
 	lf := &logFile{f: f, seq: r.seq, start: start, seen: map[int32]bool{}}
 	r.files = append(r.files, p)
 	for len(r.files) > r.maxFiles {
-		os.Remove(r.files[0])
-		r.files = r.files[1:]
-		gone := r.seq - len(r.files) // its seq
-		r.Deleted += r.logEvents[gone]
-		delete(r.logEvents, gone)
+		r.dropOldest()
 	}
 	var pro bytes.Buffer
 	_ = spool.WriteLogHeader(&pro, r.pid, lf.seq)
@@ -178,19 +178,71 @@ func (r *Rotator) open(start uint64) (*logFile, error) {
 	return lf, r.frame(lf, pro.Bytes())
 }
 
+// dropOldest deletes the oldest log kept.
+func (r *Rotator) dropOldest() {
+	os.Remove(r.files[0])
+	r.files = r.files[1:]
+	gone := r.seq - len(r.files) // its seq
+	r.Deleted += r.logEvents[gone]
+	delete(r.logEvents, gone)
+}
+
+// roomAfter handles a write that failed: on a full disk (or quota) the
+// oldest log goes early, if one is kept beside the two being written, for
+// the batches to come; else the logs take nothing more (the frees of later
+// writes' undone bytes leave room for end.json).
+func (r *Rotator) roomAfter(err error) {
+	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+		return
+	}
+	keep := 1
+	if r.old != nil {
+		keep = 2
+	}
+	if len(r.files) > keep {
+		r.dropOldest()
+		return
+	}
+	r.full = true
+}
+
+// errLogsFull is a batch the logs did not take: the disk is full.
+var errLogsFull = errors.New("no space left for the rotated logs")
+
 func (r *Rotator) frame(lf *logFile, raw []byte) error {
 	if len(raw) == 0 {
 		return nil
 	}
 	z := r.enc.EncodeAll(raw, r.zbuf[:0])
 	r.zbuf = z // reused: a frame's output is garbage once written
-	if _, err := lf.f.Write(z); err != nil {
+	if r.full {
+		return errLogsFull
+	}
+	if err := appendFrame(lf.f, z); err != nil {
+		r.roomAfter(err)
 		return err
 	}
 	lf.bytes += int64(len(z))
 	r.Written += uint64(len(z))
 	r.rawFramed += uint64(len(raw))
 	return nil
+}
+
+// appendFrame appends a frame to a log. A write that fails (a full disk)
+// is undone: the log ends at its last whole frame, as a reader takes it,
+// and the bytes written of this one are free again (for end.json, the
+// process's last words).
+func appendFrame(f *os.File, z []byte) error {
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(z); err != nil {
+		if f.Truncate(off) == nil {
+			f.Seek(off, io.SeekStart)
+		}
+	}
+	return err
 }
 
 // inflight is a batch whose frames a goroutine compresses and writes.
@@ -225,7 +277,7 @@ func (r *Rotator) launch(bufs [2][]byte, logs [2]*logFile) {
 			}
 			z := r.enc.EncodeAll(b, r.zbuf[:0])
 			r.zbuf = z
-			if _, err := f.logs[i].f.Write(z); err != nil {
+			if err := appendFrame(f.logs[i].f, z); err != nil {
 				f.err = err
 				break
 			}
@@ -301,6 +353,12 @@ func (r *Rotator) Write(chunks []byte) error {
 	r.RawBytes += uint64(len(chunks))
 	r.last = len(chunks)
 	jerr := r.join() // (the batch at hand goes out even if the last one failed)
+	if jerr != nil {
+		r.roomAfter(jerr)
+	}
+	if r.full {
+		return errLogsFull
+	}
 	bufs := [2][]byte{r.outOld.buf, r.outCur.buf}
 	r.launch(bufs, [2]*logFile{r.old, r.cur})
 	launched = true

@@ -3,8 +3,11 @@ package capture
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"math/rand"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"msmemscope/format"
@@ -481,5 +484,59 @@ func TestRotatorInheritsHighAddress(t *testing.T) {
 	})
 	if !found {
 		t.Fatal("the handle was not inherited")
+	}
+}
+
+// A full disk: the oldest log kept beside the two being written goes early,
+// for the batches to come; with none left to delete, the logs take nothing
+// more (errLogsFull), and what they hold stays whole.
+func TestRotatorFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	r, err := NewRotator(dir, 42, 5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := uint64(1_000_000)
+	rng := rand.New(rand.NewSource(2))
+	batch := func(d int) error {
+		var recs [][4]uint64
+		for i := 0; i < 30000; i++ {
+			ptr := 0x10000000 + uint64(i)*64 + uint64(rng.Intn(8))*8
+			tick += 10
+			recs = append(recs, [4]uint64{tick, ptr, uint64(16 + rng.Intn(500)), format.RMalloc})
+			tick += 10
+			recs = append(recs, [4]uint64{tick, ptr, 0, format.RFree})
+		}
+		return r.Write(append(calibRec(tick, uint64(d+1)), chunkOf(7, recs)...))
+	}
+	d := 0
+	for ; len(r.Files()) < 4; d++ {
+		if err := batch(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := r.Files()
+	r.roomAfter(syscall.ENOSPC)
+	if got := r.Files(); len(got) != len(before)-1 || got[0] != before[1] || r.full {
+		t.Fatalf("after a full disk: logs %v (before %v), full %v; want the oldest gone", got, before, r.full)
+	}
+	if _, err := os.Stat(before[0]); !os.IsNotExist(err) {
+		t.Errorf("the oldest log is still there: %v", err)
+	}
+	r.roomAfter(syscall.EFBIG) // (not a full disk: nothing deleted)
+	for i := 0; i < 10 && !r.full; i++ { // down to the logs being written, then full
+		r.roomAfter(syscall.ENOSPC)
+	}
+	if n := len(r.Files()); !r.full || n > 2 || (r.old != nil) != (n == 2) {
+		t.Fatalf("full %v with %d logs kept (a cut settling: %v)", r.full, n, r.old != nil)
+	}
+	if err := batch(d); !errors.Is(err, errLogsFull) {
+		t.Fatalf("a batch on a full disk: %v, want errLogsFull", err)
+	}
+	r.Close()
+	for _, f := range r.Files() {
+		if _, err := spool.OpenWholeLog(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }

@@ -296,7 +296,7 @@ func drainNow() {
 	}
 	eng.rotMu.Lock()
 	if err := eng.rot.Flush(); err != nil {
-		eng.proc.NoteDrainErrors(1)
+		rotateFailed(err)
 	}
 	eng.rotMu.Unlock()
 	startDrain()

@@ -200,10 +200,22 @@ func drainRotate() bool {
 	}
 	full := C.ms_drain_into_more() != 0 // more is waiting in the rings
 	if err := eng.rot.Write(eng.buf[:n]); err != nil {
-		eng.proc.NoteDrainErrors(1)
+		rotateFailed(err)
 	}
 	return full
 }
+
+// rotateFailed counts a batch the logs could not take and says so, once, as
+// drain.c says it of the spool (a full disk: else the capture ends short
+// without a word).
+func rotateFailed(err error) {
+	eng.proc.NoteDrainErrors(1)
+	rotateWarn.Do(func() {
+		fmt.Fprintf(os.Stderr, "msmemscope: process %d: writing the rotated logs failed (%v): events are being lost, and the capture will end short\n", os.Getpid(), err)
+	})
+}
+
+var rotateWarn sync.Once
 
 // rotateGCPercent is the GC's percent while logs rotate.
 const rotateGCPercent = 50
@@ -239,7 +251,7 @@ func msGoAtExit() {
 		for drainRotate() {
 		}
 		if err := eng.rot.Close(); err != nil { // (the last batch's write)
-			eng.proc.NoteDrainErrors(1)
+			rotateFailed(err)
 		}
 		debug.SetGCPercent(eng.gcPercent) // the analyses at exit as any conversion
 		eng.proc.NoteRotator(eng.rot)

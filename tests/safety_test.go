@@ -422,3 +422,39 @@ func TestSpoolWriteFailureSaid(t *testing.T) {
 		t.Fatalf("--input of the capture: exit %d\n%s", r.Code, r.Stderr)
 	}
 }
+
+// TestRotatedLogWriteFailureSaid: the same with rotating logs (a log past
+// the file size limit). The failure was counted without a word, and the
+// failed write's bytes were left in the log (a frame cut short, on a full
+// disk the room end.json needed): it is said once, the log is cut back to
+// its last whole frame, and the capture converts, said incomplete.
+func TestRotatedLogWriteFailureSaid(t *testing.T) {
+	bin := compile(t, "threads.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -f 256; trap "" XFSZ; exec "$0" "$@"`, bin)
+	cmd.Env = cliEnv("LD_PRELOAD="+filepath.Join(libDir, "libmemscope.so"),
+		`MSMEMSCOPE_CONFIG={"output":"`+out+`","log_mode":"rotate","log_files":4,"log_file_mb":1}`, "MSMEMSCOPE_HOOK=rotate=1")
+	b, _ := cmd.CombinedOutput()
+	if said := strings.Count(string(b), "writing the rotated logs failed ("); said != 1 {
+		t.Fatalf("the logs' failed writes said %d times, want once:\n%s", said, b)
+	}
+	all, _ := filepath.Glob(filepath.Join(out, "msmemscope_*"))
+	var dirs []string
+	for _, d := range all {
+		if m, err := spool.ReadMeta(d); err == nil && m.Exe == bin {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) != 1 {
+		t.Fatalf("captures: %v, of the program: %v", all, dirs)
+	}
+	for _, l := range spool.LogFiles(dirs[0]) {
+		if _, err := spool.OpenWholeLog(l); err != nil {
+			t.Errorf("a log is not whole frames: %v", err)
+		}
+	}
+	r := runCLI(t, 60*time.Second, "", "--input="+dirs[0], "--analysis=")
+	if r.Code != 0 || !strings.Contains(r.Stderr, "incomplete: writes to the spool failed") {
+		t.Fatalf("--input of the capture: exit %d\n%s", r.Code, r.Stderr)
+	}
+}
