@@ -523,7 +523,7 @@ func TestRotatorFullDisk(t *testing.T) {
 	if _, err := os.Stat(before[0]); !os.IsNotExist(err) {
 		t.Errorf("the oldest log is still there: %v", err)
 	}
-	r.roomAfter(syscall.EFBIG) // (not a full disk: nothing deleted)
+	r.roomAfter(syscall.EFBIG)           // (not a full disk: nothing deleted)
 	for i := 0; i < 10 && !r.full; i++ { // down to the logs being written, then full
 		r.roomAfter(syscall.ENOSPC)
 	}
