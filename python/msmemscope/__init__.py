@@ -74,6 +74,8 @@ def config(**items: Any) -> None:
     the capture folder there, whole, so its files are written there.
     """
     global _cfg
+    if "output" in items and items["output"] is None:  # (None switches an item off: output has none)
+        raise ValueError("invalid value None for output: must not be empty")
     pairs = [[k, _value(k, v)] for k, v in items.items()]
     _lib.configure(pairs)
     _cfg = None

@@ -139,6 +139,8 @@ def export(input_path: PathLike, formats: Optional[Union[str, Sequence[str]]] = 
     _lib.refuse_in_child("export")
     if isinstance(formats, str):
         formats = [formats]
+    if formats is not None and not isinstance(formats, (list, tuple, set, frozenset)):
+        raise TypeError("formats: a str, a list of str or None, got %s" % type(formats).__name__)
     names = list(formats or [])
     for f in names:
         if not isinstance(f, str):

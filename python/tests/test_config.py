@@ -68,6 +68,11 @@ def test_log_files_without_rotate_warns():
         msmemscope.config(log_mode="full")
 
 
+def test_output_none_is_named():
+    with pytest.raises(ValueError, match=r"^invalid value None for output: must not be empty$"):
+        msmemscope.config(output=None)
+
+
 def test_unknown_option():
     with pytest.raises(ValueError, match='unknown option "colour"'):
         msmemscope.config(colour="red")

@@ -102,3 +102,5 @@ def test_export_errors(tmp_path):
         msmemscope.export(tmp_path, "svg")
     with pytest.raises(TypeError, match="formats: each format must be a str"):
         msmemscope.export(tmp_path, [3])
+    with pytest.raises(TypeError, match="^formats: a str, a list of str or None, got int$"):
+        msmemscope.export(tmp_path, 5)
