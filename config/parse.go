@@ -126,6 +126,8 @@ const (
 	ruleOutputLong   = "must be at most 4096 bytes"
 	ruleOutputChars  = "must not contain NUL or newline characters"
 	ruleOutputAbs    = "must be at most 4096 bytes once made absolute"
+	ruleOutputDash   = "must not begin with '-' (another option taken as its value? a folder so named: ./-name)"
+	ruleOutputBlank  = "must not be blank"
 )
 
 // Set applies one option by name ("call-stack" or "call_stack"), replacing the
@@ -367,7 +369,20 @@ func CheckPath(option, p string) error {
 	return nil
 }
 
-func checkOutput(p string) error { return CheckPath("output", p) }
+// checkOutput is CheckPath, and a folder to be made: "--output --steps=1"
+// made a folder named "--steps=1", "--output=' '" one named " ".
+func checkOutput(p string) error {
+	if err := CheckPath("output", p); err != nil {
+		return err
+	}
+	switch {
+	case strings.HasPrefix(p, "-"):
+		return &OptionError{"output", p, ruleOutputDash}
+	case strings.TrimSpace(p) == "":
+		return &OptionError{"output", p, ruleOutputBlank}
+	}
+	return nil
+}
 
 // SplitList splits a comma-separated value on ASCII "," and full-width "，",
 // trimming white space around each item. An empty (or all-blank) value is no

@@ -98,6 +98,8 @@ func TestSetErrors(t *testing.T) {
 		{"output", long, `invalid value "` + strings.Repeat("a", 64) + `..." for --output: must be at most 4096 bytes`},
 		{"output", "a\nb", `invalid value "a\nb" for --output: must not contain NUL or newline characters`},
 		{"output", "a\x00b", `invalid value "a\x00b" for --output: must not contain NUL or newline characters`},
+		{"output", "--steps=1", `invalid value "--steps=1" for --output: must not begin with '-' (another option taken as its value? a folder so named: ./-name)`},
+		{"output", "  ", `invalid value "  " for --output: must not be blank`},
 		// unknown
 		{"devices", "cpu", `unknown option "devices"`},
 		{"compare", "", `unknown option "compare"`},

@@ -39,6 +39,8 @@ CASES = [
     ("data_format", "xml", "xml", "must be csv or db"),
     ("output", "", "", "must not be empty"),
     ("output", "x" * 4097, "x" * 64 + "...", "must be at most 4096 bytes"),
+    ("output", "-x", "-x", "must not begin with '-' (another option taken as its value? a folder so named: ./-name)"),
+    ("output", "  ", "  ", "must not be blank"),
     ("output", "a\nb", "a\\nb", "must not contain NUL or newline characters"),
     ("log_level", "debug", "debug", "must be info, warn or error"),
     ("log_mode", "ring", "ring", "must be full or rotate"),

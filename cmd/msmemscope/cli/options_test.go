@@ -25,6 +25,7 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--events=alloc,oom", "prog"}, `invalid value "oom" for --events: must be one of alloc, free, launch, access, traceback`},
 		{[]string{"--call-stack=python:1001", "prog"}, `invalid value "python:1001" for --call-stack: depth must be an integer in [0,1000]`},
 		{[]string{"--collect-mode=later", "prog"}, `invalid value "later" for --collect-mode: must be immediate or deferred`},
+		{[]string{"--output", "--data-format=db", "prog"}, `invalid value "--data-format=db" for --output: must not begin with '-' (another option taken as its value? a folder so named: ./-name)`},
 		{[]string{"--analysis=leaks,oom", "prog"}, `invalid value "oom" for --analysis: must be one of leaks, inefficient, decompose`},
 		{[]string{"--steps=1,2,3,4,5,6", "prog"}, `invalid value "1,2,3,4,5,6" for --steps: at most 5 step ids`},
 		{[]string{"--watch=aten::add:out0", "prog"}, `invalid value "aten::add:out0" for --watch: out{id} requires start: [start[:out{id}],]end[,full-content]`},
@@ -111,7 +112,7 @@ func TestParseSplitting(t *testing.T) {
 		{[]string{"bash", "user.sh"}, []string{"bash", "user.sh"}, nil},
 		{[]string{"--analysis=leaks", "bash", "user.sh", "--", "--help"}, []string{"bash", "user.sh", "--", "--help"}, []string{"analysis"}},
 		{[]string{"-", "x"}, []string{"-", "x"}, nil},
-		{[]string{"--output", "-o", "prog"}, []string{"prog"}, []string{"output"}},
+		{[]string{"--output", "./-o", "prog"}, []string{"prog"}, []string{"output"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
