@@ -198,6 +198,24 @@ func TestCLILogFilesWithoutRotate(t *testing.T) {
 	}
 }
 
+// TestCLICollectionOptionsOffline: options that shape a collection, given
+// to --input, were silently ignored: one line names them, and the
+// conversion goes on.
+func TestCLICollectionOptionsOffline(t *testing.T) {
+	bin := compile(t, "single.c", "")
+	out := filepath.Join(t.TempDir(), "out")
+	mustRun(t, 0, out, bin)
+	capture := readManifest(t, out).main(t).Folder
+	r := mustRun(t, 0, filepath.Join(t.TempDir(), "again"), "--call-stack=c:4", "--log-mode=rotate", "--analysis=leaks", "--input="+capture)
+	const warn = "--call-stack, --log-mode apply when a program is run: reading a capture (--input), they change nothing"
+	if strings.Count(r.Stderr, warn) != 1 {
+		t.Errorf("want the warning once:\n%s", r.Stderr)
+	}
+	if r = mustRun(t, 0, filepath.Join(t.TempDir(), "again"), "--analysis=leaks", "--input="+capture); strings.Contains(r.Stderr, "apply when a program is run") {
+		t.Errorf("a warning without such options:\n%s", r.Stderr)
+	}
+}
+
 func TestCLIBadOptions(t *testing.T) {
 	needBuild(t)
 	cases := []struct {

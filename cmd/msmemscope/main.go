@@ -43,6 +43,9 @@ func run(args []string) int {
 		return 0
 	case cli.ModeRun:
 		return runProgram(inv)
+	}
+	warnCollectionOnly(inv)
+	switch inv.Mode {
 	case cli.ModeOffline:
 		return offline(inv)
 	case cli.ModeTimeline:
@@ -55,6 +58,24 @@ func run(args []string) int {
 }
 
 // usage prints a one-line error and returns the usage exit code.
+// collectionOnly are the options that shape a collection: read offline,
+// a capture keeps what its run asked for.
+var collectionOnly = []string{"device", "level", "events", "call-stack", "collect-mode", "watch", "log-mode", "log-files", "log-file-mb"}
+
+// warnCollectionOnly says, in one line, which of them an offline command
+// was given: they were silently ignored.
+func warnCollectionOnly(inv *cli.Invocation) {
+	var given []string
+	for _, o := range collectionOnly {
+		if inv.Set[o] {
+			given = append(given, "--"+o)
+		}
+	}
+	if len(given) > 0 {
+		logx.Warnf("%s apply when a program is run: reading a capture (--input), they change nothing", strings.Join(given, ", "))
+	}
+}
+
 func usage(err error) int {
 	fmt.Fprintf(os.Stderr, "msmemscope: %v\n", err)
 	return 2
