@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"msmemscope/internal/logx"
 )
 
 // The disk is never filled (SPEC §8): while it writes a derived file (a
@@ -29,13 +32,32 @@ func Reserve(dir string) (reserve, free uint64, err error) {
 	}
 	free = st.Bavail * uint64(st.Bsize)
 	reserve = min(reserveMax, st.Blocks*uint64(st.Bsize)/20)
-	if v := os.Getenv("MSMEMSCOPE_DISK_RESERVE"); v != "" {
-		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-			reserve = n
-		}
+	if n, ok := reserveSet(); ok {
+		reserve = n
 	}
 	return reserve, free, nil
 }
+
+// reserveSet is MSMEMSCOPE_DISK_RESERVE's figure, if it gives one. A value
+// that is not a byte count is said once and left aside.
+func reserveSet() (uint64, bool) {
+	v := os.Getenv(reserveEnv)
+	if v == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		reserveWarn.Do(func() {
+			logx.Warnf("%s=%q is not a number of bytes (an integer in [0,2^64)): the disk reserve stays 1 GiB, or 5%% of the file system if less", reserveEnv, v)
+		})
+		return 0, false
+	}
+	return n, true
+}
+
+const reserveEnv = "MSMEMSCOPE_DISK_RESERVE"
+
+var reserveWarn sync.Once
 
 // ErrReserve says that writing more would leave less than the reserve free.
 type ErrReserve struct {
@@ -48,8 +70,12 @@ func (e *ErrReserve) Error() string {
 	if e.Need == 0 {
 		what = "that is less than" // (looked at before writing)
 	}
-	return fmt.Sprintf("stopped writing %s: its file system has %s free, and %s the %s msmemscope keeps free (1 GiB, or 5%% of the file system if less; MSMEMSCOPE_DISK_RESERVE sets another)",
-		e.Path, HumanBytes(e.Free), what, HumanBytes(e.Reserve))
+	why := "1 GiB, or 5% of the file system if less; " + reserveEnv + " sets another"
+	if n, ok := reserveSet(); ok {
+		why = fmt.Sprintf("%s=%d", reserveEnv, n)
+	}
+	return fmt.Sprintf("stopped writing %s: its file system has %s free, and %s the %s msmemscope keeps free (%s)",
+		e.Path, HumanBytes(e.Free), what, HumanBytes(e.Reserve), why)
 }
 
 // CheckReserve returns an *ErrReserve when writing n more bytes to path

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +51,30 @@ func TestWriteNewKeepsTheReserve(t *testing.T) {
 	t.Setenv("MSMEMSCOPE_DISK_RESERVE", "0")
 	if err := WriteDerived(p, func(w io.Writer) error { _, err := w.Write(chunk); return err }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// MSMEMSCOPE_DISK_RESERVE: a byte count is the reserve, and the stop line
+// names it; anything else leaves the default (it was ignored without a
+// word, and the line named the default's rule all the same).
+func TestReserveFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(reserveEnv, "")
+	def, _, err := Reserve(dir)
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Setenv(reserveEnv, "12345")
+	if n, _, _ := Reserve(dir); n != 12345 {
+		t.Errorf("reserve %d, want 12345", n)
+	}
+	if msg := (&ErrReserve{Path: "x", Reserve: 12345}).Error(); !strings.Contains(msg, "(MSMEMSCOPE_DISK_RESERVE=12345)") {
+		t.Errorf("the stop line does not name the figure set: %s", msg)
+	}
+	for _, bad := range []string{"abc", "-1", "1.5", "1G"} {
+		t.Setenv(reserveEnv, bad)
+		if n, _, _ := Reserve(dir); n != def {
+			t.Errorf("%s=%q: reserve %d, want the default %d", reserveEnv, bad, n, def)
+		}
 	}
 }
