@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // csvReader reads a memscope_dump CSV (SPEC §2.1) as a Stream of events,
@@ -56,6 +57,11 @@ func newCSVReader(r io.Reader, name string) (*csvReader, error) {
 		ends:   make([]int, 0, numCols+1),
 		intern: interner{m: make(map[string]string, 256)},
 	}
+	if head, _ := cr.br.Peek(512); binaryHeader(head) {
+		// (a damaged spool or log, or another program's file: its bytes
+		// read as a header's columns or quotes say nothing)
+		return nil, fmt.Errorf("%s: not a dump CSV or DB, a spool or a rotated log: its first bytes are binary", name)
+	}
 	start, err := cr.readRecord()
 	if err == io.EOF {
 		return nil, fmt.Errorf("%s:1: empty file: no header row", name)
@@ -80,6 +86,26 @@ func newCSVReader(r io.Reader, name string) (*csvReader, error) {
 		return nil, cr.errorf(start, "header: no line end after it%s", CutShort)
 	}
 	return cr, nil
+}
+
+// binaryHeader reports whether a file's first bytes, up to its first line
+// end, hold bytes no text file has (a NUL, control bytes other than white
+// space, bytes that are not UTF-8: a character cut at the end aside).
+func binaryHeader(b []byte) bool {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	}
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 && utf8.FullRune(b) {
+			return true // not UTF-8 (a character cut where the peek ends is not judged)
+		}
+		if r < 0x20 && r != '\t' && r != '\r' {
+			return true
+		}
+		b = b[n:]
+	}
+	return false
 }
 
 // headerPrefix reports whether got is the start of CSVHeader, its last

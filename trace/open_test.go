@@ -401,6 +401,10 @@ func TestOpenErrors(t *testing.T) {
 		{"size.csv", []byte(hdr + "1,SYSTEM,START,N/A,1,1,1,N/A,N/A,{},N/A,N/A\n2,MALLOC,HOST,N/A,1,1,1,host,0x10,\"{allocation_id:1,addr:0x10,size:4k}\",N/A,N/A\n"), `x:3: malformed Attr "{allocation_id:1,addr:0x10,size:4k}": bad size "4k"`},
 		{"trunc.csv", good[:len(good)-40], `truncated last line`},
 		{"empty.csv", nil, `x:1: empty file: no header row`},
+		// binary bytes (a damaged log given alone): named as such, not
+		// as a quote or a column of the header
+		{"garbage.zst", []byte("\x28\xb5\x2e\xfd\x04\x87\"\x00\x13,ID\n"), `x: not a dump CSV or DB, a spool or a rotated log: its first bytes are binary`},
+		{"latin1.csv", []byte("ID\xe9,Event\n"), `its first bytes are binary`},
 	}
 	for _, c := range cases {
 		p := writeFile(t, dir, c.name, c.data)
