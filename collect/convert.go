@@ -262,6 +262,11 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	if drainFailed {
 		why := fmt.Sprintf("%d of the spool's writes failed during the run (a full disk?), so the events from the first one on are missing", end.DrainErrors)
+		if meta.Config.LogMode == "rotate" {
+			// (the logs go on once the oldest went early: the failed
+			// batches' events are missing, not all after them)
+			why = fmt.Sprintf("%d of the rotated logs' writes failed during the run (a full disk?), so their events are missing", end.DrainErrors)
+		}
 		setExitUnknown(runs, why)
 		logx.WarnTo(opt.Console, "process %d: %s", meta.Pid, why)
 	}

@@ -454,7 +454,7 @@ func TestRotatedLogWriteFailureSaid(t *testing.T) {
 		}
 	}
 	r := runCLI(t, 60*time.Second, "", "--input="+dirs[0], "--analysis=")
-	if r.Code != 0 || !strings.Contains(r.Stderr, "incomplete: writes to the spool failed") {
+	if r.Code != 0 || !strings.Contains(r.Stderr, "incomplete: writes to the spool failed") || !strings.Contains(r.Stderr, "of the rotated logs' writes failed during the run") {
 		t.Fatalf("--input of the capture: exit %d\n%s", r.Code, r.Stderr)
 	}
 }
