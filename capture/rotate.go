@@ -233,10 +233,13 @@ func (r *Rotator) frame(lf *logFile, raw []byte) error {
 // and the bytes written of this one are free again (for end.json, the
 // process's last words).
 func appendFrame(f *os.File, z []byte) error {
-	off, err := f.Seek(0, io.SeekCurrent)
+	// Its size, not its offset: an earlier log is opened to append to
+	// (flushAhead), where the offset is 0 until the first write.
+	fi, err := f.Stat()
 	if err != nil {
 		return err
 	}
+	off := fi.Size()
 	if _, err = f.Write(z); err != nil {
 		if f.Truncate(off) == nil {
 			f.Seek(off, io.SeekStart)
@@ -322,7 +325,13 @@ func (r *Rotator) join() error {
 }
 
 // Flush waits until every batch written is in its log.
-func (r *Rotator) Flush() error { return r.join() }
+func (r *Rotator) Flush() error {
+	err := r.join()
+	if err != nil {
+		r.roomAfter(err)
+	}
+	return err
+}
 
 // Write takes drained chunks (the spool's chunk format), notes what later
 // logs must repeat, and appends them to the logs they belong to.

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"math/rand"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -538,5 +541,40 @@ func TestRotatorFullDisk(t *testing.T) {
 		if _, err := spool.OpenWholeLog(f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// A frame whose write fails is undone to the log's size before it, also in
+// a log opened to append to (an earlier log's AHED chunks), where the file
+// offset is 0 until the first write: the log was cut to nothing. (The file
+// size limit fails the write: in a process of its own, as it is for the
+// whole process.)
+func TestAppendFrameUndone(t *testing.T) {
+	if os.Getenv("APPEND_FRAME_CHILD") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAppendFrameUndone$", "-test.v")
+		cmd.Env = append(os.Environ(), "APPEND_FRAME_CHILD="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--- PASS") {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return
+	}
+	p := filepath.Join(os.Getenv("APPEND_FRAME_CHILD"), "log_000001.zst")
+	if err := os.WriteFile(p, bytes.Repeat([]byte{1}, 4096), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	signal.Ignore(syscall.SIGXFSZ)
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 6000, Max: 6000}); err != nil {
+		t.Skip(err)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := appendFrame(f, bytes.Repeat([]byte{2}, 4096)); err == nil {
+		t.Fatal("a write past the file size limit did not fail")
+	}
+	if fi, _ := os.Stat(p); fi.Size() != 4096 {
+		t.Fatalf("the log is %d bytes after the failed frame, want its 4096", fi.Size())
 	}
 }
