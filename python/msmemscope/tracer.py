@@ -10,7 +10,7 @@ so a generator gives one row per resumption (up to its next yield), and a
 frame left by an exception ends its row there. Times are on the dump's
 clock (``time.monotonic_ns()`` is CLOCK_MONOTONIC). Events go to per-thread
 buffers, one per ``threading.get_native_id()``, and become rows when
-tracing stops (and at exit, and every 32 Ki calls of a thread): one
+tracing stops (and at exit, and every 32 Ki events of a thread): one
 ``python_trace_{tid}_{timestamp}.csv`` per thread in the capture's dump
 folder. Calls still open when tracing stops end at the stop time; frames
 already open when it starts are not rows.
@@ -48,12 +48,16 @@ __all__ = ["start", "stop", "is_tracing"]
 
 _mono = time.monotonic_ns
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
-# A thread's events go into two buffers made once, as msmemscope's own
+# A thread's events go into two buffers, msmemscope's own memory
 # (msmemscope_own): a list of the calls' code objects (None: a return) and an
-# array of their times. The hooks then create no Python object and allocate
+# array of their times. The hooks create no Python object and allocate
 # nothing, so that nothing of the trace is charged to the program's frames
 # (a list of tuples grew with every call, at the traced function's line).
-_SLOTS = 1 << 15  # events a thread buffers before its rows go to its file (512 KiB)
+# A buffer starts small and doubles when full, up to _SLOTS events; full at
+# that size, its rows go to the thread's file. Tracing stops: they go, and
+# the buffers too.
+_FIRST_SLOTS = 1 << 10  # a thread's first buffers (16 KiB)
+_SLOTS = 1 << 15  # their most (512 KiB)
 
 _lock = threading.RLock()
 _on = False
@@ -88,8 +92,9 @@ class _Thread:
     def __init__(self) -> None:
         self.tid = threading.get_native_id()
         with _owned():
-            self.codes: List[Optional[CodeType]] = [None] * _SLOTS
-            self.times = array.array("q", bytes(8 * _SLOTS))
+            self.codes: List[Optional[CodeType]] = [None] * _FIRST_SLOTS
+            self.times = array.array("q", bytes(8 * _FIRST_SLOTS))
+            _ends.reaper = _Reaper(self)
         self.n = 0  # events buffered
         self.stack: List[Tuple[CodeType, int]] = []  # calls open at the last flush
         self.path: Optional[str] = None
@@ -97,25 +102,80 @@ class _Thread:
         self.closed = False
 
 
+class _Reaper:
+    """Kept in a thread-local: when the thread ends, its _Thread is queued
+    for _sweep, which writes its rows and lets its buffers go (a program
+    that starts a thread for each request would keep them all until
+    tracing stops). Nothing more runs here: at the thread's end, code of
+    the library's would be traced into a buffer of its own."""
+    __slots__ = ("th",)
+
+    def __init__(self, th: _Thread) -> None:
+        self.th = th
+
+    def __del__(self) -> None:
+        _ended.append(self.th)
+
+
+_ended: List[_Thread] = []  # threads that ended, their buffers still held
+
+
+def _sweep() -> None:
+    """Writes the rows of threads that ended and lets their buffers go
+    (under _lock, as msmemscope's own)."""
+    while _ended:
+        th = _ended.pop()
+        if th.closed:
+            continue
+        _flush(th, _mono())  # (calls still open end with the thread)
+        th.closed = True
+        th.codes, th.times = [], array.array("q")
+        if th.fd is not None:
+            os.close(th.fd)
+            th.fd = None
+
+
+_ends = threading.local()
+
+
+def _full(th: _Thread) -> bool:
+    """th's buffers are full: they double, or their rows go to its file.
+    False once th is closed (tracing stopped): the event is dropped."""
+    with _lock, _owned():
+        if th.closed:
+            return False
+        n = len(th.codes)
+        if n < _SLOTS:
+            th.codes.extend([None] * n)
+            th.times.extend(array.array("q", bytes(8 * n)))
+        else:
+            _flush(th)
+        return not th.closed
+
+
 def _make_profiler(th: _Thread, session: int) -> Profiler:
-    codes, times, full, mono = th.codes, th.times, _SLOTS, _mono
+    mono = _mono
 
     def prof(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             if not _on or _session != session:
                 sys.setprofile(None)
                 return
-            i = th.n
-            codes[i] = frame.f_code
+            code = frame.f_code
         elif event == "return":
-            i = th.n
-            codes[i] = None
+            code = None
         else:
             return
-        times[i] = mono()
-        th.n = i = i + 1
-        if i >= full:
-            _flush(th)
+        i = th.n
+        try:
+            th.codes[i] = code
+        except IndexError:
+            if not _full(th):
+                return
+            i = th.n
+            th.codes[i] = code
+        th.times[i] = mono()
+        th.n = i + 1
     return prof
 
 
@@ -127,6 +187,7 @@ def _thread_bootstrap(frame: FrameType, event: str, arg: Any) -> None:
             sys.setprofile(None)
             return
         with _owned():
+            _sweep()
             th = _Thread()
             _threads.append(th)
             prof = _make_profiler(th, _session)
@@ -156,45 +217,48 @@ def _take_tool() -> Optional[int]:
 def _monitor(tool: int) -> None:
     """Registers the callbacks on tool: each thread gets its _Thread at its
     first event."""
-    m, mono, full = _mon, _mono, _SLOTS
+    m, mono = _mon, _mono
     # New each session, and a thread's entry goes with the thread (thread
     # idents are reused).
     tl = threading.local()
 
     def new_thread() -> _Thread:
-        with _owned():
+        with _lock, _owned():
+            _sweep()
             th = _Thread()
-            with _lock:
-                _threads.append(th)
+            _threads.append(th)
             tl.th = th
         return th
 
-    def on_call(code: CodeType, offset: int) -> None:
+    def add(code: Optional[CodeType]) -> None:
         try:
             th = tl.th
         except AttributeError:
+            # A thread's first event. (A return has no call open here; the
+            # library's own code at a thread's end, once its thread-local
+            # is gone, gets no buffer.)
+            if code is None or code.co_filename.startswith(_PKG):
+                return
             th = new_thread()
         i = th.n
-        th.codes[i] = code
+        try:
+            th.codes[i] = code
+        except IndexError:
+            if not _full(th):
+                return
+            i = th.n
+            th.codes[i] = code
         th.times[i] = mono()
-        th.n = i = i + 1
-        if i >= full:
-            _flush(th)
+        th.n = i + 1
+
+    def on_call(code: CodeType, offset: int) -> None:
+        add(code)
 
     def on_throw(code: CodeType, offset: int, exc: BaseException) -> None:
-        on_call(code, offset)
+        add(code)
 
     def on_return(code: CodeType, offset: int, value: object) -> None:
-        try:
-            th = tl.th
-        except AttributeError:
-            th = new_thread()
-        i = th.n
-        th.codes[i] = None
-        th.times[i] = mono()
-        th.n = i = i + 1
-        if i >= full:
-            _flush(th)
+        add(None)
 
     mask = 0
     for names, fn in ((_CALLS, on_call), (_THROWS, on_throw), (_RETURNS, on_return)):
@@ -258,10 +322,12 @@ def _end() -> List[str]:
             sys.setprofile(None)
             threading.setprofile(None)
         _on = False
+        _sweep()
         files = []
         for th in _threads:
             _flush(th, now)  # calls still open end now
             th.closed = True
+            th.codes, th.times = [], array.array("q")  # (a hook still running finds them full)
             if th.fd is not None:
                 os.close(th.fd)
                 th.fd = None
@@ -332,6 +398,7 @@ def _lines(th: _Thread, end: Optional[int]) -> List[str]:
         fi = info(code) or _funcinfo(code)
         if fi:
             add("%s,%d,%d%s" % (fi, t0, end, tail))
+    codes[:n] = [None] * n  # (the code objects are not kept alive by the trace)
     return out
 
 
@@ -345,13 +412,19 @@ def _flush(th: _Thread, end: Optional[int] = None) -> None:
         out = _lines(th, end)
         if not out:
             return
-        if th.fd is None:
-            got = _trace_file(th.tid)
-            if got is None:
-                return
-            th.path, th.fd = got
-            os.write(th.fd, b"FuncInfo,StartTime(ns),EndTime(ns),Thread Id,Process Id\n")
-        os.write(th.fd, "".join(out).encode("utf-8", "replace"))
+        try:
+            if th.fd is None:
+                got = _trace_file(th.tid)
+                if got is None:
+                    return
+                th.path, th.fd = got
+                os.write(th.fd, b"FuncInfo,StartTime(ns),EndTime(ns),Thread Id,Process Id\n")
+            os.write(th.fd, "".join(out).encode("utf-8", "replace"))
+        except OSError as e:
+            # (from a hook, in the program's code: said, never raised there)
+            th.closed = True
+            th.codes, th.times = [], array.array("q")
+            warnings.warn("msmemscope: the Python trace of thread %d stops: %s" % (th.tid, e), RuntimeWarning, stacklevel=2)
 
 
 def start() -> None:

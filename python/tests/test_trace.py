@@ -425,3 +425,41 @@ def test_trace_is_not_charged_to_the_program(tmp_path):
     for p in run.traces():
         traced += [r for r in _read(p) if r[0].endswith("(f)")]
     assert len(traced) == 200_000
+
+
+SHORT_THREADS = """
+import threading
+import msmemscope
+from msmemscope import tracer
+
+def f():
+    return 1
+
+def work():
+    f()
+
+msmemscope.config(events="alloc,free,traceback")
+msmemscope.start()
+for i in range(200):
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+held = sum(len(th.codes) for th in tracer._threads if th.codes and th.tid != threading.get_native_id())
+msmemscope.stop()
+print("HELD", held)
+"""
+
+
+def test_ended_threads_let_their_buffers_go(tmp_path):
+    # A thread's buffers are written and let go when it ends (a thread per
+    # request kept 512 KiB each until tracing stopped), and none of the
+    # library's own calls at a thread's end is traced.
+    run = run_traced(tmp_path, SHORT_THREADS, "--collect-mode=deferred").check()
+    held = int(next(l for l in run.stdout.splitlines() if l.startswith("HELD ")).split()[1])
+    assert held <= 1 << 10, held  # (the last thread's, if not yet swept: one buffer's first size)
+    rows = []
+    for p in run.traces():
+        rows += _read(p)
+    assert sum(1 for r in rows if r[0].endswith("(work)")) == 200
+    assert not [r for r in rows if os.sep + "msmemscope" + os.sep in r[0]]
+    assert len(run.traces()) == 201
