@@ -179,18 +179,39 @@ static int own_stack(const pthread_attr_t *attr, pthread_attr_t *own) {
 // when main calls pthread_exit the process must end with the last of them,
 // as it does bare, although msmemscope's own threads live on (pthread_exit).
 static long prog_threads;
-static pid_t prog_last_tid; // the thread that ended the count last
 static pthread_mutex_t prog_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t prog_cv = PTHREAD_COND_INITIALIZER;
+// The threads that counted down last: a thread counts down as its start
+// routine ends, before its own thread-specific and C++ thread_local
+// destructors run, which may still free (main_left waits for them).
+#define ENDING_MAX 64
+static pid_t prog_ending[ENDING_MAX];
+static unsigned prog_nending;
 
 static void prog_end(void *unused) {
 	(void)unused;
 	pthread_mutex_lock(&prog_mu);
-	if (--prog_threads == 0) {
-		prog_last_tid = (pid_t)syscall(SYS_gettid);
-		pthread_cond_broadcast(&prog_cv);
-	}
+	prog_ending[prog_nending++ % ENDING_MAX] = (pid_t)syscall(SYS_gettid);
+	if (--prog_threads == 0) pthread_cond_broadcast(&prog_cv);
 	pthread_mutex_unlock(&prog_mu);
+}
+
+// prog_wait waits until the program's threads have all counted down, then
+// (10 s at most: an id could be a new thread's) until the last ones to do so
+// are gone.
+static void prog_wait(void) {
+	pid_t ending[ENDING_MAX];
+	pthread_mutex_lock(&prog_mu);
+	while (prog_threads > 0) pthread_cond_wait(&prog_cv, &prog_mu);
+	unsigned n = prog_nending < ENDING_MAX ? prog_nending : ENDING_MAX;
+	memcpy(ending, prog_ending, sizeof ending);
+	pthread_mutex_unlock(&prog_mu);
+	long spent = 0;
+	for (unsigned i = 0; i < n; i++)
+		while (ending[i] && spent < 100000 && syscall(SYS_tgkill, ms_mypid, ending[i], 0) == 0) {
+			sleep_ns(100000);
+			spent++;
+		}
 }
 
 // A program thread's start record is taken from this library's own memory,
@@ -250,14 +271,7 @@ static void main_left(void *v) {
 		pthread_setspecific(main_left_key, v);
 		return;
 	}
-	pthread_mutex_lock(&prog_mu);
-	while (prog_threads > 0) pthread_cond_wait(&prog_cv, &prog_mu);
-	pid_t last = prog_last_tid;
-	pthread_mutex_unlock(&prog_mu);
-	// The last thread counted down on leaving its start routine; its own
-	// thread-specific destructors run after that (10 s at most: its id
-	// could be a new thread's).
-	for (int i = 0; last && i < 100000 && syscall(SYS_tgkill, ms_mypid, last, 0) == 0; i++) sleep_ns(100000);
+	prog_wait();
 	exit(0);
 }
 
@@ -270,9 +284,16 @@ void pthread_exit(void *ret) {
 		real_pthread_exit = (pthread_exit_fn)dlsym(RTLD_NEXT, "pthread_exit");
 		guard_down();
 	}
-	if (!in_child() && (pid_t)syscall(SYS_gettid) == ms_mypid && atomic_load(&ms_state) == 2 &&
-	    pthread_key_create(&main_left_key, main_left) == 0)
-		pthread_setspecific(main_left_key, &main_left_key);
+	if (!in_child() && (pid_t)syscall(SYS_gettid) == ms_mypid && atomic_load(&ms_state) == 2) {
+		if (pthread_key_create(&main_left_key, main_left) == 0) {
+			pthread_setspecific(main_left_key, &main_left_key);
+		} else {
+			// No key left (1024 taken): main's destructors are skipped,
+			// but the process still ends with its last thread.
+			prog_wait();
+			exit(0);
+		}
+	}
 	real_pthread_exit(ret);
 }
 
