@@ -98,6 +98,7 @@ int msmemscope_describe_pop(void) { return ms_py_event(R_OWNER_POP, 0, NULL, 0);
 // Frames from files under this folder are msmemscope's own: left out of stacks.
 int msmemscope_python_package(const char *dir) {
 	uint32_t n = dir ? (uint32_t)strnlen(dir, 4000) : 0;
+	if (in_child()) return -1; // (refused there, as ms_py_event refuses it: nothing changed)
 	py_skip_add(dir, n);
 	return ms_py_event(R_PYSKIP, 0, dir, n);
 }

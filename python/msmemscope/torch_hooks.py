@@ -307,11 +307,12 @@ class _State:
                 except BaseException:
                     own(0)
                     raise
-                if state.watch is not None or state.history is not None and n % _cuda_history.READ_EVERY == 0:
+                watch = state.watch  # (read once: config() on another thread may replace it)
+                if watch is not None or state.history is not None and n % _cuda_history.READ_EVERY == 0:
                     own(1)
                     try:
-                        if state.watch is not None:
-                            state.watch.after(n, op.name, outs)
+                        if watch is not None:
+                            watch.after(n, op.name, outs)
                         if state.history is not None:
                             state.history.launched(n)
                     finally:
@@ -527,10 +528,12 @@ def reconfigured(cfg: Dict[str, Any]) -> None:
     st.access = bool(cfg.get("events", {}).get("access"))
     w = cfg.get("watch") or None
     if w != st.watch_cfg:
-        if st.watch is not None:
-            st.watch.finish()
+        old = st.watch
         st.watch_cfg = w
         st.watch = _Watch(w) if w else None
+        if old is not None:
+            with _owned():
+                old.finish()
 
 
 def enable(cfg: Optional[Dict[str, Any]] = None) -> None:
