@@ -153,9 +153,21 @@ def _full(th: _Thread) -> bool:
         return not th.closed
 
 
-def _make_profiler(th: _Thread, session: int) -> Profiler:
-    mono = _mono
+def _put(th: _Thread, code: Optional[CodeType]) -> None:
+    """Buffers a call of code (None: a return) now: the hooks' one step."""
+    i = th.n
+    try:
+        th.codes[i] = code
+    except IndexError:
+        if not _full(th):
+            return
+        i = th.n
+        th.codes[i] = code
+    th.times[i] = _mono()
+    th.n = i + 1
 
+
+def _make_profiler(th: _Thread, session: int) -> Profiler:
     def prof(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             if not _on or _session != session:
@@ -166,16 +178,7 @@ def _make_profiler(th: _Thread, session: int) -> Profiler:
             code = None
         else:
             return
-        i = th.n
-        try:
-            th.codes[i] = code
-        except IndexError:
-            if not _full(th):
-                return
-            i = th.n
-            th.codes[i] = code
-        th.times[i] = mono()
-        th.n = i + 1
+        _put(th, code)
     return prof
 
 
@@ -217,7 +220,7 @@ def _take_tool() -> Optional[int]:
 def _monitor(tool: int) -> None:
     """Registers the callbacks on tool: each thread gets its _Thread at its
     first event."""
-    m, mono = _mon, _mono
+    m = _mon
     # New each session, and a thread's entry goes with the thread (thread
     # idents are reused).
     tl = threading.local()
@@ -240,16 +243,7 @@ def _monitor(tool: int) -> None:
             if code is None or code.co_filename.startswith(_PKG):
                 return
             th = new_thread()
-        i = th.n
-        try:
-            th.codes[i] = code
-        except IndexError:
-            if not _full(th):
-                return
-            i = th.n
-            th.codes[i] = code
-        th.times[i] = mono()
-        th.n = i + 1
+        _put(th, code)
 
     def on_call(code: CodeType, offset: int) -> None:
         add(code)
