@@ -407,17 +407,8 @@ func TestSpoolWriteFailureSaid(t *testing.T) {
 	// Converted again: what the spool holds, said incomplete, and no exit
 	// leak invented from the frees it misses. (The shell's image, which
 	// exec'd the program, has a capture of its own.)
-	all, _ := filepath.Glob(filepath.Join(out, "msmemscope_*"))
-	var dirs []string
-	for _, d := range all {
-		if m, err := spool.ReadMeta(d); err == nil && m.Exe == bin {
-			dirs = append(dirs, d)
-		}
-	}
-	if len(dirs) != 1 {
-		t.Fatalf("captures: %v, of the program: %v", all, dirs)
-	}
-	r := runCLI(t, 60*time.Second, "", "--input="+dirs[0])
+	dir := captureOf(t, out, bin)
+	r := runCLI(t, 60*time.Second, "", "--input="+dir)
 	if r.Code != 0 || !strings.Contains(r.Stderr, "incomplete: writes to the spool failed") || !strings.Contains(r.Stderr, "exit leaks not known") {
 		t.Fatalf("--input of the capture: exit %d\n%s", r.Code, r.Stderr)
 	}
@@ -438,6 +429,22 @@ func TestRotatedLogWriteFailureSaid(t *testing.T) {
 	if said := strings.Count(string(b), "writing the rotated logs failed ("); said != 1 {
 		t.Fatalf("the logs' failed writes said %d times, want once:\n%s", said, b)
 	}
+	dir := captureOf(t, out, bin)
+	for _, l := range spool.LogFiles(dir) {
+		if _, err := spool.OpenWholeLog(l); err != nil {
+			t.Errorf("a log is not whole frames: %v", err)
+		}
+	}
+	r := runCLI(t, 60*time.Second, "", "--input="+dir, "--analysis=")
+	if r.Code != 0 || !strings.Contains(r.Stderr, "incomplete: writes to the spool failed") || !strings.Contains(r.Stderr, "of the rotated logs' writes failed during the run") {
+		t.Fatalf("--input of the capture: exit %d\n%s", r.Code, r.Stderr)
+	}
+}
+
+// captureOf is the one capture in out of the program bin (a shell that
+// exec'd it has one of its own).
+func captureOf(t *testing.T, out, bin string) string {
+	t.Helper()
 	all, _ := filepath.Glob(filepath.Join(out, "msmemscope_*"))
 	var dirs []string
 	for _, d := range all {
@@ -448,13 +455,5 @@ func TestRotatedLogWriteFailureSaid(t *testing.T) {
 	if len(dirs) != 1 {
 		t.Fatalf("captures: %v, of the program: %v", all, dirs)
 	}
-	for _, l := range spool.LogFiles(dirs[0]) {
-		if _, err := spool.OpenWholeLog(l); err != nil {
-			t.Errorf("a log is not whole frames: %v", err)
-		}
-	}
-	r := runCLI(t, 60*time.Second, "", "--input="+dirs[0], "--analysis=")
-	if r.Code != 0 || !strings.Contains(r.Stderr, "incomplete: writes to the spool failed") || !strings.Contains(r.Stderr, "of the rotated logs' writes failed during the run") {
-		t.Fatalf("--input of the capture: exit %d\n%s", r.Code, r.Stderr)
-	}
+	return dirs[0]
 }
