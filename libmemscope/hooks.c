@@ -209,11 +209,11 @@ static __attribute__((noinline)) void *alloc_slow(void *p, size_t n, uintptr_t r
 
 static __attribute__((noinline)) void free_slow(void *p) {
 	if (ready() && should_record()) rec_free(p, 0, F_HOST);
-	__libc_free(p);
+	ms_libc.free(p);
 }
 
 static inline __attribute__((always_inline)) void *malloc_at(size_t n, uintptr_t ra) {
-	void *p = __libc_malloc(n);
+	void *p = ms_libc.malloc(n);
 	if (likely(p != NULL) && fast_alloc(gate_now(), p, n, ra)) return p;
 	return alloc_slow(p, n, ra);
 }
@@ -223,14 +223,14 @@ void *malloc(size_t n) { return malloc_at(n, (uintptr_t)__builtin_return_address
 void free(void *p) {
 	if (!p) return;
 	if (fast_free(gate_now(), p)) {
-		__libc_free(p);
+		ms_libc.free(p);
 		return;
 	}
 	free_slow(p);
 }
 
 void *calloc(size_t n, size_t m) {
-	void *p = __libc_calloc(n, m);
+	void *p = ms_libc.calloc(n, m);
 	uintptr_t ra = (uintptr_t)__builtin_return_address(0);
 	if (likely(p != NULL) && fast_alloc(gate_now(), p, n * m, ra)) return p;
 	return alloc_slow(p, n * m, ra);
@@ -240,7 +240,7 @@ static inline __attribute__((always_inline)) void *realloc_at(void *old, size_t 
 	if (!old) return malloc_at(n, ra);
 	int rec = ready() && should_record();
 	if (rec && !fast_free(gate_now(), old)) rec_free(old, 0, F_HOST);
-	void *p = __libc_realloc(old, n);
+	void *p = ms_libc.realloc(old, n);
 	if (rec) {
 		if (p) {
 			if (!fast_alloc(gate_now(), p, n, ra)) rec_alloc(p, n, F_HOST, ra);
@@ -263,7 +263,7 @@ void *reallocarray(void *old, size_t n, size_t m) {
 void *realloc(void *old, size_t n) { return realloc_at(old, n, (uintptr_t)__builtin_return_address(0)); }
 
 static inline __attribute__((always_inline)) void *aligned(size_t align, size_t n, uintptr_t ra) {
-	void *p = __libc_memalign(align, n);
+	void *p = ms_libc.memalign(align, n);
 	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, ra);
 	return p;
 }
@@ -282,13 +282,13 @@ void *aligned_alloc(size_t align, size_t n) { return aligned(align, n, (uintptr_
 void *memalign(size_t align, size_t n) { return aligned(align, n, (uintptr_t)__builtin_return_address(0)); }
 
 void *valloc(size_t n) {
-	void *p = __libc_valloc(n);
+	void *p = ms_libc.valloc(n);
 	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, (uintptr_t)__builtin_return_address(0));
 	return p;
 }
 
 void *pvalloc(size_t n) {
-	void *p = __libc_pvalloc(n);
+	void *p = ms_libc.pvalloc(n);
 	if (ready() && should_record() && p) rec_alloc(p, n, F_HOST, (uintptr_t)__builtin_return_address(0));
 	return p;
 }
@@ -325,6 +325,16 @@ int munmap(void *addr, size_t len) {
 	if (!in_unwinder(ra) && ready() && should_record()) rec_free(addr, len, F_MMAP);
 	return (int)syscall(SYS_munmap, addr, len);
 }
+
+// glibc's own names for its allocator, called by name by some programs
+// (valgrind replaces them too): the same entry points.
+void *__libc_malloc(size_t n) __attribute__((alias("malloc"), copy(malloc)));
+void __libc_free(void *p) __attribute__((alias("free"), copy(free)));
+void *__libc_calloc(size_t n, size_t m) __attribute__((alias("calloc"), copy(calloc)));
+void *__libc_realloc(void *old, size_t n) __attribute__((alias("realloc"), copy(realloc)));
+void *__libc_memalign(size_t align, size_t n) __attribute__((alias("memalign"), copy(memalign)));
+void *__libc_valloc(size_t n) __attribute__((alias("valloc"), copy(valloc)));
+void *__libc_pvalloc(size_t n) __attribute__((alias("pvalloc"), copy(pvalloc)));
 
 // This copy's malloc, for ms_interposed (lifecycle.c): an alias must be
 // defined beside its target.

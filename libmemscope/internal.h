@@ -42,13 +42,22 @@
 #define HIDDEN __attribute__((visibility("hidden")))
 #define TLS_ATTR __attribute__((visibility("hidden"), tls_model("initial-exec")))
 
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void __libc_free(void *);
-extern void *__libc_memalign(size_t, size_t);
-extern void *__libc_valloc(size_t);
-extern void *__libc_pvalloc(size_t);
+// glibc's allocator, reached by address (libc.c): msmemscope defines
+// __libc_malloc and its family itself, as valgrind replaces them (a program
+// may call them by name), so its own calls by those names would come back
+// to it. Each starts as a stub that finds glibc's, then calls it: the hooks
+// make one indirect call, as they made one through the PLT.
+typedef struct {
+	void *(*malloc)(size_t);
+	void (*free)(void *);
+	void *(*calloc)(size_t, size_t);
+	void *(*realloc)(void *, size_t);
+	void *(*memalign)(size_t, size_t);
+	void *(*valloc)(size_t);
+	void *(*pvalloc)(size_t);
+} ms_libc_fns;
+extern ms_libc_fns ms_libc HIDDEN;
+HIDDEN void *libc_text(void); // an address in glibc's text
 extern void *__libc_stack_end;
 
 // This library's own text, for telling its threads and frames apart.
@@ -443,6 +452,8 @@ HIDDEN void emit_with_cstack(uint16_t kind, uint16_t flags, uint64_t ts, uint64_
 HIDDEN void emit_with_stacks(uint16_t flags, uint64_t ts, uint64_t a, uint64_t b, uint32_t site);
 HIDDEN void stacks_load(void);   // the unwinder (libunwind), loaded once
 HIDDEN void stacks_modules(void); // notes the modules built without frame pointers
+struct dl_phdr_info;
+HIDDEN void dynsym_each(const struct dl_phdr_info *info, void (*fn)(const char *name, uintptr_t addr, size_t size, void *arg), void *arg);
 HIDDEN int in_unwinder(uintptr_t pc); // pc is libunwind's (loaded by stacks_load, for msmemscope alone)
 HIDDEN void stacks_thread_start(void); // a program thread's start: libunwind's thread-local block made, as msmemscope's
 

@@ -116,7 +116,7 @@ static void *internal_start(void *v) {
 	ms_tls.fast = NULL;
 	internal_tid_note(); // never stopped by the leak scan (threadstop.c)
 
-	__libc_free(v);
+	ms_libc.free(v);
 	return tr.fn(tr.arg);
 }
 
@@ -305,7 +305,7 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 	}
 	if (in_self((uintptr_t)__builtin_return_address(0))) {
 		guard_up();
-		struct tramp *tr = __libc_malloc(sizeof *tr);
+		struct tramp *tr = ms_libc.malloc(sizeof *tr);
 		int rc;
 		if (!tr) {
 			rc = EAGAIN;
@@ -320,7 +320,7 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 			rc = real_pthread_create(th, mine ? &own : attr, internal_start, tr);
 			pthread_sigmask(SIG_SETMASK, &old, NULL);
 			if (mine) pthread_attr_destroy(&own);
-			if (rc) __libc_free(tr);
+			if (rc) ms_libc.free(tr);
 		}
 		guard_down();
 		return rc;
@@ -514,7 +514,7 @@ int ms_interposed(void) {
 		struct link_map *me = NULL, *libc = NULL, *lm = NULL;
 		Dl_info di;
 		if (!known && self && dladdr1((void *)ms_own_malloc, &di, (void **)&me, RTLD_DL_LINKMAP) &&
-		    dladdr1((void *)__libc_malloc, &di, (void **)&libc, RTLD_DL_LINKMAP) && me && libc &&
+		    dladdr1(libc_text(), &di, (void **)&libc, RTLD_DL_LINKMAP) && me && libc &&
 		    dlinfo(self, RTLD_DI_LINKMAP, &lm) == 0)
 			for (; lm && lm != libc; lm = lm->l_next)
 				if (lm == me) known = 1;

@@ -181,13 +181,11 @@ static int range_add(uintptr_t *los, uintptr_t *his, _Atomic int *n, int max, ui
 // the loader on x86-64, a file address where it is not.
 static uintptr_t dyn_ptr(const struct dl_phdr_info *info, uintptr_t p) { return p < info->dlpi_addr ? p + info->dlpi_addr : p; }
 
-// Notes operator new and new[]'s ranges from libstdc++'s dynamic symbol
-// table, read in memory (no loader call: this may run inside a malloc the
-// loader made). The symbols are counted by the GNU hash table's chains.
-static void opnew_from(const struct dl_phdr_info *info) {
-	static const char *const names[] = {"_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
-	                                    "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
-	                                    "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t"};
+// Calls fn with each function a loaded object's dynamic symbol table
+// defines (its name, address and size), read in memory: no loader call, as
+// this may run inside a malloc the loader made. The symbols are counted by
+// the GNU hash table's chains (or the SysV one's count).
+HIDDEN void dynsym_each(const struct dl_phdr_info *info, void (*fn)(const char *name, uintptr_t addr, size_t size, void *arg), void *arg) {
 	const ElfW(Dyn) *dyn = NULL;
 	for (int i = 0; i < info->dlpi_phnum; i++)
 		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
@@ -218,15 +216,20 @@ static void opnew_from(const struct dl_phdr_info *info) {
 	}
 	for (uint32_t i = first; i <= last; i++) {
 		const ElfW(Sym) *sym = &syms[i];
-		if (ELF64_ST_TYPE(sym->st_info) != STT_FUNC || !sym->st_value || !sym->st_size) continue;
-		const char *name = strs + sym->st_name;
-		if (name[0] != '_' || name[1] != 'Z' || name[2] != 'n') continue;
-		for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
-			if (!strcmp(name, names[k])) {
-				uintptr_t lo = info->dlpi_addr + sym->st_value;
-				range_add(opnew_lo, opnew_hi, &opnew_n, OPNEW_MAX, lo, lo + sym->st_size);
-			}
+		if (ELF64_ST_TYPE(sym->st_info) != STT_FUNC || !sym->st_value || sym->st_shndx == SHN_UNDEF) continue;
+		fn(strs + sym->st_name, info->dlpi_addr + sym->st_value, sym->st_size, arg);
 	}
+}
+
+// Notes operator new and new[]'s ranges from libstdc++'s dynamic symbols.
+static void opnew_found(const char *name, uintptr_t lo, size_t size, void *arg) {
+	static const char *const names[] = {"_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
+	                                    "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
+	                                    "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t"};
+	(void)arg;
+	if (!size || name[0] != '_' || name[1] != 'Z' || name[2] != 'n') return;
+	for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+		if (!strcmp(name, names[k])) range_add(opnew_lo, opnew_hi, &opnew_n, OPNEW_MAX, lo, lo + size);
 }
 
 // The loader's counts of loads and unloads, as one number (0 unknown).
@@ -251,7 +254,7 @@ static int phdr_cb(struct dl_phdr_info *info, size_t sz, void *data) {
 			break;
 		}
 	}
-	if (cxx) opnew_from(info);
+	if (cxx) dynsym_each(info, opnew_found, NULL);
 	return 0;
 }
 

@@ -1,9 +1,16 @@
-/* Every HOST allocator of SPEC §4.1 except pvalloc (valgrind aborts on it). No
- * stdio: its buffers would differ from nothing, but keep the heap ours alone. */
+/* Every HOST allocator of SPEC §4.1 except pvalloc (valgrind aborts on it),
+ * and glibc's own names for them, called by name. No stdio: its buffers
+ * would differ from nothing, but keep the heap ours alone. */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void __libc_free(void *);
 
 static void *volatile sink;
 
@@ -54,5 +61,17 @@ int main(void) {
 	s = strndup("kept for the exit summary", 9);
 	sink = s;
 	free(NULL); /* nothing */
+	/* glibc's names, mixed with the plain ones */
+	void *lm = malloc(41);
+	__libc_free(lm);
+	lm = __libc_malloc(42);
+	free(lm);
+	lm = __libc_calloc(3, 43);
+	lm = __libc_realloc(lm, 4400);
+	__libc_free(lm);
+	lm = __libc_memalign(64, 45);
+	__libc_free(lm);
+	lm = __libc_malloc(46); /* kept */
+	sink = lm;
 	return 0;
 }
