@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -212,6 +213,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 	}
 	dec := newDecoder(sp, dir, meta, cfg, opt.MapsFile, torch)
 	var outside uint64
+	maxStep := 0 // the latest step the capture began
 	var oom oomWatch
 	exp, err := export.NewSet(cfg.Export)
 	if err != nil {
@@ -236,6 +238,7 @@ func Convert(dir string, opt Options) (*Result, error) {
 					res.DeviceSeen = true
 				}
 				oom.observe(e)
+				maxStep = max(maxStep, e.Step)
 				exp.Observe(e)
 				observe(runs, false, e)
 			}
@@ -276,6 +279,16 @@ func Convert(dir string, opt Options) (*Result, error) {
 	res.Unwritten, res.Order = dec.Unwritten(), dec.Order()
 	if outside > 0 {
 		res.Unwritten[spool.NotWrittenSteps] = outside
+	}
+	var never []string
+	for _, id := range cfg.Steps {
+		if id > maxStep {
+			never = append(never, strconv.Itoa(id))
+		}
+	}
+	if len(never) > 0 && err == nil {
+		// (else an id mistyped reads as a step with nothing in it)
+		logx.WarnTo(opt.Console, "process %d: --steps: step %s never began (the capture's last step is %d): no rows of it", meta.Pid, strings.Join(never, ", "), maxStep)
 	}
 	if inLogs.n > 0 {
 		res.Unwritten[spool.NotWrittenInLogs] = inLogs.n

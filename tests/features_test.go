@@ -122,6 +122,15 @@ func TestStepsFilter(t *testing.T) {
 	if exitBytes != 20003 {
 		t.Errorf("with --steps=2 the leak report's exit leaks total %d bytes, want 20003 (the block kept in step 3)", exitBytes)
 	}
+	// A step the run never began is said (it wrote nothing of it, as an
+	// empty step: a mistyped id read as one).
+	r := mustRun(t, 0, filepath.Join(t.TempDir(), "out"), "--steps=2,9", bin)
+	if n := strings.Count(r.Stderr, "--steps: step 9 never began"); n != 1 {
+		t.Errorf("step 9 said %d times, want once:\n%s", n, r.Stderr)
+	}
+	if r := mustRun(t, 0, filepath.Join(t.TempDir(), "out"), "--steps=2", bin); strings.Contains(r.Stderr, "never began") {
+		t.Errorf("a step that began said as never begun:\n%s", r.Stderr)
+	}
 }
 
 // TestOwnMappingsInvisible: an anonymous mmap/munmap of the program is a

@@ -265,6 +265,11 @@ func TestReportHTMLRun(t *testing.T) {
 	for _, p := range man.Processes {
 		onlyFile(t, filepath.Join(p.Folder, "export", "report_*.html"))
 	}
+	// --timeline of the output folder is its main process's: said, with
+	// the count (it read one process of several without a word).
+	if tl := runCLI(t, 60*time.Second, "", "--timeline", "--input="+out); tl.Code != 0 || !strings.Contains(tl.Stderr, "holds 2 traced processes: the timeline is the main one's") {
+		t.Errorf("--timeline of the run's folder: exit %d\n%s", tl.Code, tl.Stderr)
+	}
 	page := onlyFile(t, filepath.Join(out, "export", "report_*.html"))
 	if !strings.Contains(r.Stderr, "report of the run's 2 processes written to "+page) {
 		t.Errorf("the console does not name %s:\n%s", page, r.Stderr)

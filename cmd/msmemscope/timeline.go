@@ -6,6 +6,7 @@ import (
 
 	"msmemscope/analyzer"
 	"msmemscope/cmd/msmemscope/cli"
+	"msmemscope/internal/logx"
 	"msmemscope/spool"
 	"msmemscope/trace"
 )
@@ -18,6 +19,13 @@ func timeline(inv *cli.Invocation) int {
 	found, err := spool.Find(in)
 	if err != nil {
 		return usage(fmt.Errorf("--input %v", err))
+	}
+	if found.Output {
+		// An output folder: its main process (a program's children have
+		// their own capture folders, named here).
+		if n := len(spool.Captures(in)); n > 1 {
+			logx.Warnf("--input %s holds %d traced processes: the timeline is the main one's (%s); give another's capture folder for its own", in, n, found.Capture)
+		}
 	}
 	if !found.HasSpool() { // a file: one that is not an input is a usage error
 		f, err := spool.Open(in, trace.OpenOptions{Lean: true})
