@@ -164,7 +164,7 @@ func Open(path string, opt trace.OpenOptions) (trace.Input, error) {
 		return nil, err
 	}
 	if f.File == "" {
-		if dumps := DumpFiles(f.Capture); len(dumps) > 0 {
+		if dumps := DumpFiles(f.Capture); len(dumps) > 0 && !(opt.Capture && f.HasSpool()) {
 			return trace.Open(dumps[len(dumps)-1], opt)
 		}
 		return openSpoolInput(f, opt)

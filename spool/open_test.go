@@ -135,6 +135,18 @@ func TestOpenAnyInput(t *testing.T) {
 		}
 		in.Close()
 	}
+	// Capture: the spool, whole, all the same (a dump may be --steps
+	// filtered); a dump file named is still that dump.
+	for p, wantFormat := range map[string]string{capDir: FormatSpool, out: FormatSpool, dump: trace.FormatCSV} {
+		in, err := Open(p, trace.OpenOptions{Capture: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Format() != wantFormat {
+			t.Errorf("Open(%s, Capture): %s, want %s", p, in.Format(), wantFormat)
+		}
+		in.Close()
+	}
 }
 
 func TestFindErrors(t *testing.T) {

@@ -43,6 +43,9 @@ type RowOffset struct {
 
 // OpenOptions tune Open.
 type OpenOptions struct {
+	// Capture reads a capture folder's spool, whole, even where it holds
+	// dumps (the newest, read otherwise, may be one --steps filtered).
+	Capture bool
 	// Lean leaves out what analyses rarely need and what costs most to read:
 	// Extra (the Attr pairs other than the typed ones), PyStack and CStack.
 	// Every column is still checked. Lookup gives complete rows.

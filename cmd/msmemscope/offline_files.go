@@ -36,8 +36,11 @@ func exitFor(err error) int {
 
 // openInput opens --input path for reading (spool.Open: a dump file, a
 // capture folder, an output folder, a spool or a rotated log).
-func openInput(in string) (trace.Input, error) {
-	f, err := spool.Open(in, trace.OpenOptions{Lean: true, Reuse: true,
+func openInput(in string) (trace.Input, error) { return openInputWith(in, trace.OpenOptions{}) }
+
+// openInputWith is openInput with opt's Capture.
+func openInputWith(in string, opt trace.OpenOptions) (trace.Input, error) {
+	f, err := spool.Open(in, trace.OpenOptions{Lean: true, Reuse: true, Capture: opt.Capture,
 		Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindKernelLaunch, trace.KindMalloc, trace.KindFree,
 			trace.KindMstx, trace.KindSystem}}) // the last two for the launches' steps
 	if err != nil {
@@ -52,7 +55,9 @@ func compare(inv *cli.Invocation) int {
 	var seqs []*analyzer.LaunchSeq
 	prog := analyzer.NewProgress("compare")
 	for _, in := range inv.Inputs {
-		si, err := openInput(in)
+		// (a capture folder: its whole spool, as --timeline reads it, not
+		// its newest dump, which --steps may have filtered)
+		si, err := openInputWith(in, trace.OpenOptions{Capture: true})
 		if err != nil {
 			prog.Done()
 			return exitFor(err)
