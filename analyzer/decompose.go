@@ -209,15 +209,36 @@ func appendDecomposeLine(b []byte, kind string, s DecomposeStat) []byte {
 	return append(b, '\n')
 }
 
-// Summary is the console report: one line per category.
+// decomposeOwnersShown is how many owners the console lists.
+const decomposeOwnersShown = 10
+
+// Summary is the console report: one line per category, then the owners
+// within them.
 func (r *DecomposeReport) Summary() string {
 	var sb strings.Builder
 	sb.WriteString("decompose (peak / end bytes per owner):\n")
 	if len(r.Categories) == 0 && len(r.Devices) == 0 {
 		sb.WriteString("  none: no block was recorded\n")
 	}
+	cats := map[string]bool{}
 	for _, s := range r.Categories {
+		cats[s.Name] = true
 		fmt.Fprintf(&sb, "  %-16s peak %12d  end %12d  (%d allocations)\n", s.Name, s.Peak, s.End, s.Blocks)
+	}
+	// The owners within them (describe() tags, PyTorch's roles), largest
+	// first, as many as fit a glance: the CSV has every one.
+	var owners []DecomposeStat
+	for _, s := range r.Owners {
+		if !cats[s.Name] {
+			owners = append(owners, s)
+		}
+	}
+	for i, s := range owners {
+		if i == decomposeOwnersShown {
+			fmt.Fprintf(&sb, "    … %d owners more in the decompose CSV\n", len(owners)-i)
+			break
+		}
+		fmt.Fprintf(&sb, "    %-14s peak %12d  end %12d  (%d allocations)\n", s.Name, s.Peak, s.End, s.Blocks)
 	}
 	for _, d := range r.Devices {
 		sb.WriteString(d.summary())

@@ -1,6 +1,7 @@
 package analyzer
 
 import (
+	"fmt"
 	"maps"
 	"strconv"
 	"strings"
@@ -129,5 +130,24 @@ func TestDecomposeTensorBeforeItsSegment(t *testing.T) {
 func TestDecomposeSummaryOfNothing(t *testing.T) {
 	if got := (&DecomposeReport{}).Summary(); got != "decompose (peak / end bytes per owner):\n  none: no block was recorded\n" {
 		t.Errorf("summary %q", got)
+	}
+}
+
+// The console lists the owners within the categories (describe() tags,
+// PyTorch's roles), which it left to the CSV, and stops at ten.
+func TestDecomposeSummaryListsOwners(t *testing.T) {
+	r := &DecomposeReport{
+		Categories: []DecomposeStat{{Name: "HOST", Peak: 5000, End: 100, Blocks: 9}},
+		Owners:     []DecomposeStat{{Name: "HOST@loader", Peak: 3500, Blocks: 2}, {Name: "HOST", Peak: 5000, End: 100, Blocks: 9}},
+	}
+	got := r.Summary()
+	if !strings.Contains(got, "\n    HOST@loader    peak         3500  end            0  (2 allocations)\n") || strings.Count(got, "HOST ") != 1 {
+		t.Errorf("summary:\n%s", got)
+	}
+	for i := 0; i < 12; i++ {
+		r.Owners = append(r.Owners, DecomposeStat{Name: fmt.Sprintf("HOST@t%d", i), Peak: 1})
+	}
+	if got := r.Summary(); !strings.Contains(got, "… 3 owners more in the decompose CSV") {
+		t.Errorf("summary of 13 owners:\n%s", got)
 	}
 }
