@@ -611,7 +611,9 @@ static int is_libcuda(void *h) {
 // own handle for one (Python's ctypes.CDLL("libc.so.6").malloc) gets this
 // library's, as it does by name: else its blocks would go unrecorded.
 static const char *const alloc_names[] = {"malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign",
-                                          "aligned_alloc", "memalign", "valloc", "pvalloc", "mmap", "mmap64", "munmap"};
+                                          "aligned_alloc", "memalign", "valloc", "pvalloc", "mmap", "mmap64", "munmap",
+                                          "__libc_malloc", "__libc_free", "__libc_calloc", "__libc_realloc",
+                                          "__libc_memalign", "__libc_valloc", "__libc_pvalloc"};
 
 static __thread int picking __attribute__((tls_model("initial-exec"))); // ms_interposed asks dlsym itself, once
 

@@ -96,3 +96,48 @@ func TestLibcFramesKept(t *testing.T) {
 	}
 	t.Logf("%d blocks libc made, stacks as valgrind's", len(want))
 }
+
+// TestReplacedAllocator: a program linked with an allocator that replaces
+// glibc's (as jemalloc and tcmalloc do, defining glibc's own names
+// __libc_malloc... too) keeps it: msmemscope forwards to the names' next
+// definition, the allocator's (it went to glibc's, and the allocator's
+// malloc_usable_size got a block that was not its: exit 99). glibc's names
+// taken with dlsym from libc's handle are msmemscope's too: a block freed
+// with __libc_free is not left live, one from __libc_malloc is recorded.
+func TestReplacedAllocator(t *testing.T) {
+	lib := compile(t, "fakealloc.c", "", "-shared", "-fPIC")
+	bin := compile(t, "usefake.c", "", lib, "-Wl,-rpath,"+filepath.Dir(lib))
+	if r := mustRun(t, 0, filepath.Join(t.TempDir(), "out"), bin); !strings.Contains(r.Stdout, "usable=100") {
+		t.Errorf("the allocator's malloc_usable_size: %q", r.Stdout)
+	}
+	bin = compile(t, "libcdlsym.c", "", "-ldl")
+	out := filepath.Join(t.TempDir(), "out")
+	r := mustRun(t, 0, out, bin)
+	if strings.Contains(r.Stderr, "no recorded MALLOC precedes") {
+		t.Errorf("FREEs without their MALLOC:\n%s", r.Stderr)
+	}
+	live := map[uint64]uint64{}
+	mallocs := 0
+	scanDump(t, readManifest(t, out).main(t).Dump, true, func(e *trace.Event) {
+		if e.Type != trace.TypeHost {
+			return
+		}
+		switch e.Kind {
+		case trace.KindMalloc:
+			live[e.Ptr] = e.Size
+			if (e.Size >= 1000 && e.Size < 1005) || (e.Size >= 2000 && e.Size < 2005) {
+				mallocs++
+			}
+		case trace.KindFree:
+			delete(live, e.Ptr)
+		}
+	})
+	if mallocs != 10 {
+		t.Errorf("%d MALLOCs of the ten blocks, want 10", mallocs)
+	}
+	for _, size := range live {
+		if (size >= 1000 && size < 1005) || (size >= 2000 && size < 2005) {
+			t.Errorf("a block of %d B is live at exit: the program freed every one", size)
+		}
+	}
+}
