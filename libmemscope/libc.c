@@ -1,5 +1,6 @@
-// glibc's allocator functions, found in libc's dynamic symbol table (in
-// memory: no loader call that could allocate) the first time one is needed.
+// glibc's allocator functions (or those of an allocator that replaces it),
+// found in the loaded objects' dynamic symbol tables (in memory: no loader
+// call that could allocate) the first time one is needed.
 // msmemscope exports __libc_malloc and its family (hooks.c): a program that
 // calls them by name is recorded as one that calls malloc, and blocks it
 // frees with __libc_free are not left live.
