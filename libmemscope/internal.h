@@ -57,7 +57,7 @@ typedef struct {
 	void *(*pvalloc)(size_t);
 } ms_libc_fns;
 extern ms_libc_fns ms_libc HIDDEN;
-HIDDEN void *libc_text(void); // an address in glibc's text
+HIDDEN void *libc_text(void); // an address in the allocator's text (glibc's)
 extern void *__libc_stack_end;
 
 // This library's own text, for telling its threads and frames apart.

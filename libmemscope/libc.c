@@ -109,7 +109,8 @@ static void libc_resolve(void) {
 	atomic_store_explicit((_Atomic(void *) *)&ms_libc.pvalloc, fn[6], memory_order_relaxed);
 }
 
-// An address in glibc's text (its allocator's), found now if not yet.
+// An address in the allocator's text (glibc's, or that of the library that
+// replaces it), found now if not yet.
 HIDDEN void *libc_text(void) {
 	if (ms_libc.malloc == boot_malloc) libc_resolve();
 	return (void *)ms_libc.malloc;
