@@ -103,13 +103,13 @@ func msgo_analyze(name, kwargs *C.char) *C.char {
 //export msgo_export
 func msgo_export(input, formats, output *C.char) *C.char {
 	in, fs, o := C.GoString(input), C.GoString(formats), C.GoString(output)
-	return call(analyzer.ErrorKind, func() (any, error) {
+	return out(reply.Run(analyzer.ErrorKind, func() (any, string, error) {
 		var list []string
 		if fs != "" {
 			list = strings.Split(fs, ",")
 		}
-		return libmemscope.Export(in, list, o)
-	})
+		return libmemscope.Export(in, list, o) // (text: what a file lacks)
+	}))
 }
 
 //export msgo_window_begin

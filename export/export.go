@@ -191,22 +191,23 @@ func writeFile(dir, name, ext string, encode func(io.Writer) error) (string, err
 // File exports an input's events (any input spool.Open reads: a dump file,
 // a capture folder's newest dump or its spool, a rotated log) into dir,
 // stamped with the time now; it returns the paths written.
-func File(in trace.Input, dir string, formats []string) ([]string, error) {
+func File(in trace.Input, dir string, formats []string) (paths, notes []string, err error) {
 	set, err := NewSet(formats)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for {
 		e, err := in.Next()
 		if err != nil {
-			return nil, &InputError{err}
+			return nil, nil, &InputError{err}
 		}
 		if e == nil {
 			break
 		}
 		set.Observe(e)
 	}
-	return set.Write(dir, safefs.Stamp(time.Now()))
+	paths, err = set.Write(dir, safefs.Stamp(time.Now()))
+	return paths, set.Notes(), err
 }
 
 // InputError is a failure to read File's input (a file cut short or

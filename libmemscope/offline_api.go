@@ -53,18 +53,19 @@ func Analyze(name, kwargs string) (*analyzer.Result, error) {
 // Export writes input's events (a dump file, a capture or output folder, a
 // spool or rotated log) in formats (config.ExportFormats; empty: all) into
 // output/export, or, without output, into the capture's export folder (the
-// input's own folder for a file outside a capture). It returns the paths.
-func Export(input string, formats []string, output string) ([]string, error) {
+// input's own folder for a file outside a capture). It returns the paths,
+// and what a file lacks (an empty memory_viz snapshot), one line each.
+func Export(input string, formats []string, output string) (paths []string, notes string, err error) {
 	if len(formats) == 0 {
 		formats = config.ExportFormats
 	}
 	for _, f := range formats {
 		if !slices.Contains(config.ExportFormats, f) {
-			return nil, fmt.Errorf("unknown export format %q: the formats are %s", f, strings.Join(config.ExportFormats, ", "))
+			return nil, "", fmt.Errorf("unknown export format %q: the formats are %s", f, strings.Join(config.ExportFormats, ", "))
 		}
 	}
 	if _, err := os.Stat(input); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	dir := output
 	if dir == "" {
@@ -78,8 +79,12 @@ func Export(input string, formats []string, output string) ([]string, error) {
 	}
 	in, err := spool.Open(input, export.ReadOptions(formats))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer in.Close()
-	return export.File(in, filepath.Join(dir, export.Dir), formats)
+	paths, ns, err := export.File(in, filepath.Join(dir, export.Dir), formats)
+	for _, n := range ns {
+		notes += n + "\n"
+	}
+	return paths, notes, err
 }

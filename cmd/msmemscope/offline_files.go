@@ -16,6 +16,7 @@ import (
 	"msmemscope/collect"
 	"msmemscope/config"
 	"msmemscope/export"
+	"msmemscope/internal/logx"
 	"msmemscope/internal/safefs"
 	"msmemscope/spool"
 	"msmemscope/trace"
@@ -213,9 +214,12 @@ func exportFile(path, dir string, formats []string) error {
 		return collect.BadInput(err)
 	}
 	defer in.Close()
-	paths, err := export.File(in, dir, formats)
+	paths, notes, err := export.File(in, dir, formats)
 	for _, p := range paths {
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: export written to %s\n", path, p)
+	}
+	for _, n := range notes {
+		logx.Warnf("%s: %s", path, n)
 	}
 	if ie := (*export.InputError)(nil); errors.As(err, &ie) {
 		return collect.BadInput(err)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _lib
@@ -147,4 +148,6 @@ def export(input_path: PathLike, formats: Optional[Union[str, Sequence[str]]] = 
             raise TypeError("formats: each format must be a str, got %s" % type(f).__name__)
     out = _lib.path_arg("output", output).encode() if output is not None else b""
     res = _lib.call("msmemscope_export", _lib.path_arg("input_path", input_path).encode(), ",".join(names).encode(), out)
+    for note in (res.get("text") or "").splitlines():  # what a file lacks, as the CLI says it
+        warnings.warn("msmemscope: " + note, RuntimeWarning, stacklevel=2)
     return res["result"]
