@@ -140,6 +140,10 @@ func Convert(dir string, opt Options) (*Result, error) {
 	// the spool is opened, and its spool only grows (end.json's size is
 	// then no more than what was opened).
 	end := spool.ReadEnd(dir)
+	if _, serr := os.Stat(filepath.Join(dir, spool.SpoolDir, spool.EndFile)); end == nil && serr == nil {
+		// (read as a run that did not end normally: what its spool holds)
+		logx.WarnTo(opt.Console, "%s: %s cannot be read (damaged): the capture is read as a run that did not end normally", dir, filepath.Join(spool.SpoolDir, spool.EndFile))
+	}
 	sp, err := spool.OpenCaptureEnded(dir, end)
 	if err != nil {
 		return nil, BadInput(err)

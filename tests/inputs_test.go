@@ -163,6 +163,17 @@ func TestDamagedInputsExit2(t *testing.T) {
 		}
 		oneLineError(t, r, c.want...)
 	}
+	// A capture whose end.json is damaged: converted as a run that did not
+	// end normally, said (it was without a word).
+	endOut := filepath.Join(tmp, "end")
+	mustRun(t, 0, endOut, bin)
+	endCap := readManifest(t, endOut).main(t).Folder
+	if err := os.WriteFile(filepath.Join(endCap, "spool", "end.json"), []byte("{garbage"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, 60*time.Second, tmp, "--input="+endCap); r.Code != 0 || !strings.Contains(r.Stderr, "end.json cannot be read (damaged)") || !strings.Contains(r.Stderr, "did not end normally") {
+		t.Errorf("--input of a capture with a damaged end.json: exit %d\n%s", r.Code, r.Stderr)
+	}
 	// An output folder where one capture of two is damaged: the other is
 	// converted, the damaged one left out with a warning.
 	mixed := filepath.Join(tmp, "mixed")
