@@ -71,10 +71,10 @@ type Rotator struct {
 	// the drain either way): one batch in flight at most. Everything else
 	// that compresses (a new log's prologue, inherited and AHED chunks)
 	// joins it first, so one encoder serves both.
-	full      bool // the disk is full and no log is left to delete: nothing more is written
 	fly       *inflight
 	spare     [2][]byte // the out buffers of the batch in flight, free again once it is written
 	rawFramed uint64    // raw bytes compressed so far (with Written: the ratio that estimates a batch in flight)
+	full      bool      // the disk is full and no log is left to delete: nothing more is written
 	// OnWritten is called once for each Write, when the frames of its batch
 	// are in their logs (a crash handler waits for that: libmemscope).
 	OnWritten func()
@@ -213,11 +213,11 @@ func (r *Rotator) frame(lf *logFile, raw []byte) error {
 	if len(raw) == 0 {
 		return nil
 	}
-	z := r.enc.EncodeAll(raw, r.zbuf[:0])
-	r.zbuf = z // reused: a frame's output is garbage once written
 	if r.full {
 		return errLogsFull
 	}
+	z := r.enc.EncodeAll(raw, r.zbuf[:0])
+	r.zbuf = z // reused: a frame's output is garbage once written
 	if err := appendFrame(lf.f, z); err != nil {
 		r.roomAfter(err)
 		return err
@@ -321,17 +321,14 @@ func (r *Rotator) join() error {
 		r.Written += uint64(f.n[i])
 		r.rawFramed += uint64(f.raw[i])
 	}
+	if f.err != nil {
+		r.roomAfter(f.err)
+	}
 	return f.err
 }
 
 // Flush waits until every batch written is in its log.
-func (r *Rotator) Flush() error {
-	err := r.join()
-	if err != nil {
-		r.roomAfter(err)
-	}
-	return err
-}
+func (r *Rotator) Flush() error { return r.join() }
 
 // Write takes drained chunks (the spool's chunk format), notes what later
 // logs must repeat, and appends them to the logs they belong to.
@@ -362,9 +359,6 @@ func (r *Rotator) Write(chunks []byte) error {
 	r.RawBytes += uint64(len(chunks))
 	r.last = len(chunks)
 	jerr := r.join() // (the batch at hand goes out even if the last one failed)
-	if jerr != nil {
-		r.roomAfter(jerr)
-	}
 	if r.full {
 		return errLogsFull
 	}

@@ -371,19 +371,7 @@ func TestMainPthreadExit(t *testing.T) {
 		if c := readConfig(t, m.Folder); c.Ended != "exit" {
 			t.Errorf("%q: config.json: ended %q, want exit", args, c.Ended)
 		}
-		live := map[uint64]uint64{} // address → size
-		for _, e := range readDump(t, m.Dump) {
-			if e.Type != trace.TypeHost {
-				continue
-			}
-			switch e.Kind {
-			case trace.KindMalloc:
-				live[e.Ptr] = e.Size
-			case trace.KindFree:
-				delete(live, e.Ptr)
-			}
-		}
-		for _, size := range live {
+		for _, size := range liveHost(t, m.Dump, nil) {
 			if size == 123 || size == 789 || size == 4567 {
 				t.Errorf("%q: the block of %d B main's destructors free is live at exit", args, size)
 			}

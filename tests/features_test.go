@@ -287,52 +287,36 @@ func TestCallStackWithoutFramePointers(t *testing.T) {
 	bin := compile(t, src, "O2", "-O2", "-fomit-frame-pointer")
 	out := filepath.Join(t.TempDir(), "out")
 	mustRun(t, 0, out, "--call-stack=c:8", bin)
-	var stack string
-	for _, e := range readDump(t, readManifest(t, out).main(t).Dump) {
-		if e.Kind == trace.KindMalloc && e.Size == 4323 {
-			stack = e.CStack
-		}
-	}
-	var want []string
-	for _, f := range [][2]string{{"leaf", "LEAF"}, {"mid", "MID"}, {"top", "TOP"}, {"main", "MAIN"}} {
-		want = append(want, fmt.Sprintf("%s nofp.c:%d (nofp)", f[0], sourceLine(t, src, f[1])))
-	}
-	if fs := frames(stack); len(fs) < len(want) || !slices.Equal(fs[:len(want)], want) {
-		t.Errorf("stack of leaf's block: %q, want it to begin %q", stack, want)
-	}
+	stackBegins(t, out, 4323, src, "nofp", [][2]string{{"leaf", "LEAF"}, {"mid", "MID"}, {"top", "TOP"}, {"main", "MAIN"}})
 	// A function without a frame pointer between two with: the walk goes
 	// on from it with its CFI (it went from work to main, top lost).
 	src = filepath.Join(progsDir, "fpmix.c")
 	bin = compile(t, src, "O2", "-O2", "-fno-omit-frame-pointer")
 	out = filepath.Join(t.TempDir(), "out")
 	mustRun(t, 0, out, "--call-stack=c:8", bin)
-	stack = ""
-	for _, e := range readDump(t, readManifest(t, out).main(t).Dump) {
-		if e.Kind == trace.KindMalloc && e.Size == 4001 {
-			stack = e.CStack
-		}
-	}
-	want = nil
-	for _, f := range [][2]string{{"use", "USE"}, {"work", "WORK"}, {"top", "TOP"}, {"main", "MAIN"}} {
-		want = append(want, fmt.Sprintf("%s fpmix.c:%d (fpmix)", f[0], sourceLine(t, src, f[1])))
-	}
-	if fs := frames(stack); len(fs) < len(want) || !slices.Equal(fs[:len(want)], want) {
-		t.Errorf("stack of use's block: %q, want it to begin %q", stack, want)
-	}
+	stackBegins(t, out, 4001, src, "fpmix", [][2]string{{"use", "USE"}, {"work", "WORK"}, {"top", "TOP"}, {"main", "MAIN"}})
 	// apply keeps no frame pointer and a count in rbp across its call: the
 	// walk goes on from it with its CFI (it ended at apply).
-	stack = ""
+	stackBegins(t, out, 4103, src, "fpmix", [][2]string{{"cb", "CB"}, {"apply", "APPLY"}, {"top2", "T2"}, {"main", "M2"}})
+}
+
+// stackBegins checks that the C stack of the block of size bytes in out's
+// capture begins with the frames named: a function of src (module mod) and
+// the marker of its line.
+func stackBegins(t *testing.T, out string, size uint64, src, mod string, fns [][2]string) {
+	t.Helper()
+	var stack string
 	for _, e := range readDump(t, readManifest(t, out).main(t).Dump) {
-		if e.Kind == trace.KindMalloc && e.Size == 4103 {
+		if e.Kind == trace.KindMalloc && e.Size == size {
 			stack = e.CStack
 		}
 	}
-	want = nil
-	for _, f := range [][2]string{{"cb", "CB"}, {"apply", "APPLY"}, {"top2", "T2"}, {"main", "M2"}} {
-		want = append(want, fmt.Sprintf("%s fpmix.c:%d (fpmix)", f[0], sourceLine(t, src, f[1])))
+	var want []string
+	for _, f := range fns {
+		want = append(want, fmt.Sprintf("%s %s:%d (%s)", f[0], filepath.Base(src), sourceLine(t, src, f[1]), mod))
 	}
 	if fs := frames(stack); len(fs) < len(want) || !slices.Equal(fs[:len(want)], want) {
-		t.Errorf("stack of cb's block: %q, want it to begin %q", stack, want)
+		t.Errorf("stack of the %d-byte block: %q, want it to begin %q", size, stack, want)
 	}
 }
 

@@ -751,3 +751,26 @@ func pythonPath(t *testing.T) string {
 	}
 	return p
 }
+
+// liveHost is the HOST blocks a dump leaves live (address to size), its
+// MALLOCs and FREEs paired by address in row order; each HOST row is handed
+// to each first, when it is not nil.
+func liveHost(t *testing.T, dump string, each func(e *trace.Event)) map[uint64]uint64 {
+	t.Helper()
+	live := map[uint64]uint64{}
+	scanDump(t, dump, true, func(e *trace.Event) {
+		if e.Type != trace.TypeHost {
+			return
+		}
+		if each != nil {
+			each(e)
+		}
+		switch e.Kind {
+		case trace.KindMalloc:
+			live[e.Ptr] = e.Size
+		case trace.KindFree:
+			delete(live, e.Ptr)
+		}
+	})
+	return live
+}

@@ -116,20 +116,10 @@ func TestReplacedAllocator(t *testing.T) {
 	if strings.Contains(r.Stderr, "no recorded MALLOC precedes") {
 		t.Errorf("FREEs without their MALLOC:\n%s", r.Stderr)
 	}
-	live := map[uint64]uint64{}
 	mallocs := 0
-	scanDump(t, readManifest(t, out).main(t).Dump, true, func(e *trace.Event) {
-		if e.Type != trace.TypeHost {
-			return
-		}
-		switch e.Kind {
-		case trace.KindMalloc:
-			live[e.Ptr] = e.Size
-			if (e.Size >= 1000 && e.Size < 1005) || (e.Size >= 2000 && e.Size < 2005) {
-				mallocs++
-			}
-		case trace.KindFree:
-			delete(live, e.Ptr)
+	live := liveHost(t, readManifest(t, out).main(t).Dump, func(e *trace.Event) {
+		if e.Kind == trace.KindMalloc && ((e.Size >= 1000 && e.Size < 1005) || (e.Size >= 2000 && e.Size < 2005)) {
+			mallocs++
 		}
 	})
 	if mallocs != 10 {
