@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"encoding/binary"
 	"sort"
 
 	"msmemscope/format"
@@ -71,6 +72,7 @@ type lastEvent struct {
 	rec  mallocRec // that MALLOC, whole
 	bal  int32     // MALLOCs less FREEs noted (the state carried in counts as one)
 	seq  int32     // the log the latest event went to
+	post uint32    // while a cut settles: the state after it, in liveTable.post (plus 1; 0 none)
 	set  bool
 	free bool // whether the latest event by time is a FREE
 	mSet bool // a MALLOC was noted
@@ -153,34 +155,56 @@ func (r *Rotator) late(key spool.BlockKey, at when, seq int, rec *spool.Rec) boo
 }
 
 // settle ends a cut: the blocks live before it are the new log's inherited
-// ones (returned, by thread, as full records flagged FInherit); then what
-// came after it becomes the present, and addresses last freed before the
-// previous cut are forgotten (no record that late is expected).
-func (r *Rotator) settle() map[int32][]byte {
+// ones (returned as INHR chunks, a thread's in a chunk of its own in
+// address order, their MALLOCs flagged FInherit); then what came after it
+// becomes the present, and addresses last freed before the previous cut
+// are forgotten (no record that late is expected). The chunks are built
+// in one buffer: with a million blocks live, a buffer per thread and a
+// copy of them all held three times their size at once.
+func (r *Rotator) settle() []byte {
 	lt := r.live
 	type keyAt struct {
+		k   spool.BlockKey
+		i   uint32
+		tid int32
+	}
+	live := make([]keyAt, 0, lt.idx.Len()) // (no doubling: a million blocks live, a copy of 16 MB less)
+	lt.each(func(k spool.BlockKey, i uint32) {
+		if pre := lt.at(i); pre.set && pre.live() {
+			live = append(live, keyAt{k, i, pre.mAt.tid})
+		}
+	})
+	sort.Slice(live, func(a, b int) bool {
+		if live[a].tid != live[b].tid {
+			return live[a].tid < live[b].tid
+		}
+		return keyLess(live[a].k, live[b].k)
+	})
+	out := make([]byte, 0, len(live)*spool.RecSize+spool.ChunkHdrSize)
+	for j := 0; j < len(live); {
+		tid, hdr := live[j].tid, len(out)
+		out = spool.AppendChunk(out, format.InheritMagic, tid, nil) // its count and checksum below
+		for ; j < len(live) && live[j].tid == tid; j++ {
+			ka := live[j]
+			b := lt.at(ka.i)
+			rec := lt.rec(&b.rec, ka.k)
+			rec.TS = 1 // live when this log began: readers date it first
+			rec.Flags |= format.FInherit
+			out = spool.AppendRec(out, &rec)
+		}
+		body := out[hdr+spool.ChunkHdrSize:]
+		binary.LittleEndian.PutUint32(out[hdr+format.ChunkNUnitOff:], uint32(len(body)/spool.UnitSize))
+		binary.LittleEndian.PutUint32(out[hdr+format.ChunkCRCOff:], spool.ChunkCRC(tid, body))
+	}
+	live = nil
+	type keyPlace struct {
 		k spool.BlockKey
 		i uint32
 	}
-	var live []keyAt
-	lt.each(func(k spool.BlockKey, i uint32) {
-		if pre := lt.at(i); pre.set && pre.live() {
-			live = append(live, keyAt{k, i})
-		}
-	})
-	sort.Slice(live, func(a, b int) bool { return keyLess(live[a].k, live[b].k) })
-	inherited := map[int32][]byte{}
-	for _, ka := range live {
-		b := lt.at(ka.i)
-		rec := lt.rec(&b.rec, ka.k)
-		rec.TS = 1 // live when this log began: readers date it first
-		rec.Flags |= format.FInherit
-		inherited[b.mAt.tid] = spool.AppendRec(inherited[b.mAt.tid], &rec)
-	}
-	var gone []keyAt
+	var gone []keyPlace
 	lt.each(func(k spool.BlockKey, i uint32) {
 		pre := lt.at(i)
-		if post := lt.post[i]; post != nil { // later than anything before the cut
+		if post := lt.postOf(i); post != nil { // later than anything before the cut
 			merged := pre.then(post)
 			if pre.rec.long != merged.rec.long {
 				lt.dropLong(&pre.rec)
@@ -192,15 +216,15 @@ func (r *Rotator) settle() map[int32][]byte {
 			pre.bal = 0
 		}
 		if !pre.live() && pre.at.t < r.prevCut {
-			gone = append(gone, keyAt{k, i})
+			gone = append(gone, keyPlace{k, i})
 		}
 	})
-	clear(lt.post)
+	lt.post = lt.post[:0]
 	for _, ka := range gone {
 		lt.remove(ka.k, ka.i)
 	}
 	r.prevCut = r.cut
-	return inherited
+	return out
 }
 
 // keyLess orders blocks by address, then kind.
@@ -220,7 +244,7 @@ func (r *Rotator) LiveHost() (blocks []LiveBlock) {
 			return
 		}
 		l := *r.live.at(i)
-		if post := r.live.post[i]; post != nil {
+		if post := r.live.postOf(i); post != nil {
 			l = l.then(post)
 		}
 		if l.live() && l.mSet {

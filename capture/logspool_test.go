@@ -3,6 +3,7 @@ package capture
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -53,7 +54,7 @@ func combined(t *testing.T, capDir string) [][5]uint64 {
 
 // rotatedCapture writes a rotating capture of 30 batches (two threads,
 // 200 of every 20,000 blocks left live) in 4 MiB logs, and a late.bin.
-func rotatedCapture(t *testing.T) (capDir string) {
+func rotatedCapture(t *testing.T, stored bool) (capDir string) {
 	t.Helper()
 	capDir = t.TempDir()
 	dir := filepath.Join(capDir, spool.SpoolDir)
@@ -61,6 +62,9 @@ func rotatedCapture(t *testing.T) (capDir string) {
 	r, err := NewRotator(dir, 42, 4, 1)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.storeAll = stored; !stored {
+		r.storeFrom = math.MaxInt
 	}
 	tick := uint64(1_000_000)
 	for d := 0; d < 30; d++ {
@@ -79,6 +83,9 @@ func rotatedCapture(t *testing.T) (capDir string) {
 		}
 	}
 	r.Close()
+	if stored != (r.Written >= r.RawBytes) {
+		t.Fatalf("stored %v: %d raw bytes, %d written", stored, r.RawBytes, r.Written)
+	}
 	var late bytes.Buffer
 	spool.WriteHeader(&late, 42)
 	late.Write(chunkOf(7, [][4]uint64{{tick + 10, 0x10000000, 0, format.RFree}}))
@@ -90,7 +97,12 @@ func rotatedCapture(t *testing.T) (capDir string) {
 // their decompressed concatenation gives: whole, with a log cut off by a
 // kill, and with a damaged frame.
 func TestOpenCaptureReadsLogsInPlace(t *testing.T) {
-	capDir := rotatedCapture(t)
+	t.Run("compressed", func(t *testing.T) { readsLogsInPlace(t, false) })
+	t.Run("stored", func(t *testing.T) { readsLogsInPlace(t, true) })
+}
+
+func readsLogsInPlace(t *testing.T, stored bool) {
+	capDir := rotatedCapture(t, stored)
 	logs := spool.LogFiles(capDir)
 	if len(logs) < 3 {
 		t.Fatalf("%d logs: the test did not rotate", len(logs))
@@ -157,7 +169,7 @@ func TestOpenCaptureLogCutInsideAChunk(t *testing.T) {
 
 // logCutInsideAChunk cuts the back-th log from the end.
 func logCutInsideAChunk(t *testing.T, back int) {
-	capDir := rotatedCapture(t)
+	capDir := rotatedCapture(t, false) // (stored, the newest log's last frame holds inherited repeats only)
 	sp, err := spool.OpenCapture(capDir)
 	if err != nil {
 		t.Fatal(err)

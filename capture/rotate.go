@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -65,7 +64,14 @@ type Rotator struct {
 	cur      *logFile // the newest log
 	old      *logFile // while a cut settles: the log before it, for late records
 	enc      *zstd.Encoder
-	zbuf     []byte // the last frame's output, reused
+	// A batch this large is stored, not compressed, unless the latest
+	// frames compressed (zRaw bytes to zOut, fading) to an eighth or
+	// less; busy counts such batches (frame.go).
+	storeFrom  int
+	zRaw, zOut uint64
+	busy       int
+	storeAll   bool   // (tests) every busy batch is stored
+	zbuf       []byte // the last frame's output, reused
 	// A batch's frames are compressed and written by a goroutine while the
 	// drain takes and observes the next (on 2 cores the program waits for
 	// the drain either way): one batch in flight at most. Everything else
@@ -79,7 +85,6 @@ type Rotator struct {
 	// are in their logs (a crash handler waits for that: libmemscope).
 	OnWritten func()
 	files     []string
-	last      int
 
 	live    *liveTable // each address's latest events (liveset.go)
 	cut     uint64     // the tick the newest log began at
@@ -126,6 +131,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
 		live: newLiveTable(), dec: map[int32]*spool.RecDecoder{},
 		ahead: map[int][]byte{}, logEvents: map[int]uint64{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
+	r.storeFrom = r.BatchMax() / 2
 	lf, err := r.open(0)
 	r.cur = lf
 	return r, err
@@ -216,7 +222,7 @@ func (r *Rotator) frame(lf *logFile, raw []byte) error {
 	if r.full {
 		return errLogsFull
 	}
-	z := r.enc.EncodeAll(raw, r.zbuf[:0])
+	z := r.encodeFrame(r.zbuf[:0], raw, false)
 	r.zbuf = z // reused: a frame's output is garbage once written
 	if err := appendFrame(lf.f, z); err != nil {
 		r.roomAfter(err)
@@ -278,7 +284,7 @@ func (r *Rotator) launch(bufs [2][]byte, logs [2]*logFile) {
 			if f.logs[i] == nil {
 				continue
 			}
-			z := r.enc.EncodeAll(b, r.zbuf[:0])
+			z := r.encodeFrame(r.zbuf[:0], b, true)
 			r.zbuf = z
 			if err := appendFrame(f.logs[i].f, z); err != nil {
 				f.err = err
@@ -339,6 +345,9 @@ func (r *Rotator) Write(chunks []byte) error {
 			r.written()
 		}
 	}()
+	if r.full { // (a cut now would leave a log without even its header)
+		return errLogsFull
+	}
 	// A cut before, not after: the new log begins after every record the
 	// old one holds, and the last log never ends empty.
 	if r.old == nil && r.cur.size() >= r.maxBytes && r.maxT >= r.cut {
@@ -357,7 +366,6 @@ func (r *Rotator) Write(chunks []byte) error {
 		return err
 	}
 	r.RawBytes += uint64(len(chunks))
-	r.last = len(chunks)
 	jerr := r.join() // (the batch at hand goes out even if the last one failed)
 	if r.full {
 		return errLogsFull
@@ -409,16 +417,7 @@ func (r *Rotator) settleCut() error {
 		return err
 	}
 	inherited := r.settle()
-	tids := make([]int32, 0, len(inherited))
-	for tid := range inherited {
-		tids = append(tids, tid)
-	}
-	sort.Slice(tids, func(i, j int) bool { return tids[i] < tids[j] })
-	var b bytes.Buffer
-	for _, tid := range tids {
-		b.Write(spool.AppendChunk(nil, format.InheritMagic, tid, inherited[tid]))
-	}
-	err := r.frame(r.cur, b.Bytes())
+	err := r.frame(r.cur, inherited)
 	if cerr := r.old.f.Close(); err == nil {
 		err = cerr
 	}
@@ -499,9 +498,6 @@ func (r *Rotator) flushAhead() error {
 	}
 	return nil
 }
-
-// LastBytes is the size of the last batch written (the drain's idleness).
-func (r *Rotator) LastBytes() int { return r.last }
 
 // Close ends the logs (a cut waiting for late records settles now: nothing
 // more comes).

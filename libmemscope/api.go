@@ -292,8 +292,7 @@ func drainNow() {
 		return
 	}
 	stopDrain()
-	for drainRotate() {
-	}
+	drainRotateAll()
 	eng.rotMu.Lock()
 	if err := eng.rot.Flush(); err != nil {
 		rotateFailed(err)

@@ -106,7 +106,7 @@ func begin(cfg config.Config) error {
 		// would make the GC run back to back once the rotator's live set
 		// outgrew it).
 		eng.gcPercent = debug.SetGCPercent(rotateGCPercent)
-		eng.rot, eng.buf = rot, make([]byte, 8<<20)
+		eng.rot, eng.buf = rot, make([]byte, rot.BatchMax())
 		C.ms_set_rotating(1) // each log is read on its own (format/records.def)
 	}
 	eng.cfg, eng.proc, eng.started = cfg, p, true
@@ -149,7 +149,8 @@ func stopDrain() {
 }
 
 // drainLoop is the goroutine's drain: at once again while the rotating
-// logs' buffer filled, else after 1 ms, up to 8 ms for an idle process.
+// logs' passes find a quarter of their buffer or more, else after 1 ms, up
+// to 8 ms for an idle process.
 func drainLoop() {
 	defer close(eng.done)
 	idle := 0
@@ -161,11 +162,13 @@ func drainLoop() {
 		}
 		var n int
 		if eng.rot != nil {
-			if drainRotate() {
+			// Again at once while the rings fill faster than a pass
+			// takes them: a program recording flat out waits for room.
+			var full bool
+			if n, full = drainRotate(); full || n >= len(eng.buf)/4 {
 				idle = 0
-				continue // more is waiting in the rings
+				continue
 			}
-			n = eng.rot.LastBytes()
 		} else {
 			n = int(C.ms_drain()) // (a failure is counted in C)
 		}
@@ -182,9 +185,9 @@ func drainLoop() {
 // (a record and the old epoch's end, drain.c's epoch_start).
 const idleBytes = spool.ChunkHdrSize + spool.RecSize + spool.UnitSize
 
-// drainRotate moves ring contents into the rotating logs; it reports whether
-// the buffer filled up (drain again at once).
-func drainRotate() bool {
+// drainRotate moves ring contents into the rotating logs; it reports the
+// bytes moved and whether the buffer filled up (drain again at once).
+func drainRotate() (int, bool) {
 	eng.rotMu.Lock() // the drain loop and get_mem_report both drain
 	defer eng.rotMu.Unlock()
 	// Until the batch is in the log, a crash handler waits (crash.c): its
@@ -196,13 +199,22 @@ func drainRotate() bool {
 		if n < 0 {
 			eng.proc.NoteDrainErrors(1)
 		}
-		return false
+		return 0, false
 	}
 	full := C.ms_drain_into_more() != 0 // more is waiting in the rings
 	if err := eng.rot.Write(eng.buf[:n]); err != nil {
 		rotateFailed(err)
 	}
-	return full
+	return int(n), full
+}
+
+// drainRotateAll drains the rings into the rotating logs until they are empty.
+func drainRotateAll() {
+	for {
+		if _, full := drainRotate(); !full {
+			return
+		}
+	}
 }
 
 // rotateFailed counts a batch the logs could not take and says so, once, as
@@ -248,8 +260,7 @@ func msGoAtExit() {
 		// The final drain goes to the logs too: only they know each
 		// thread's past, which a pending pair half needs (format/records.def).
 		C.ms_finish_begin()
-		for drainRotate() {
-		}
+		drainRotateAll()
 		if err := eng.rot.Close(); err != nil { // (the last batch's write)
 			rotateFailed(err)
 		}

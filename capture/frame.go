@@ -1,0 +1,77 @@
+package capture
+
+import (
+	"encoding/binary"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// A log's frames are zstd frames. A batch the drain took while the program
+// records flat out is stored as it is (raw blocks) unless its events
+// compress well: compressing costs the drain ~30 ns an event, about what
+// the rest of its work costs, and such a program waits for the drain (the
+// microbenchmark, whose events compress to a quarter: loop 1.5 times as
+// long compressed). Events that compress 8 times or more (repeated sizes,
+// addresses and stacks) are compressed all the same: the logs then hold
+// that many times the history. Smaller batches, of a program with time to
+// spare, are always compressed, as is all else a log holds.
+
+// BatchMax is the most a drained batch should hold: a sixteenth of a log
+// (a log ends past its size by a batch at most), 64 KiB to 8 MiB. A batch
+// of half that or more is a busy one (Rotator.storeFrom; tests of the
+// compressed frames set it higher, those of stored ones set storeAll).
+func (r *Rotator) BatchMax() int {
+	return int(min(max(r.maxBytes/16, 64<<10), 8<<20))
+}
+
+// storeProbe: one busy batch in this many is compressed all the same, to
+// see whether the events compress well now.
+const storeProbe = 16
+
+// zstdBlockMax is the largest block a zstd frame holds.
+const zstdBlockMax = 128 << 10
+
+// encodeFrame appends raw to dst as one zstd frame; batch: a drained batch
+// (else a log's prologue, its inherited blocks or AHED chunks: written once
+// a cut, they compress well, and make room for the events).
+func (r *Rotator) encodeFrame(dst, raw []byte, batch bool) []byte {
+	if batch && len(raw) >= r.storeFrom {
+		r.busy++
+		// Compressed to an eighth or less lately, or a probe: compress.
+		if r.storeAll || r.zOut*8 > r.zRaw && r.busy%storeProbe != 0 {
+			return storedFrame(dst, raw)
+		}
+	}
+	z := r.enc.EncodeAll(raw, dst)
+	// The ratio of the latest compressed frames, older ones fading out.
+	r.zRaw = r.zRaw - r.zRaw/8 + uint64(len(raw))
+	r.zOut = r.zOut - r.zOut/8 + uint64(len(z)-len(dst))
+	return z
+}
+
+// storedFrame appends src to dst as a zstd frame of raw blocks: any zstd
+// reader takes it, and a frame cut short or damaged is told as a
+// compressed one is (its size is in its header, its content's checksum
+// after it, as the encoder's frames have).
+func storedFrame(dst, src []byte) []byte {
+	sum := uint32(xxhash.Sum64(src))
+	dst = binary.LittleEndian.AppendUint32(dst, 0xFD2FB528) // the frame's magic
+	// Its descriptor: a 4-byte content size, a single segment (no window
+	// size), a checksum, no dictionary.
+	dst = append(dst, 2<<6|1<<5|1<<2)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(src)))
+	for {
+		n := min(len(src), zstdBlockMax)
+		last := uint32(0)
+		if n == len(src) {
+			last = 1
+		}
+		h := uint32(n)<<3 | last // block type 0: raw
+		dst = append(dst, byte(h), byte(h>>8), byte(h>>16))
+		dst = append(dst, src[:n]...)
+		src = src[n:]
+		if last == 1 {
+			return binary.LittleEndian.AppendUint32(dst, sum)
+		}
+	}
+}
