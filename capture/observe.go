@@ -109,7 +109,7 @@ func (r *Rotator) observe(b []byte) error {
 			ev := recs[:size]
 			recs = recs[size:]
 			if rec.Kind == spool.NoEvent {
-				stamp = append(stamp[:0:0], ev...) // it goes with the record it stamps
+				stamp = ev // it goes with the record it stamps
 				continue
 			}
 			t := r.timeOf(&rec)
@@ -169,8 +169,8 @@ func (r *Rotator) observe(b []byte) error {
 				r.alsoToOther(out, ev)
 			}
 		}
-		if stamp != nil {
-			r.stampUnit[tid] = stamp
+		if stamp != nil { // (a copy: the batch's buffer is the drain's, reused)
+			r.stampUnit[tid] = append([]byte(nil), stamp...)
 		}
 	}
 	r.outCur.close()

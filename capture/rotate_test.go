@@ -193,6 +193,45 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 	}
 }
 
+// A stamp unit at the end of a batch stamps the thread's first event in
+// the next one: the rotator keeps a copy of it (the drain reuses the
+// batch's buffer), and the log gets it before that event.
+func TestRotatorStampAcrossBatches(t *testing.T) {
+	r, err := NewRotator(t.TempDir(), 42, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stamp = 2345
+	var unit [8]byte // a stamp unit (format/records.def's P_STAMP)
+	binary.LittleEndian.PutUint64(unit[:], format.PairBits|format.PairStamp|stamp)
+	first := spool.AppendRec(nil, &spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | 1})
+	first = spool.AppendRec(first, &spool.Rec{Kind: format.RMalloc, TS: 1500, A: 0x100, B: 8, Flags: format.FHost})
+	batch := append(calibRec(1000, 1), spool.AppendChunk(nil, format.ChunkMagic, 7, append(first, unit[:]...))...)
+	if err := r.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	for i := range batch {
+		batch[i] = 0xa5 // the drain's next pass
+	}
+	var free [8]byte // a compact FREE of 0x100, in the thread's epoch
+	binary.LittleEndian.PutUint64(free[:], 0x100|format.CompactBit|format.CompactFree|uint64(format.FHost)<<48)
+	if err := r.Write(spool.AppendChunk(nil, format.ChunkMagic, 7, free[:])); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	frees := 0
+	eachLogRec(t, r.Files()[0], func(rec *spool.Rec, ns uint64) {
+		if rec.Kind == format.RFree {
+			if frees++; rec.A != 0x100 || rec.TS != stamp {
+				t.Errorf("FREE of %#x stamped %#x, want %#x at %#x", rec.A, rec.TS, 0x100, stamp)
+			}
+		}
+	})
+	if frees != 1 {
+		t.Fatalf("%d FREEs read, want 1", frees)
+	}
+}
+
 // Events recorded before rotation began may need their thread's past (a
 // pair unit's distances from the last address): the log gets them as full
 // records, so that it reads alone with the right addresses.
