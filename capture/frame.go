@@ -13,34 +13,53 @@ import (
 // microbenchmark, whose events compress to a quarter: loop 1.5 times as
 // long compressed). Events that compress 8 times or more (repeated sizes,
 // addresses and stacks) are compressed all the same: the logs then hold
-// that many times the history. Smaller batches, of a program with time to
-// spare, are always compressed, as is all else a log holds.
+// that many times the history. A stored batch must also be small against
+// its log (logs of 8 MiB or more: a log ends past its size by a batch at
+// most) and fit in what is left of it (a new log grows while its cut
+// settles, at least 50 ms: compressed, it grows a quarter as much). Smaller
+// batches, of a program with time to spare, are always compressed, as is
+// all else a log holds.
 
-// BatchMax is the most a drained batch should hold: a sixteenth of a log
-// (a log ends past its size by a batch at most), 64 KiB to 8 MiB. A batch
-// of half that or more is a busy one (Rotator.storeFrom; tests of the
-// compressed frames set it higher, those of stored ones set storeAll).
+// BatchMax is the most a drained batch holds: a sixteenth of a log, 1 MiB
+// (the largest record, a Python code object's, fits) to 8 MiB.
 func (r *Rotator) BatchMax() int {
-	return int(min(max(r.maxBytes/16, 64<<10), 8<<20))
+	return int(min(max(r.maxBytes/16, 1<<20), 8<<20))
 }
+
+// storeFrom is the least a batch stored holds: ~40 k events, more than a
+// millisecond of the drain's work.
+const storeFrom = 512 << 10
 
 // storeProbe: one busy batch in this many is compressed all the same, to
 // see whether the events compress well now.
 const storeProbe = 16
 
+// storeBatch reports whether a batch of n raw bytes for lf is stored, not
+// compressed (Rotator.storeAll: tests of stored frames store every one).
+func (r *Rotator) storeBatch(lf *logFile, n int) bool {
+	if r.storeAll {
+		return true
+	}
+	if n < storeFrom || int64(n) > r.maxBytes/16 || lf.size()+int64(n) > r.maxBytes {
+		return false
+	}
+	r.busy++
+	// Compressed to an eighth or less lately, or a probe: compress.
+	return r.zOut*8 > r.zRaw && r.busy%storeProbe != 0
+}
+
+// storedSize is the size of a stored frame of n raw bytes.
+func storedSize(n int) int64 {
+	return int64(4+1+4+4+n) + 3*int64(max(1, (n+zstdBlockMax-1)/zstdBlockMax))
+}
+
 // zstdBlockMax is the largest block a zstd frame holds.
 const zstdBlockMax = 128 << 10
 
-// encodeFrame appends raw to dst as one zstd frame; batch: a drained batch
-// (else a log's prologue, its inherited blocks or AHED chunks: written once
-// a cut, they compress well, and make room for the events).
-func (r *Rotator) encodeFrame(dst, raw []byte, batch bool) []byte {
-	if batch && len(raw) >= r.storeFrom {
-		r.busy++
-		// Compressed to an eighth or less lately, or a probe: compress.
-		if r.storeAll || r.zOut*8 > r.zRaw && r.busy%storeProbe != 0 {
-			return storedFrame(dst, raw)
-		}
+// encodeFrame appends raw to dst as one zstd frame, stored or compressed.
+func (r *Rotator) encodeFrame(dst, raw []byte, store bool) []byte {
+	if store {
+		return storedFrame(dst, raw)
 	}
 	z := r.enc.EncodeAll(raw, dst)
 	// The ratio of the latest compressed frames, older ones fading out.

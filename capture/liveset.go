@@ -169,9 +169,11 @@ func (r *Rotator) settle() []byte {
 		tid int32
 	}
 	live := make([]keyAt, 0, lt.idx.Len()) // (no doubling: a million blocks live, a copy of 16 MB less)
+	size := 0                              // the chunks' (a header each thread, counted below)
 	lt.each(func(k spool.BlockKey, i uint32) {
 		if pre := lt.at(i); pre.set && pre.live() {
 			live = append(live, keyAt{k, i, pre.mAt.tid})
+			size += spool.RecSize + (lt.payloadLen(&pre.rec)+spool.UnitSize-1)/spool.UnitSize*spool.UnitSize
 		}
 	})
 	sort.Slice(live, func(a, b int) bool {
@@ -180,7 +182,12 @@ func (r *Rotator) settle() []byte {
 		}
 		return keyLess(live[a].k, live[b].k)
 	})
-	out := make([]byte, 0, len(live)*spool.RecSize+spool.ChunkHdrSize)
+	for j := range live {
+		if j == 0 || live[j].tid != live[j-1].tid {
+			size += spool.ChunkHdrSize
+		}
+	}
+	out := make([]byte, 0, size)
 	for j := 0; j < len(live); {
 		tid, hdr := live[j].tid, len(out)
 		out = spool.AppendChunk(out, format.InheritMagic, tid, nil) // its count and checksum below

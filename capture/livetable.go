@@ -130,6 +130,14 @@ func (t *liveTable) setRec(m *mallocRec, rec *spool.Rec) {
 	}
 }
 
+// payloadLen is the length of m's payload.
+func (t *liveTable) payloadLen(m *mallocRec) int {
+	if m.long != 0 {
+		return len(t.longs[m.long-1])
+	}
+	return int(m.npay)
+}
+
 // dropLong frees m's long payload, if it has one.
 func (t *liveTable) dropLong(m *mallocRec) {
 	if m.long != 0 {

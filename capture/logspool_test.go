@@ -3,7 +3,6 @@ package capture
 import (
 	"bytes"
 	"encoding/binary"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -59,13 +58,11 @@ func rotatedCapture(t *testing.T, stored bool) (capDir string) {
 	capDir = t.TempDir()
 	dir := filepath.Join(capDir, spool.SpoolDir)
 	os.Mkdir(dir, 0o750)
-	r, err := NewRotator(dir, 42, 4, 1)
+	r, err := NewRotator(dir, 42, 4, logMB(stored))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.storeAll = stored; !stored {
-		r.storeFrom = math.MaxInt
-	}
+	r.storeAll = stored
 	tick := uint64(1_000_000)
 	for d := 0; d < 30; d++ {
 		var recs [][4]uint64
@@ -78,7 +75,7 @@ func rotatedCapture(t *testing.T, stored bool) (capDir string) {
 				recs = append(recs, [4]uint64{tick, ptr, 0, format.RFree})
 			}
 		}
-		if err := r.Write(append(calibRec(tick, uint64(d+1)), append(chunkOf(7, recs[:len(recs)/2]), chunkOf(8, recs[len(recs)/2:])...)...)); err != nil {
+		if err := writeBatch(r, calibRec(tick, uint64(d+1)), stored, threadRecs{7, recs[:len(recs)/2]}, threadRecs{8, recs[len(recs)/2:]}); err != nil {
 			t.Fatal(err)
 		}
 	}

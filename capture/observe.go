@@ -146,6 +146,9 @@ func (r *Rotator) observe(b []byte) error {
 			}
 			r.Events++
 			lf.events++
+			if rec.Kind != format.RCalib {
+				r.batchRecs++
+			}
 			switch rec.Kind {
 			case format.RMalloc, format.RFree:
 				free := rec.Kind == format.RFree

@@ -64,23 +64,22 @@ type Rotator struct {
 	cur      *logFile // the newest log
 	old      *logFile // while a cut settles: the log before it, for late records
 	enc      *zstd.Encoder
-	// A batch this large is stored, not compressed, unless the latest
-	// frames compressed (zRaw bytes to zOut, fading) to an eighth or
-	// less; busy counts such batches (frame.go).
-	storeFrom  int
+	// A busy batch is stored, not compressed, unless the latest frames
+	// compressed (zRaw bytes to zOut, fading) to an eighth or less; busy
+	// counts such batches (frame.go).
 	zRaw, zOut uint64
 	busy       int
-	storeAll   bool   // (tests) every busy batch is stored
+	storeAll   bool   // (tests) every batch is stored
+	batchRecs  int    // the records of the last batch written, its calibrations left out
 	zbuf       []byte // the last frame's output, reused
 	// A batch's frames are compressed and written by a goroutine while the
 	// drain takes and observes the next (on 2 cores the program waits for
 	// the drain either way): one batch in flight at most. Everything else
 	// that compresses (a new log's prologue, inherited and AHED chunks)
 	// joins it first, so one encoder serves both.
-	fly       *inflight
-	spare     [2][]byte // the out buffers of the batch in flight, free again once it is written
-	rawFramed uint64    // raw bytes compressed so far (with Written: the ratio that estimates a batch in flight)
-	full      bool      // the disk is full and no log is left to delete: nothing more is written
+	fly   *inflight
+	spare [2][]byte // the out buffers of the batch in flight, free again once it is written
+	full  bool      // the disk is full and no log is left to delete: nothing more is written
 	// OnWritten is called once for each Write, when the frames of its batch
 	// are in their logs (a crash handler waits for that: libmemscope).
 	OnWritten func()
@@ -115,6 +114,7 @@ type Rotator struct {
 	// in the logs kept, as an inherited MALLOC).
 	Events, RawBytes, Written, Late, Deleted uint64
 	logEvents                                map[int]uint64 // by closed log kept: its events
+	logBytes                                 map[int]int64  // by closed log kept: its size
 }
 
 // NewRotator starts the first log in the spool folder dir.
@@ -130,8 +130,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 	}
 	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
 		live: newLiveTable(), dec: map[int32]*spool.RecDecoder{},
-		ahead: map[int][]byte{}, logEvents: map[int]uint64{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
-	r.storeFrom = r.BatchMax() / 2
+		ahead: map[int][]byte{}, logEvents: map[int]uint64{}, logBytes: map[int]int64{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
 	lf, err := r.open(0)
 	r.cur = lf
 	return r, err
@@ -191,6 +190,31 @@ func (r *Rotator) dropOldest() {
 	gone := r.seq - len(r.files) // its seq
 	r.Deleted += r.logEvents[gone]
 	delete(r.logEvents, gone)
+	delete(r.logBytes, gone)
+}
+
+// trim deletes the oldest logs kept early while all of them together hold
+// more than --log-files × --log-file-mb (never the ones being written): a
+// new log grows while its cut settles, at least rotateLagNs, which at a
+// program's full speed is more than a small log's size.
+func (r *Rotator) trim() {
+	keep := 1
+	if r.old != nil {
+		keep = 2
+	}
+	for len(r.files) > keep {
+		total := r.cur.size()
+		if r.old != nil {
+			total += r.old.size()
+		}
+		for _, n := range r.logBytes {
+			total += n
+		}
+		if total <= int64(r.maxFiles)*r.maxBytes {
+			return
+		}
+		r.dropOldest()
+	}
 }
 
 // roomAfter handles a write that failed: on a full disk (or quota) the
@@ -230,7 +254,6 @@ func (r *Rotator) frame(lf *logFile, raw []byte) error {
 	}
 	lf.bytes += int64(len(z))
 	r.Written += uint64(len(z))
-	r.rawFramed += uint64(len(raw))
 	return nil
 }
 
@@ -256,12 +279,13 @@ func appendFrame(f *os.File, z []byte) error {
 
 // inflight is a batch whose frames a goroutine compresses and writes.
 type inflight struct {
-	done chan struct{}
-	logs [2]*logFile
-	raw  [2]int   // the raw bytes of each log's frame
-	est  [2]int64 // their compressed size as estimated (counted in the log's pending)
-	n    [2]int64 // as written
-	err  error
+	done  chan struct{}
+	logs  [2]*logFile
+	raw   [2]int   // the raw bytes of each log's frame
+	store [2]bool  // whether it is stored, not compressed
+	est   [2]int64 // their size as estimated (counted in the log's pending)
+	n     [2]int64 // as written
+	err   error
 }
 
 // launch hands a batch's frames (bufs[i] for logs[i], either may be nil) to
@@ -274,7 +298,11 @@ func (r *Rotator) launch(bufs [2][]byte, logs [2]*logFile) {
 			continue
 		}
 		f.raw[i] = len(b)
-		f.est[i] = r.estimate(len(b))
+		if f.store[i] = r.storeBatch(logs[i], len(b)); f.store[i] {
+			f.est[i] = storedSize(len(b))
+		} else {
+			f.est[i] = r.estimate(len(b))
+		}
 		logs[i].pending += f.est[i]
 	}
 	r.fly = f
@@ -284,7 +312,7 @@ func (r *Rotator) launch(bufs [2][]byte, logs [2]*logFile) {
 			if f.logs[i] == nil {
 				continue
 			}
-			z := r.encodeFrame(r.zbuf[:0], b, true)
+			z := r.encodeFrame(r.zbuf[:0], b, f.store[i])
 			r.zbuf = z
 			if err := appendFrame(f.logs[i].f, z); err != nil {
 				f.err = err
@@ -296,12 +324,12 @@ func (r *Rotator) launch(bufs [2][]byte, logs [2]*logFile) {
 	}()
 }
 
-// estimate is the compressed size of raw bytes, at the ratio so far.
+// estimate is the compressed size of raw bytes, at the latest frames' ratio.
 func (r *Rotator) estimate(raw int) int64 {
-	if r.rawFramed < 1<<20 {
+	if r.zRaw < 1<<20 {
 		return int64(raw) / 2
 	}
-	return int64(float64(raw) * float64(r.Written) / float64(r.rawFramed))
+	return int64(float64(raw) * float64(r.zOut) / float64(r.zRaw))
 }
 
 func (r *Rotator) written() {
@@ -325,7 +353,6 @@ func (r *Rotator) join() error {
 		lf.pending -= f.est[i]
 		lf.bytes += f.n[i]
 		r.Written += uint64(f.n[i])
-		r.rawFramed += uint64(f.raw[i])
 	}
 	if f.err != nil {
 		r.roomAfter(f.err)
@@ -362,6 +389,7 @@ func (r *Rotator) Write(chunks []byte) error {
 		r.cut, r.cutNs = lf.start, r.calNs
 		r.split = map[int32]bool{}
 	}
+	r.batchRecs = 0
 	if err := r.observe(chunks); err != nil {
 		return err
 	}
@@ -379,6 +407,7 @@ func (r *Rotator) Write(chunks []byte) error {
 	if jerr != nil {
 		return jerr
 	}
+	r.trim()
 	if err := r.settleWhenDue(); err != nil {
 		return err
 	}
@@ -434,6 +463,7 @@ func (r *Rotator) closed(lf *logFile) {
 		return
 	}
 	r.logEvents[lf.seq] = lf.events
+	r.logBytes[lf.seq] = lf.bytes
 }
 
 // pathOf is the path of log seq, "" once deleted.
@@ -483,7 +513,9 @@ func (r *Rotator) flushAhead() error {
 			if err != nil {
 				return err
 			}
-			err = r.frame(&logFile{f: f}, b)
+			earlier := &logFile{f: f}
+			err = r.frame(earlier, b)
+			r.logBytes[seq] += earlier.bytes
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
@@ -498,6 +530,11 @@ func (r *Rotator) flushAhead() error {
 	}
 	return nil
 }
+
+// BatchEvents is how many records the last batch written held (the
+// drain's measure of how busy the program is), its calibrations left out:
+// each pass writes one, and a mark for each thread, events or not.
+func (r *Rotator) BatchEvents() int { return r.batchRecs }
 
 // Close ends the logs (a cut waiting for late records settles now: nothing
 // more comes).

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"math"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -26,6 +25,49 @@ func chunkOf(tid int32, recs [][4]uint64) []byte {
 		body = spool.AppendRec(body, &spool.Rec{TS: r[0], A: r[1], B: r[2], Kind: uint16(r[3]), Flags: format.FHost})
 	}
 	return spool.AppendChunk(nil, format.ChunkMagic, tid, body)
+}
+
+// logMB is the tests' log size: 1 MiB, 4 stored (a log grows while its cut
+// settles, 50 ms: at the tests' event rate, 1.6 MB stored; past their
+// bound together, the oldest logs would go early).
+func logMB(stored bool) int {
+	if stored {
+		return 4
+	}
+	return 1
+}
+
+// threadRecs is one thread's records in a batch.
+type threadRecs struct {
+	tid  int32
+	recs [][4]uint64
+}
+
+// writeBatch writes a drain's batch: calib, then each thread's records;
+// small: in Writes of 1000 records at most (the batches a log of 1 MiB
+// stores are a sixteenth of it).
+func writeBatch(r *Rotator, calib []byte, small bool, parts ...threadRecs) error {
+	b := calib
+	for _, p := range parts {
+		for len(p.recs) > 0 {
+			n := len(p.recs)
+			if small {
+				n = min(n, 1000)
+			}
+			b = append(b, chunkOf(p.tid, p.recs[:n])...)
+			p.recs = p.recs[n:]
+			if small {
+				if err := r.Write(b); err != nil {
+					return err
+				}
+				b = nil
+			}
+		}
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return r.Write(b)
 }
 
 // eachLogRec reads the log at path alone and hands f its records in order.
@@ -60,13 +102,11 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 
 func keepsNSelfContainedFiles(t *testing.T, stored bool) {
 	dir := t.TempDir()
-	r, err := NewRotator(dir, 42, 3, 1)
+	r, err := NewRotator(dir, 42, 3, logMB(stored))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.storeAll = stored; !stored {
-		r.storeFrom = math.MaxInt
-	}
+	r.storeAll = stored
 	rng := rand.New(rand.NewSource(1))
 	kept := map[uint64]bool{}
 	tick := uint64(1_000_000)
@@ -85,7 +125,7 @@ func keepsNSelfContainedFiles(t *testing.T, stored bool) {
 			recs = append(recs, [4]uint64{tick, ptr, 0, format.RFree})
 		}
 		lastPtr = recs[len(recs)-1][1]
-		if err := r.Write(append(calibRec(tick, uint64(d+1)), chunkOf(7, recs)...)); err != nil {
+		if err := writeBatch(r, calibRec(tick, uint64(d+1)), stored, threadRecs{7, recs}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -629,5 +669,137 @@ func TestAppendFrameUndone(t *testing.T) {
 	}
 	if fi, _ := os.Stat(p); fi.Size() != 4096 {
 		t.Fatalf("the log is %d bytes after the failed frame, want its 4096", fi.Size())
+	}
+}
+
+// The drain's batch holds the largest record a thread writes (a Python
+// code object's: 512 KiB of payload) with a pass's calibration, whatever
+// the log's size: else no pass could take it, and the program would wait
+// for good.
+func TestBatchMaxHoldsTheLargestRecord(t *testing.T) {
+	largest := 2*spool.ChunkHdrSize + 3*spool.RecSize + int(format.RecNMask)*spool.UnitSize
+	for _, mb := range []int{1, 2, 20, 1000} {
+		r, err := NewRotator(t.TempDir(), 42, 3, mb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.BatchMax() < largest {
+			t.Errorf("%d MiB logs: batches of %d bytes, the largest record takes %d", mb, r.BatchMax(), largest)
+		}
+		r.Close()
+	}
+}
+
+// A busy batch (the program recording flat out) is stored only where the
+// log is large against it and has room for it, and its events compress
+// less than 8 times: a small log, or a log whose cut still settles and
+// that is full already, gets it compressed, so the logs stay near their
+// bound.
+func TestRotatorStoresOnlyWhatFits(t *testing.T) {
+	const busy = 600 << 10
+	small, err := NewRotator(t.TempDir(), 42, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	small.zRaw, small.zOut = 1<<20, 1<<19 // compressing halves them
+	for i := 0; i < 20; i++ {
+		if small.storeBatch(small.cur, busy) {
+			t.Fatalf("2 MiB logs: a batch of %d bytes stored", busy)
+		}
+	}
+	big, err := NewRotator(t.TempDir(), 42, 3, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	big.zRaw, big.zOut = 1<<20, 1<<19
+	stored := 0
+	for i := 0; i < 32; i++ {
+		if big.storeBatch(big.cur, busy) {
+			stored++
+		}
+	}
+	if stored != 30 { // one in 16 compressed: is the ratio still that?
+		t.Errorf("20 MiB logs: %d of 32 busy batches stored, want 30", stored)
+	}
+	if big.storeBatch(big.cur, 64<<10) {
+		t.Error("a batch of 64 KiB (a program with time to spare) stored")
+	}
+	big.cur.bytes = big.maxBytes - busy/2
+	if big.storeBatch(big.cur, busy) {
+		t.Error("a batch stored past its log's size")
+	}
+	big.cur.bytes = 0
+	big.zOut = 1 << 16 // compressing divides them by 16
+	if big.storeBatch(big.cur, busy) && big.busy%storeProbe != 0 {
+		t.Error("a batch of events that compress 16 times stored")
+	}
+}
+
+// A pass that moved no record but its calibration and the threads' marks
+// (an idle program with many threads) is not a busy one: the drain then
+// sleeps.
+func TestRotatorBatchEventsLeaveOutCalibrationsAndMarks(t *testing.T) {
+	r, err := NewRotator(t.TempDir(), 42, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	batch := calibRec(1000, 1)
+	for tid := int32(1); tid <= 2000; tid++ {
+		batch = spool.AppendChunk(batch, format.ChunkMagic, tid, nil) // a drain mark
+	}
+	if err := r.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.BatchEvents(); n != 0 {
+		t.Errorf("an idle pass: %d records, want 0", n)
+	}
+	if err := r.Write(append(calibRec(2000, 2), chunkOf(7, [][4]uint64{{2100, 0x100, 8, format.RMalloc}, {2200, 0x100, 0, format.RFree}})...)); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.BatchEvents(); n != 2 {
+		t.Errorf("a pass of a MALLOC and a FREE: %d records, want 2", n)
+	}
+}
+
+// A new log grows while its cut settles (50 ms of the program's events,
+// more than a small log's size at full speed): the oldest logs go early
+// while all of them together hold more than --log-files × --log-file-mb.
+func TestRotatorKeepsItsBound(t *testing.T) {
+	dir := t.TempDir()
+	r, err := NewRotator(dir, 42, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.storeAll = true // 2 MB a batch: each log ends near twice its size
+	tick := uint64(1_000_000)
+	for d := 0; d < 20; d++ {
+		var recs [][4]uint64
+		for i := 0; i < 30000; i++ {
+			ptr := 0x10000000 + uint64(i)*64
+			tick += 10
+			recs = append(recs, [4]uint64{tick, ptr, 64, format.RMalloc}, [4]uint64{tick + 5, ptr, 0, format.RFree})
+			tick += 10
+		}
+		if err := writeBatch(r, calibRec(tick, uint64(d+1)), false, threadRecs{7, recs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Close()
+	var total int64
+	for _, f := range r.Files() {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += fi.Size()
+	}
+	if n := len(r.Files()); n > 2 && total > 3<<20 {
+		t.Errorf("%d logs kept, %d bytes: past the bound of 3 MiB", n, total)
+	}
+	if r.Deleted == 0 || len(r.Files()) == 0 {
+		t.Errorf("%d logs kept, %d events deleted", len(r.Files()), r.Deleted)
 	}
 }

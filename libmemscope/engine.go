@@ -149,8 +149,8 @@ func stopDrain() {
 }
 
 // drainLoop is the goroutine's drain: at once again while the rotating
-// logs' passes find a quarter of their buffer or more, else after 1 ms, up
-// to 8 ms for an idle process.
+// logs' passes find drainAgainEvents MALLOCs and FREEs or more, else after
+// 1 ms, up to 8 ms for an idle process.
 func drainLoop() {
 	defer close(eng.done)
 	idle := 0
@@ -164,10 +164,14 @@ func drainLoop() {
 		if eng.rot != nil {
 			// Again at once while the rings fill faster than a pass
 			// takes them: a program recording flat out waits for room.
-			var full bool
-			if n, full = drainRotate(); full || n >= len(eng.buf)/4 {
+			events, full := drainRotate()
+			if full && events > 0 || events >= drainAgainEvents {
 				idle = 0
 				continue
+			}
+			n = idleBytes + 1 // (a pass that moved events: not idle)
+			if events == 0 {
+				n = 0
 			}
 		} else {
 			n = int(C.ms_drain()) // (a failure is counted in C)
@@ -185,8 +189,14 @@ func drainLoop() {
 // (a record and the old epoch's end, drain.c's epoch_start).
 const idleBytes = spool.ChunkHdrSize + spool.RecSize + spool.UnitSize
 
+// drainAgainEvents: a rotating logs' pass that found this many records
+// (about half a millisecond of the drain's work), or filled its buffer with
+// any, is followed by the next at once: a program recording flat out waits
+// for room in its ring.
+const drainAgainEvents = 16384
+
 // drainRotate moves ring contents into the rotating logs; it reports the
-// bytes moved and whether the buffer filled up (drain again at once).
+// records moved (Rotator.BatchEvents) and whether the buffer filled up.
 func drainRotate() (int, bool) {
 	eng.rotMu.Lock() // the drain loop and get_mem_report both drain
 	defer eng.rotMu.Unlock()
@@ -205,13 +215,14 @@ func drainRotate() (int, bool) {
 	if err := eng.rot.Write(eng.buf[:n]); err != nil {
 		rotateFailed(err)
 	}
-	return int(n), full
+	return eng.rot.BatchEvents(), full
 }
 
-// drainRotateAll drains the rings into the rotating logs until they are empty.
+// drainRotateAll drains the rings into the rotating logs until they are
+// empty (or a pass moves nothing but its calibration).
 func drainRotateAll() {
 	for {
-		if _, full := drainRotate(); !full {
+		if events, full := drainRotate(); !full || events == 0 {
 			return
 		}
 	}
