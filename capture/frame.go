@@ -8,17 +8,16 @@ import (
 
 // A log's frames are zstd frames. A batch the drain took while the program
 // records flat out is stored as it is (raw blocks) unless its events
-// compress well: compressing costs the drain ~30 ns an event, about what
-// the rest of its work costs, and such a program waits for the drain (the
+// compress well: compressing costs ~40 ns an event, more than the rest of
+// the drain's work, and such a program waits for the drain (the
 // microbenchmark, whose events compress to a quarter: loop 1.5 times as
 // long compressed). Events that compress 8 times or more (repeated sizes,
 // addresses and stacks) are compressed all the same: the logs then hold
 // that many times the history. A stored batch must also be small against
-// its log (logs of 8 MiB or more: a log ends past its size by a batch at
-// most) and fit in what is left of it (a new log grows while its cut
-// settles, at least 50 ms: compressed, it grows a quarter as much). Smaller
-// batches, of a program with time to spare, are always compressed, as is
-// all else a log holds.
+// its log (a sixteenth: logs of 8 MiB or more) and fit in what is left of
+// it (a new log grows while its cut settles, at least 50 ms: compressed,
+// it grows a quarter as much). Smaller batches, of a program with time to
+// spare, are always compressed, as is all else a log holds.
 
 // BatchMax is the most a drained batch holds: a sixteenth of a log, 1 MiB
 // (the largest record, a Python code object's, fits) to 8 MiB.

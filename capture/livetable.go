@@ -13,9 +13,9 @@ import (
 // before the cut in one slice (no pointers, reused through a free list),
 // found by key through an open-addressing index; its state after the cut,
 // while a cut settles, in a second slice that the first points into
-// (lastEvent.post: a map of them cost the drain an eighth of its time). The drain notes every MALLOC and FREE
-// here: Go's map of allocated states spent a fifth of the drain's time,
-// and ~220 bytes a live block.
+// (lastEvent.post: a map of them cost the drain an eighth of its time).
+// The drain notes every MALLOC and FREE here: Go's map of allocated states
+// spent a fifth of the drain's time, and ~220 bytes a live block.
 type liveTable struct {
 	idx  u64map.Map[uint32] // key → place, plus 1
 	pre  [][]lastEvent      // by place, in slabs (a slice that doubled would hold up to twice its states, and three times while it grows)

@@ -372,6 +372,7 @@ func (r *Rotator) Write(chunks []byte) error {
 			r.written()
 		}
 	}()
+	r.batchRecs = 0
 	if r.full { // (a cut now would leave a log without even its header)
 		return errLogsFull
 	}
@@ -389,7 +390,6 @@ func (r *Rotator) Write(chunks []byte) error {
 		r.cut, r.cutNs = lf.start, r.calNs
 		r.split = map[int32]bool{}
 	}
-	r.batchRecs = 0
 	if err := r.observe(chunks); err != nil {
 		return err
 	}

@@ -803,3 +803,24 @@ func TestRotatorKeepsItsBound(t *testing.T) {
 		t.Errorf("%d logs kept, %d events deleted", len(r.Files()), r.Deleted)
 	}
 }
+
+// On a full disk a Write refuses at once, and says its batch moved no
+// record: the drain then sleeps instead of spinning on batches it drops.
+func TestRotatorFullDiskBatchIsNotBusy(t *testing.T) {
+	r, err := NewRotator(t.TempDir(), 42, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var recs [][4]uint64
+	for i := uint64(0); i < 20000; i++ {
+		recs = append(recs, [4]uint64{2000 + i, 0x100000 + 64*i, 64, format.RMalloc})
+	}
+	if err := r.Write(append(calibRec(1000, 1), chunkOf(7, recs)...)); err != nil || r.BatchEvents() != 20000 {
+		t.Fatalf("a batch of 20000 MALLOCs: %v, %d records", err, r.BatchEvents())
+	}
+	r.full = true
+	if err := r.Write(append(calibRec(30000, 2), chunkOf(7, recs[:1])...)); !errors.Is(err, errLogsFull) || r.BatchEvents() != 0 {
+		t.Fatalf("on a full disk: %v, %d records; want errLogsFull, 0", err, r.BatchEvents())
+	}
+}

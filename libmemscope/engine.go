@@ -149,8 +149,8 @@ func stopDrain() {
 }
 
 // drainLoop is the goroutine's drain: at once again while the rotating
-// logs' passes find drainAgainEvents MALLOCs and FREEs or more, else after
-// 1 ms, up to 8 ms for an idle process.
+// logs' passes find drainAgainEvents records or more, else after 1 ms, up
+// to 8 ms for an idle process.
 func drainLoop() {
 	defer close(eng.done)
 	idle := 0
@@ -169,9 +169,9 @@ func drainLoop() {
 				idle = 0
 				continue
 			}
-			n = idleBytes + 1 // (a pass that moved events: not idle)
+			n = idleBytes + 1 // a pass that moved records is not idle
 			if events == 0 {
-				n = 0
+				n = 0 // (calibrations and marks only: 1, 2, 4, 8 ms)
 			}
 		} else {
 			n = int(C.ms_drain()) // (a failure is counted in C)
