@@ -194,9 +194,9 @@ func (r *Rotator) dropOldest() {
 }
 
 // trim deletes the oldest logs kept early while all of them together hold
-// more than --log-files × --log-file-mb (never the ones being written): a
-// new log grows while its cut settles, at least rotateLagNs, which at a
-// program's full speed is more than a small log's size.
+// more than --log-files × --log-file-mb, plus 5% (never the ones being
+// written): a new log grows while its cut settles, at least rotateLagNs,
+// which at a program's full speed is more than a small log's size.
 func (r *Rotator) trim() {
 	keep := 1
 	if r.old != nil {
@@ -210,7 +210,7 @@ func (r *Rotator) trim() {
 		for _, n := range r.logBytes {
 			total += n
 		}
-		if total <= int64(r.maxFiles)*r.maxBytes {
+		if total <= int64(r.maxFiles)*r.maxBytes*21/20 { // (+5%: logs end a batch past their size)
 			return
 		}
 		r.dropOldest()

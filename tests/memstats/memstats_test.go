@@ -355,9 +355,12 @@ func TestRotatingLogs(t *testing.T) {
 	if len(dirs) != 1 {
 		t.Fatalf("captures: %v", dirs)
 	}
+	// Three logs, or two: 4 threads allocating flat out fill a 1 MiB log
+	// several times over while its cut settles, and the oldest then goes
+	// early (the bound: capture.TestRotatorKeepsItsBound).
 	logs := spool.LogFiles(dirs[0])
-	if len(logs) != 3 {
-		t.Fatalf("%d logs kept, want exactly 3: %v", len(logs), logs)
+	if len(logs) != 3 && len(logs) != 2 {
+		t.Fatalf("%d logs kept, want 3 (2 past their bound): %v", len(logs), logs)
 	}
 	if !strings.HasSuffix(logs[0], "log_000001.zst") && filepath.Base(logs[0]) <= "log_000001.zst" {
 		t.Errorf("the oldest logs were not deleted: %v", logs)
