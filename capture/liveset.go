@@ -158,7 +158,11 @@ func (r *Rotator) late(key spool.BlockKey, at when, seq int, rec *spool.Rec) boo
 // ones (returned as INHR chunks, a thread's in a chunk of its own in
 // address order, their MALLOCs flagged FInherit); then what came after it
 // becomes the present, and addresses last freed before the previous cut
-// are forgotten (no record that late is expected). The chunks are built
+// are forgotten (no record that late is expected), as are those freed
+// before this cut whose MALLOCs and FREEs paired: a record that comes later
+// still is a later block's (a MALLOC older than a FREE seen leaves the
+// balance at -1, kept). A program whose threads free each other's blocks
+// touched a million addresses a log: the table held them all for two. The chunks are built
 // in one buffer: with a million blocks live, a buffer per thread and a
 // copy of them all held three times their size at once.
 func (r *Rotator) settle() []byte {
@@ -211,6 +215,7 @@ func (r *Rotator) settle() []byte {
 	var gone []keyPlace
 	lt.each(func(k spool.BlockKey, i uint32) {
 		pre := lt.at(i)
+		balanced := false                      // its MALLOCs and FREEs paired, all before the cut
 		if post := lt.postOf(i); post != nil { // later than anything before the cut
 			merged := pre.then(post)
 			if pre.rec.long != merged.rec.long {
@@ -220,9 +225,10 @@ func (r *Rotator) settle() []byte {
 		} else if pre.live() { // its balance 0 or 1 again
 			pre.bal = 1
 		} else {
+			balanced = pre.bal == 0
 			pre.bal = 0
 		}
-		if !pre.live() && pre.at.t < r.prevCut {
+		if !pre.live() && (pre.at.t < r.prevCut || balanced && pre.at.t < r.cut) {
 			gone = append(gone, keyPlace{k, i})
 		}
 	})
@@ -232,6 +238,37 @@ func (r *Rotator) settle() []byte {
 	}
 	r.prevCut = r.cut
 	return out
+}
+
+// sweepFrom is the fewest addresses the live table holds before a sweep.
+const sweepFrom = 1 << 16
+
+// sweep forgets the addresses whose MALLOCs and FREEs paired (none live
+// there), but for those with events after a settling cut: a record that
+// comes later on one is a later block's, as at a cut (settle). Without it a program whose threads
+// free each other's blocks kept every address it touched over two logs
+// (600 k addresses, 150 MB more RSS, for 4,000 blocks live). It runs when
+// the table has doubled since the last sweep: a pass over the table for
+// as many events at least.
+func (r *Rotator) sweep() {
+	lt := r.live
+	if lt.idx.Len() < r.sweepAt {
+		return
+	}
+	type keyPlace struct {
+		k spool.BlockKey
+		i uint32
+	}
+	var gone []keyPlace
+	lt.each(func(k spool.BlockKey, i uint32) {
+		if pre := lt.at(i); pre.bal == 0 && pre.post == 0 {
+			gone = append(gone, keyPlace{k, i})
+		}
+	})
+	for _, ka := range gone {
+		lt.remove(ka.k, ka.i)
+	}
+	r.sweepAt = max(2*lt.idx.Len(), sweepFrom)
 }
 
 // keyLess orders blocks by address, then kind.

@@ -90,6 +90,7 @@ type Rotator struct {
 	maxT    uint64     // the latest MALLOC's or FREE's tick so far
 	cutNs   uint64
 	prevCut uint64
+	sweepAt int              // the live table's size that starts the next sweep (liveset.go)
 	split   map[int32]bool   // threads that wrote past the cut (their records go to cur)
 	drained map[int32]uint64 // by thread: when the last drain pass that took all it had published began (max: ended)
 	arrived uint64           // records seen (when.n)
@@ -128,7 +129,7 @@ func NewRotator(dir string, pid, maxFiles, maxMB int) (*Rotator, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc,
+	r := &Rotator{dir: dir, pid: pid, maxFiles: maxFiles, maxBytes: int64(maxMB) << 20, enc: enc, sweepAt: sweepFrom,
 		live: newLiveTable(), dec: map[int32]*spool.RecDecoder{},
 		ahead: map[int][]byte{}, logEvents: map[int]uint64{}, logBytes: map[int]int64{}, calibAt: map[uint64][]byte{}, epochTick: map[uint64]uint64{}, drained: map[int32]uint64{}, stampUnit: map[int32][]byte{}}
 	lf, err := r.open(0)
@@ -408,6 +409,7 @@ func (r *Rotator) Write(chunks []byte) error {
 		return jerr
 	}
 	r.trim()
+	r.sweep()
 	if err := r.settleWhenDue(); err != nil {
 		return err
 	}

@@ -824,3 +824,59 @@ func TestRotatorFullDiskBatchIsNotBusy(t *testing.T) {
 		t.Fatalf("on a full disk: %v, %d records; want errLogsFull, 0", err, r.BatchEvents())
 	}
 }
+
+// The live table forgets the addresses whose MALLOCs and FREEs paired as
+// the run goes (a program whose threads free each other's blocks touches
+// far more addresses than it keeps live), but not a FREE that came before
+// its MALLOC (another thread's, drained later): that MALLOC, when it comes,
+// does not leave its block live.
+func TestRotatorSweepsPairedAddresses(t *testing.T) {
+	r, err := NewRotator(t.TempDir(), 42, 3, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	const handed = 0x7f0000001000
+	tick := uint64(1_000_000)
+	// Thread 8's FREE of a block thread 7 allocated, drained first.
+	if err := r.Write(append(calibRec(tick, 1), chunkOf(8, [][4]uint64{{tick + 20, handed, 0, format.RFree}})...)); err != nil {
+		t.Fatal(err)
+	}
+	kept := map[uint64]bool{}
+	for d := 0; d < 10; d++ {
+		var recs [][4]uint64
+		for i := 0; i < 30000; i++ {
+			ptr := 0x10000000 + uint64(d*30000+i)*64 // a new address each time
+			tick += 10
+			recs = append(recs, [4]uint64{tick, ptr, 48, format.RMalloc})
+			if i%10000 == 0 {
+				kept[ptr] = true
+				continue
+			}
+			tick += 10
+			recs = append(recs, [4]uint64{tick, ptr, 0, format.RFree})
+		}
+		if err := r.Write(append(calibRec(tick, uint64(d+2)), chunkOf(7, recs)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.live.idx.Len(); n > 2*sweepFrom {
+		t.Errorf("the live table holds %d addresses after 300000 paired ones and %d live", n, len(kept))
+	}
+	// Thread 7's MALLOC of the block thread 8 freed, stamped before it.
+	if err := r.Write(chunkOf(7, [][4]uint64{{1_000_010, handed, 32, format.RMalloc}})); err != nil {
+		t.Fatal(err)
+	}
+	live := map[uint64]bool{}
+	for _, b := range r.LiveHost() {
+		live[b.Addr] = true
+	}
+	if len(live) != len(kept) || live[handed] {
+		t.Errorf("%d blocks live (the handed-on block: %v), want the %d kept", len(live), live[handed], len(kept))
+	}
+	for p := range kept {
+		if !live[p] {
+			t.Errorf("kept block %#x is not live", p)
+		}
+	}
+}
