@@ -414,3 +414,28 @@ func TestCrashRotatingLogs(t *testing.T) {
 		t.Errorf("%d MALLOCs of 4093 bytes in the logs, want 2000000", n)
 	}
 }
+
+// A run killed with SIGKILL is said to hold all but its last ~100 ms; with
+// rotating logs, which a program recording flat out outruns, the CLI says
+// what more it may lack (the events waiting in the threads' rings).
+func TestSIGKILLMessage(t *testing.T) {
+	bin := compile(t, "steady.c", "")
+	for _, rotate := range []bool{false, true} {
+		args := []string{"--output=" + filepath.Join(t.TempDir(), "out")}
+		if rotate {
+			args = append(args, "--log-mode=rotate")
+		}
+		s := startCLI(t, 60*time.Second, append(args, bin, "200")...)
+		for s.lines.Scan() {
+			if p, ok := strings.CutPrefix(s.lines.Text(), "pid "); ok {
+				pid, _ := strconv.Atoi(p)
+				time.AfterFunc(100*time.Millisecond, func() { syscall.Kill(pid, syscall.SIGKILL) })
+			}
+		}
+		s.wait(t)
+		msg := s.stderr.String()
+		if !strings.Contains(msg, "all but the last ~100 ms") || strings.Contains(msg, "rotating logs what waited") != rotate {
+			t.Errorf("rotate %v: the CLI said:\n%s", rotate, msg)
+		}
+	}
+}

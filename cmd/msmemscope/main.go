@@ -240,7 +240,7 @@ func runProgram(inv *cli.Invocation) int {
 		return code
 	}
 	if sig != 0 {
-		fmt.Fprintf(os.Stderr, "msmemscope: %s\n", howEnded(sig, man))
+		fmt.Fprintf(os.Stderr, "msmemscope: %s\n", howEnded(sig, man, cfg.LogMode == "rotate"))
 	}
 	results := filepath.Dir(manPath)
 	if results != cfg.Output && os.IsNotExist(statErr) {
@@ -253,8 +253,9 @@ func runProgram(inv *cli.Invocation) int {
 
 // howEnded says what a signal that ended the main program left in its
 // capture: everything (a crash signal, drained by the library's handler) or
-// all but the last moments (SIGKILL, say).
-func howEnded(sig syscall.Signal, man *spool.Manifest) string {
+// all but the last moments (SIGKILL, say; with rotating logs, whose drain
+// a program recording flat out outruns, more).
+func howEnded(sig syscall.Signal, man *spool.Manifest, rotating bool) string {
 	ended := ""
 	for _, p := range man.Processes {
 		if p.ExitStatus != nil { // the main program's last image (it may have exec'd)
@@ -273,7 +274,11 @@ func howEnded(sig syscall.Signal, man *spool.Manifest) string {
 	if spool.CrashSignal(sig) {
 		return "the program crashed with " + what + ", and its capture could not be completed (the handler was replaced, or the crash came inside msmemscope): it holds the events up to the drain's last pass (at most ~100 ms before the crash)"
 	}
-	return "the program was killed by " + what + "; its capture holds the events up to the drain's last pass (all but the last ~100 ms; a thread idle since may lack its last event)"
+	lost := "all but the last ~100 ms"
+	if rotating {
+		lost += ", and with rotating logs what waited in the threads' rings: up to 4 MiB of events a thread, ~0.3 s of a program allocating flat out"
+	}
+	return "the program was killed by " + what + "; its capture holds the events up to the drain's last pass (" + lost + "; a thread idle since may lack its last event)"
 }
 
 func exitCode(ps *os.ProcessState, err error) int {
