@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"msmemscope/format"
@@ -146,6 +147,12 @@ func readsLogsInPlace(t *testing.T, stored bool) {
 	b, _ := os.ReadFile(last)
 	os.WriteFile(last, b[:len(b)-len(b)/3], 0o640)
 	check("cut")
+	if sp, err := spool.OpenCapture(capDir); err == nil {
+		if len(sp.CutLogs) != 1 || !strings.HasPrefix(sp.CutLogs[0], last+": ") {
+			t.Errorf("cut: logs said cut %q, want %s", sp.CutLogs, last)
+		}
+		sp.Close()
+	}
 	// A damaged byte inside the second log.
 	b, _ = os.ReadFile(logs[1])
 	b[len(b)/2] ^= 0xff

@@ -149,6 +149,11 @@ func Convert(dir string, opt Options) (*Result, error) {
 		return nil, BadInput(err)
 	}
 	defer sp.Close()
+	for _, cut := range sp.CutLogs {
+		// A kill cuts the logs being written; an older log cut so was
+		// damaged (or copied short): what it held past there is not read.
+		logx.WarnTo(opt.Console, "%s: read up to its last whole frame", cut)
+	}
 	if opt.Config == nil && sp.Py.Config != "" {
 		// msmemscope.config() changed the configuration while running.
 		if c, err := config.Decode(sp.Py.Config); err == nil {

@@ -131,6 +131,7 @@ func OpenCaptureEnded(dir string, end *EndMeta) (*Spool, error) {
 	// A log cut short reads as such, though its last chunk was made to end
 	// on its whole units (endOnChunk).
 	s.Truncated = s.Truncated || len(ls.damaged) > 0
+	s.CutLogs = ls.damaged
 	s.closer = ls
 	return s, nil
 }

@@ -388,9 +388,10 @@ type Spool struct {
 	HasStep           bool      // the process called step()
 	HasTorch          bool      // operator launches or tensor owner tags (format.ROpStart..RTag)
 	Bytes             int64
-	PadBytes          int64  // padding chunks (direct writes keep 4 KiB alignment)
-	Truncated         bool   // the file ended inside a chunk (a killed run)
-	Py                PyMeta // Python code objects, msmemscope's own folders, configuration (pycode.go)
+	PadBytes          int64    // padding chunks (direct writes keep 4 KiB alignment)
+	Truncated         bool     // the file ended inside a chunk (a killed run)
+	CutLogs           []string // rotated logs read up to a frame cut short or damaged: "path: why"
+	Py                PyMeta   // Python code objects, msmemscope's own folders, configuration (pycode.go)
 
 	histOnce sync.Once
 	hist     *cudaHistory // PyTorch's CUDA allocator history (cudahist.go)
