@@ -84,6 +84,9 @@ type LeakReport struct {
 	// ExitUnknown says why blocks alive at the end are not reported (the
 	// host heap stopped being recorded before the end): no exit leaks.
 	ExitUnknown string `json:",omitempty"`
+	// EndName says where the blocks alive at the end were, in the console
+	// summary: "at exit" when empty (a rotated log read alone: its end).
+	EndName string `json:"-"`
 }
 
 // KindTotal is the exit leaks of one kind.
@@ -392,9 +395,13 @@ func (r *LeakReport) Summary(top int) string {
 		fmt.Fprintf(&b, "leaks: %d step leak%s (%s) over %d step%s; exit leaks not known: %s\n",
 			len(r.StepLeaks), leakPlural(len(r.StepLeaks)), safefs.HumanBytes(stepBytes), r.Steps, leakPlural(r.Steps), r.ExitUnknown)
 	} else {
-		fmt.Fprintf(&b, "leaks: %d step leak%s (%s) over %d step%s; %d block%s (%s) alive at exit from %d call site%s\n",
+		end := r.EndName
+		if end == "" {
+			end = "at exit"
+		}
+		fmt.Fprintf(&b, "leaks: %d step leak%s (%s) over %d step%s; %d block%s (%s) alive %s from %d call site%s\n",
 			len(r.StepLeaks), leakPlural(len(r.StepLeaks)), safefs.HumanBytes(stepBytes), r.Steps, leakPlural(r.Steps),
-			r.ExitBlocks, leakPlural(r.ExitBlocks), safefs.HumanBytes(r.ExitBytes), len(r.ExitLeaks), leakPlural(len(r.ExitLeaks)))
+			r.ExitBlocks, leakPlural(r.ExitBlocks), safefs.HumanBytes(r.ExitBytes), end, len(r.ExitLeaks), leakPlural(len(r.ExitLeaks)))
 	}
 	if r.ByKind != nil {
 		b.WriteString("leak summary:")
@@ -412,7 +419,11 @@ func (r *LeakReport) Summary(top int) string {
 		return b.String()
 	}
 	if len(r.ExitLeaks) > 0 {
-		b.WriteString("largest exit leaks:\n")
+		if r.EndName != "" {
+			fmt.Fprintf(&b, "largest blocks alive %s:\n", r.EndName)
+		} else {
+			b.WriteString("largest exit leaks:\n")
+		}
 		leakWriteSites(&b, r.ExitLeaks, top)
 	}
 	if len(r.StepLeaks) > 0 {

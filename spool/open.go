@@ -177,14 +177,25 @@ func Open(path string, opt trace.OpenOptions) (trace.Input, error) {
 
 // IsSpoolFile tells a raw spool or a rotated log by its first bytes.
 func IsSpoolFile(path string) bool {
+	b := firstBytes(path)
+	return string(b) == Magic || isZstd(b)
+}
+
+// IsLogFile tells a rotated log (zstd frames) by its first bytes.
+func IsLogFile(path string) bool { return isZstd(firstBytes(path)) }
+
+func isZstd(b []byte) bool { return len(b) >= 4 && string(b[:4]) == "\x28\xb5\x2f\xfd" } // a zstd frame's magic
+
+// firstBytes is a file's first 8 bytes, fewer if it is shorter.
+func firstBytes(path string) []byte {
 	f, err := os.Open(path)
 	if err != nil {
-		return false
+		return nil
 	}
 	defer f.Close()
 	var b [8]byte
 	n, _ := io.ReadFull(f, b[:])
-	return string(b[:n]) == Magic || (n >= 4 && string(b[:4]) == "\x28\xb5\x2f\xfd") // zstd frame magic
+	return b[:n]
 }
 
 // spoolInput is a spool decoded as a trace.Input.

@@ -748,7 +748,8 @@ func TestChildLeaksSaid(t *testing.T) {
 
 // TestLogAloneReportsInItsCapture: a rotated log given alone to --input
 // has its leaks report written into its capture's analysis folder, as a
-// dump file's is, not into the working folder's default output.
+// dump file's is, not into the working folder's default output; the
+// console says its blocks alive are so at the log's end, not at exit.
 func TestLogAloneReportsInItsCapture(t *testing.T) {
 	bin := compile(t, "single.c", "")
 	out := filepath.Join(t.TempDir(), "out")
@@ -760,6 +761,9 @@ func TestLogAloneReportsInItsCapture(t *testing.T) {
 	before, _ := filepath.Glob(reports) // the run's own, at exit
 	if r := runCLI(t, 60*time.Second, cwd, "--input="+log); r.Code != 0 {
 		t.Fatalf("exit %d\n%s", r.Code, r.Stderr)
+	} else if !strings.Contains(r.Stderr, "alive at the log's end") || strings.Contains(r.Stderr, "at exit") {
+		// (a log read alone ends where the log does, not the run)
+		t.Errorf("the console said:\n%s", r.Stderr)
 	}
 	if after, _ := filepath.Glob(reports); len(after) != len(before)+1 {
 		t.Errorf("leaks reports in the capture: %v before, %v after", before, after)

@@ -191,6 +191,9 @@ func fileReports(path, outDir string, options []string, specs []*spec.Analysis, 
 		return collect.BadInput(err)
 	}
 	for i, r := range res {
+		if lr, ok := r.Value.(*analyzer.LeakReport); ok && spool.IsLogFile(path) {
+			lr.EndName = "at the log's end" // (not the run's, unless it is the newest log)
+		}
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: %s", path, r.Summary(collect.ConsoleTop))
 		if r.WriteCSV == nil {
 			continue
