@@ -39,7 +39,9 @@ func (r *Rotator) storeBatch(lf *logFile, n int) bool {
 	if r.storeAll {
 		return true
 	}
-	if n < storeFrom || int64(n) > r.maxBytes/16 || lf.size()+int64(n) > r.maxBytes {
+	// (A batch's frame holds a little more than the batch the drain took,
+	// at most BatchMax: a thread's epoch restated in a new log, say.)
+	if n < storeFrom || r.maxBytes < 16*storeFrom || lf.size()+int64(n) > r.maxBytes {
 		return false
 	}
 	r.busy++
