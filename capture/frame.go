@@ -39,9 +39,7 @@ func (r *Rotator) storeBatch(lf *logFile, n int) bool {
 	if r.storeAll {
 		return true
 	}
-	// (A batch's frame holds a little more than the batch the drain took,
-	// at most BatchMax: a thread's epoch restated in a new log, say.)
-	if n < storeFrom || r.maxBytes < 16*storeFrom || lf.size()+int64(n) > r.maxBytes {
+	if n < storeFrom || int64(n) > r.maxBytes/16 || lf.size()+int64(n) > r.maxBytes {
 		return false
 	}
 	r.busy++
