@@ -80,6 +80,13 @@ type lastEvent struct {
 
 // note adds rec (a MALLOC or FREE) to l.
 func (t *liveTable) note(l *lastEvent, rec *spool.Rec, at when, seq int) {
+	if rec.Flags&format.FUndo != 0 { // a failed realloc: its FREE undone
+		l.bal++
+		if !l.set || !at.before(l.at) {
+			l.set, l.free, l.at, l.seq = true, false, at, int32(seq)
+		}
+		return // (the block as its MALLOC recorded it)
+	}
 	free := rec.Kind == format.RFree
 	if free {
 		l.bal--
@@ -159,9 +166,9 @@ func (r *Rotator) late(key spool.BlockKey, at when, seq int, rec *spool.Rec) boo
 // address order, their MALLOCs flagged FInherit); then what came after it
 // becomes the present, and addresses last freed before the previous cut
 // are forgotten (no record that late is expected), as are those freed
-// before this cut whose MALLOCs and FREEs paired: a record that comes later
-// still is a later block's (a MALLOC older than a FREE seen leaves the
-// balance at -1, kept). A program whose threads free each other's blocks
+// before this cut whose MALLOCs and FREEs paired, the latest a FREE: a
+// record that comes later still is a later block's (a MALLOC older than a
+// FREE seen leaves the balance at -1, kept). A program whose threads free each other's blocks
 // touched a million addresses a log: the table held them all for two. The chunks are built
 // in one buffer: with a million blocks live, a buffer per thread and a
 // copy of them all held three times their size at once.
@@ -225,7 +232,7 @@ func (r *Rotator) settle() []byte {
 		} else if pre.live() { // its balance 0 or 1 again
 			pre.bal = 1
 		} else {
-			balanced = pre.bal == 0
+			balanced = pre.bal == 0 && pre.free
 			pre.bal = 0
 		}
 		if !pre.live() && (pre.at.t < r.prevCut || balanced && pre.at.t < r.cut) {
@@ -243,9 +250,12 @@ func (r *Rotator) settle() []byte {
 // sweepFrom is the fewest addresses the live table holds before a sweep.
 const sweepFrom = 1 << 16
 
-// sweep forgets the addresses whose MALLOCs and FREEs paired (none live
-// there), but for those with events after a settling cut: a record that
-// comes later on one is a later block's, as at a cut (settle). Without it a program whose threads
+// sweep forgets the addresses whose MALLOCs and FREEs paired and whose
+// latest event is a FREE (none live there), but for those with events
+// after a settling cut: a record that comes later on one is a later
+// block's, as at a cut (settle). (Latest a MALLOC, a thread's earlier
+// MALLOC of a block another thread freed could still come: it would then
+// stand for the block live.) Without it a program whose threads
 // free each other's blocks kept every address it touched over two logs
 // (600 k addresses, 150 MB more RSS, for 4,000 blocks live). It runs when
 // the table has doubled since the last sweep: a pass over the table for
@@ -261,7 +271,7 @@ func (r *Rotator) sweep() {
 	}
 	var gone []keyPlace
 	lt.each(func(k spool.BlockKey, i uint32) {
-		if pre := lt.at(i); pre.bal == 0 && pre.post == 0 {
+		if pre := lt.at(i); pre.bal == 0 && pre.free && pre.post == 0 {
 			gone = append(gone, keyPlace{k, i})
 		}
 	})

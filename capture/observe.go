@@ -151,10 +151,6 @@ func (r *Rotator) observe(b []byte) error {
 			}
 			switch rec.Kind {
 			case format.RMalloc, format.RFree:
-				free := rec.Kind == format.RFree
-				if !free && rec.Flags&format.FUndo != 0 {
-					break
-				}
 				key := spool.KeyOf(&rec)
 				r.maxT = max(r.maxT, t)
 				r.arrived++

@@ -271,13 +271,14 @@ func howEnded(sig syscall.Signal, man *spool.Manifest, rotating bool) string {
 	case spool.EndedSignal:
 		return "the program was ended by " + what + "; its capture was completed in msmemscope's handler and holds every event recorded before it"
 	}
-	if spool.CrashSignal(sig) {
-		return "the program crashed with " + what + ", and its capture could not be completed (the handler was replaced, or the crash came inside msmemscope): it holds the events up to the drain's last pass (at most ~100 ms before the crash)"
-	}
-	lost := "all but the last ~100 ms"
+	rings := ""
 	if rotating {
-		lost += ", and with rotating logs what waited in the threads' rings: up to 4 MiB of events a thread, ~0.3 s of a program allocating flat out"
+		rings = ", and with rotating logs what waited in the threads' rings: up to 4 MiB of events a thread, ~0.3 s of a program allocating flat out"
 	}
+	if spool.CrashSignal(sig) {
+		return "the program crashed with " + what + ", and its capture could not be completed (the handler was replaced, or the crash came inside msmemscope): it holds the events up to the drain's last pass (at most ~100 ms before the crash" + rings + ")"
+	}
+	lost := "all but the last ~100 ms" + rings
 	return "the program was killed by " + what + "; its capture holds the events up to the drain's last pass (" + lost + "; a thread idle since may lack its last event)"
 }
 
