@@ -13,6 +13,32 @@ import (
 	"msmemscope/spool"
 )
 
+// handedX is the block the hand-over tests pass from thread 7 to thread 8.
+const handedX = 0x7f0000001000
+
+// handOver writes thread 8's FREE of handedX (thread 7's block, its MALLOC
+// at tick+1 not yet drained) and its MALLOC of the same address (200 bytes,
+// kept), and returns the tick of thread 7's MALLOC.
+func handOver(t *testing.T, r *Rotator, tick uint64) uint64 {
+	t.Helper()
+	if err := r.Write(append(calibRec(tick+10, 1), chunkOf(8, [][4]uint64{{tick + 2, handedX, 0, format.RFree}, {tick + 3, handedX, 200, format.RMalloc}})...)); err != nil {
+		t.Fatal(err)
+	}
+	return tick + 1
+}
+
+// pairedRecs is n MALLOC and FREE pairs of fresh addresses from base on,
+// stamped after *tick (advanced).
+func pairedRecs(base uint64, n int, tick *uint64) [][4]uint64 {
+	recs := make([][4]uint64, 0, 2*n)
+	for i := 0; i < n; i++ {
+		*tick += 2
+		p := base + uint64(i)*64
+		recs = append(recs, [4]uint64{*tick, p, 48, format.RMalloc}, [4]uint64{*tick + 1, p, 0, format.RFree})
+	}
+	return recs
+}
+
 // Thread 7 mallocs X (its record lags), hands X to thread 8, which frees X
 // and mallocs X again (tcache reuse) and keeps it. Thread 8's two records
 // arrive first; a sweep runs; then thread 7's MALLOC arrives: X is live as
@@ -24,21 +50,12 @@ func TestRotatorSweepKeepsTheLiveBlocksMalloc(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	const X = 0x7f0000001000
+	const X = handedX
 	tick := uint64(1_000_000)
-	// t0: M0 by 7 (size 100), t1: F0 by 8, t2: M1 by 8 (size 200)
-	t0, t1, t2 := tick+1, tick+2, tick+3
-	if err := r.Write(append(calibRec(tick+10, 1), chunkOf(8, [][4]uint64{{t1, X, 0, format.RFree}, {t2, X, 200, format.RMalloc}})...)); err != nil {
-		t.Fatal(err)
-	}
+	t0 := handOver(t, r, tick)
 	tick += 100
-	// fill the table so that it sweeps (paired fresh addresses, thread 9)
-	var recs [][4]uint64
-	for i := 0; i < 70000; i++ {
-		tick += 2
-		p := 0x20000000 + uint64(i)*64
-		recs = append(recs, [4]uint64{tick, p, 48, format.RMalloc}, [4]uint64{tick + 1, p, 0, format.RFree})
-	}
+	// The table fills up and sweeps (thread 9's pairs of fresh addresses).
+	recs := pairedRecs(0x20000000, 70000, &tick)
 	if err := r.Write(append(calibRec(tick, 2), chunkOf(9, recs)...)); err != nil {
 		t.Fatal(err)
 	}
@@ -202,21 +219,13 @@ func TestRotatorSweepInheritsTheLiveBlocksMalloc(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.storeAll = true
-	const X = 0x7f0000001000
+	const X = handedX
 	tick := uint64(1_000_000)
-	t0, t1, t2 := tick+1, tick+2, tick+3
-	if err := r.Write(append(calibRec(tick+10, 1), chunkOf(8, [][4]uint64{{t1, X, 0, format.RFree}, {t2, X, 200, format.RMalloc}})...)); err != nil {
-		t.Fatal(err)
-	}
+	t0 := handOver(t, r, tick)
 	tick += 100
 	ep := uint64(2)
-	for round := 0; round < 2; round++ { // 2 x 70000 pairs: sweeps
-		var recs [][4]uint64
-		for i := 0; i < 35000; i++ {
-			tick += 2
-			p := 0x20000000 + uint64(round*35000+i)*64
-			recs = append(recs, [4]uint64{tick, p, 48, format.RMalloc}, [4]uint64{tick + 1, p, 0, format.RFree})
-		}
+	for round := 0; round < 2; round++ { // 2 x 35000 pairs: sweeps
+		recs := pairedRecs(0x20000000+uint64(round*35000)*64, 35000, &tick)
 		if err := r.Write(append(calibRec(tick, ep), chunkOf(9, recs)...)); err != nil {
 			t.Fatal(err)
 		}
@@ -228,14 +237,8 @@ func TestRotatorSweepInheritsTheLiveBlocksMalloc(t *testing.T) {
 	ep++
 	for r.seq < 3 {
 		tick += 600_000
-		var recs [][4]uint64
-		for i := 0; i < 20000; i++ {
-			tick += 2
-			p := 0x40000000 + uint64(i)*64
-			recs = append(recs, [4]uint64{tick, p, 48, format.RMalloc}, [4]uint64{tick + 1, p, 0, format.RFree})
-		}
-		b := append(calibRec(tick, ep), chunkOf(7, recs)...)
-		b = append(b, chunkOf(8, recs[:0])...)
+		b := append(calibRec(tick, ep), chunkOf(7, pairedRecs(0x40000000, 20000, &tick))...)
+		b = append(b, chunkOf(8, nil)...) // the drain's mark: thread 8 drained
 		if err := r.Write(append(b, chunkOf(8, [][4]uint64{{tick + 5, 0x50000000, 0, format.RFree}})...)); err != nil {
 			t.Fatal(err)
 		}
