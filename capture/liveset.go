@@ -116,6 +116,17 @@ func (l *lastEvent) live() bool {
 	return l.set && !l.free
 }
 
+// forgettable reports whether l's MALLOCs and FREEs paired and its latest
+// event is a FREE: a record that comes later on its address is a later
+// block's (sweep, settle).
+func (l *lastEvent) forgettable() bool { return l.bal == 0 && l.free }
+
+// keyPlace is an address and its place in the live table.
+type keyPlace struct {
+	k spool.BlockKey
+	i uint32
+}
+
 // then is l followed by later events (n): the state l ends in, carried in.
 // Its MALLOC is n's or l's (the other's long payload is still held).
 func (l *lastEvent) then(n *lastEvent) lastEvent {
@@ -232,7 +243,7 @@ func (r *Rotator) settle() []byte {
 		} else if pre.live() { // its balance 0 or 1 again
 			pre.bal = 1
 		} else {
-			balanced = pre.bal == 0 && pre.free
+			balanced = pre.forgettable()
 			pre.bal = 0
 		}
 		if !pre.live() && (pre.at.t < r.prevCut || balanced && pre.at.t < r.cut) {
@@ -265,13 +276,9 @@ func (r *Rotator) sweep() {
 	if lt.idx.Len() < r.sweepAt {
 		return
 	}
-	type keyPlace struct {
-		k spool.BlockKey
-		i uint32
-	}
 	var gone []keyPlace
 	lt.each(func(k spool.BlockKey, i uint32) {
-		if pre := lt.at(i); pre.bal == 0 && pre.free && pre.post == 0 {
+		if pre := lt.at(i); pre.forgettable() && pre.post == 0 {
 			gone = append(gone, keyPlace{k, i})
 		}
 	})

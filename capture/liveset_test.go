@@ -45,10 +45,7 @@ func pairedRecs(base uint64, n int, tick *uint64) [][4]uint64 {
 // thread 8's MALLOC made it (a sweep that forgot X, its balance 0, took
 // thread 7's for it).
 func TestRotatorSweepKeepsTheLiveBlocksMalloc(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 3, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 3, 64)
 	defer r.Close()
 	const X = handedX
 	tick := uint64(1_000_000)
@@ -86,10 +83,7 @@ func TestRotatorLiveSetAgainstTheTruth(t *testing.T) {
 
 func liveSetAgainstTheTruth(t *testing.T, seed int64, mb int) {
 	rng := rand.New(rand.NewSource(seed))
-	r, err := NewRotator(t.TempDir(), 42, 1000, mb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 1000, mb)
 	defer r.Close()
 	const nth = 4
 	tick := uint64(1_000_000)
@@ -192,10 +186,7 @@ func liveSetAgainstTheTruth(t *testing.T, seed int64, mb int) {
 // A failed realloc: the FREE of X, then its MALLOC flagged FUndo: X lives
 // on (the rotator skipped the undo, and X read as freed).
 func TestRotatorFailedReallocLeavesItsBlockLive(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 3, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 3, 64)
 	defer r.Close()
 	const X = 0x7f0000002000
 	var body []byte
@@ -214,10 +205,7 @@ func TestRotatorFailedReallocLeavesItsBlockLive(t *testing.T) {
 // The same hand-over as TestRotatorSweepKeepsTheLiveBlocksMalloc: the next
 // logs inherit X as thread 8's MALLOC made it.
 func TestRotatorSweepInheritsTheLiveBlocksMalloc(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 100, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 100, 1)
 	r.storeAll = true
 	const X = handedX
 	tick := uint64(1_000_000)

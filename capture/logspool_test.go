@@ -59,10 +59,7 @@ func rotatedCapture(t *testing.T, stored bool) (capDir string) {
 	capDir = t.TempDir()
 	dir := filepath.Join(capDir, spool.SpoolDir)
 	os.Mkdir(dir, 0o750)
-	r, err := NewRotator(dir, 42, 4, logMB(stored))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, dir, 4, logMB(stored))
 	r.storeAll = stored
 	tick := uint64(1_000_000)
 	for d := 0; d < 30; d++ {

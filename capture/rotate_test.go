@@ -37,6 +37,16 @@ func logMB(stored bool) int {
 	return 1
 }
 
+// testRotator is NewRotator for process 42, the test failed if it fails.
+func testRotator(t testing.TB, dir string, maxFiles, maxMB int) *Rotator {
+	t.Helper()
+	r, err := NewRotator(dir, 42, maxFiles, maxMB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // threadRecs is one thread's records in a batch.
 type threadRecs struct {
 	tid  int32
@@ -102,10 +112,7 @@ func TestRotatorKeepsNSelfContainedFiles(t *testing.T) {
 
 func keepsNSelfContainedFiles(t *testing.T, stored bool) {
 	dir := t.TempDir()
-	r, err := NewRotator(dir, 42, 3, logMB(stored))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, dir, 3, logMB(stored))
 	r.storeAll = stored
 	rng := rand.New(rand.NewSource(1))
 	kept := map[uint64]bool{}
@@ -190,10 +197,7 @@ func keepsNSelfContainedFiles(t *testing.T, stored bool) {
 // A thread's compact records can continue, in the next log, an epoch it
 // entered in the previous one: the new log restates the thread's epoch.
 func TestRotatorRestatesThreadEpochs(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 3, 1)
 	compact := func(ptr uint64) []byte { // a compact FREE (format/records.def)
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], ptr|1<<63|1<<62|uint64(format.FHost)<<48)
@@ -237,10 +241,7 @@ func TestRotatorRestatesThreadEpochs(t *testing.T) {
 // the next one: the rotator keeps a copy of it (the drain reuses the
 // batch's buffer), and the log gets it before that event.
 func TestRotatorStampAcrossBatches(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 3, 1)
 	const stamp = 2345
 	var unit [8]byte // a stamp unit (format/records.def's P_STAMP)
 	binary.LittleEndian.PutUint64(unit[:], format.PairBits|format.PairStamp|stamp)
@@ -276,10 +277,7 @@ func TestRotatorStampAcrossBatches(t *testing.T) {
 // pair unit's distances from the last address): the log gets them as full
 // records, so that it reads alone with the right addresses.
 func TestRotatorWritesPairsWhole(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 3, 1)
 	unit := func(w uint64) []byte { return binary.LittleEndian.AppendUint64(nil, w) }
 	body := spool.AppendRec(nil, &spool.Rec{Kind: format.REpoch, TS: spool.TSEpoch | 1})
 	body = append(body, unit(0x7f0000001000|1<<63|uint64(format.FHost)<<48)...) // a compact MALLOC
@@ -321,10 +319,7 @@ func TestRotatorWritesPairsWhole(t *testing.T) {
 // the blocks truly live.
 func TestRotatorLaggingThread(t *testing.T) {
 	dir := t.TempDir()
-	r, err := NewRotator(dir, 42, 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, dir, 3, 1)
 	tick := uint64(1_000_000)
 	rng := rand.New(rand.NewSource(2))
 	var lagging [][][4]uint64 // thread 7's records of the batches not drained yet
@@ -393,10 +388,7 @@ func TestRotatorLaggingThread(t *testing.T) {
 // inherits: each log read alone ends with exactly the blocks live.
 func TestRotatorFreeStampedBeforeItsMalloc(t *testing.T) {
 	dir := t.TempDir()
-	r, err := NewRotator(dir, 42, 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, dir, 3, 1)
 	tick := uint64(1_000_000)
 	rng := rand.New(rand.NewSource(3))
 	live := map[uint64]bool{}
@@ -467,10 +459,7 @@ func TestRotatorFreeStampedBeforeItsMalloc(t *testing.T) {
 // and payload, one unit (a stack's id) or longer (an inline stack); and
 // addresses freed long ago are forgotten, their places reused.
 func TestRotatorInheritsMallocsWhole(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 4, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 4, 1)
 	payload := func(n, seed int) []byte {
 		b := make([]byte, 8*n)
 		for i := range b {
@@ -545,10 +534,7 @@ func TestRotatorInheritsMallocsWhole(t *testing.T) {
 // A block whose address (a CUDA VMM handle: opaque) has bits 60-63 set is
 // inherited with the address it was allocated at.
 func TestRotatorInheritsHighAddress(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 4, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 4, 1)
 	const handle = 0xF000_0000_0000_1230
 	tick := uint64(1_000_000)
 	for d := 0; d < 6; d++ {
@@ -588,10 +574,7 @@ func TestRotatorInheritsHighAddress(t *testing.T) {
 // more (errLogsFull), and what they hold stays whole.
 func TestRotatorFullDisk(t *testing.T) {
 	dir := t.TempDir()
-	r, err := NewRotator(dir, 42, 5, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, dir, 5, 1)
 	tick := uint64(1_000_000)
 	rng := rand.New(rand.NewSource(2))
 	batch := func(d int) error {
@@ -679,10 +662,7 @@ func TestAppendFrameUndone(t *testing.T) {
 func TestBatchMaxHoldsTheLargestRecord(t *testing.T) {
 	largest := 2*spool.ChunkHdrSize + 3*spool.RecSize + int(format.RecNMask)*spool.UnitSize
 	for _, mb := range []int{1, 2, 20, 1000} {
-		r, err := NewRotator(t.TempDir(), 42, 3, mb)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := testRotator(t, t.TempDir(), 3, mb)
 		if r.BatchMax() < largest {
 			t.Errorf("%d MiB logs: batches of %d bytes, the largest record takes %d", mb, r.BatchMax(), largest)
 		}
@@ -697,10 +677,7 @@ func TestBatchMaxHoldsTheLargestRecord(t *testing.T) {
 // bound.
 func TestRotatorStoresOnlyWhatFits(t *testing.T) {
 	const busy = 600 << 10
-	small, err := NewRotator(t.TempDir(), 42, 3, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	small := testRotator(t, t.TempDir(), 3, 2)
 	defer small.Close()
 	small.zRaw, small.zOut = 1<<20, 1<<19 // compressing halves them
 	for i := 0; i < 20; i++ {
@@ -708,10 +685,7 @@ func TestRotatorStoresOnlyWhatFits(t *testing.T) {
 			t.Fatalf("2 MiB logs: a batch of %d bytes stored", busy)
 		}
 	}
-	big, err := NewRotator(t.TempDir(), 42, 3, 20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	big := testRotator(t, t.TempDir(), 3, 20)
 	defer big.Close()
 	big.zRaw, big.zOut = 1<<20, 1<<19
 	stored := 0
@@ -741,10 +715,7 @@ func TestRotatorStoresOnlyWhatFits(t *testing.T) {
 // (an idle program with many threads) is not a busy one: the drain then
 // sleeps.
 func TestRotatorBatchEventsLeaveOutCalibrationsAndMarks(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 3, 1)
 	defer r.Close()
 	batch := calibRec(1000, 1)
 	for tid := int32(1); tid <= 2000; tid++ {
@@ -769,10 +740,7 @@ func TestRotatorBatchEventsLeaveOutCalibrationsAndMarks(t *testing.T) {
 // while all of them together hold more than --log-files × --log-file-mb.
 func TestRotatorKeepsItsBound(t *testing.T) {
 	dir := t.TempDir()
-	r, err := NewRotator(dir, 42, 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, dir, 3, 1)
 	r.storeAll = true // 2 MB a batch: each log ends near twice its size
 	tick := uint64(1_000_000)
 	for d := 0; d < 20; d++ {
@@ -807,10 +775,7 @@ func TestRotatorKeepsItsBound(t *testing.T) {
 // On a full disk a Write refuses at once, and says its batch moved no
 // record: the drain then sleeps instead of spinning on batches it drops.
 func TestRotatorFullDiskBatchIsNotBusy(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 3, 1)
 	defer r.Close()
 	var recs [][4]uint64
 	for i := uint64(0); i < 20000; i++ {
@@ -831,10 +796,7 @@ func TestRotatorFullDiskBatchIsNotBusy(t *testing.T) {
 // its MALLOC (another thread's, drained later): that MALLOC, when it comes,
 // does not leave its block live.
 func TestRotatorSweepsPairedAddresses(t *testing.T) {
-	r, err := NewRotator(t.TempDir(), 42, 3, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testRotator(t, t.TempDir(), 3, 64)
 	defer r.Close()
 	const handed = 0x7f0000001000
 	tick := uint64(1_000_000)

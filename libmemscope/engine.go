@@ -160,7 +160,7 @@ func drainLoop() {
 			return
 		default:
 		}
-		var n int
+		var moved bool // whether the pass moved events (else: 1, 2, 4, 8 ms)
 		if eng.rot != nil {
 			// Again at once while the rings fill faster than a pass
 			// takes them: a program recording flat out waits for room.
@@ -169,14 +169,11 @@ func drainLoop() {
 				idle = 0
 				continue
 			}
-			n = idleBytes + 1 // a pass that moved records is not idle
-			if events == 0 {
-				n = 0 // (calibrations and marks only: 1, 2, 4, 8 ms)
-			}
+			moved = events > 0 // (calibrations and marks are not)
 		} else {
-			n = int(C.ms_drain()) // (a failure is counted in C)
+			moved = int(C.ms_drain()) > idleBytes // (a failure is counted in C)
 		}
-		if n > idleBytes {
+		if moved {
 			idle = 0
 		} else if idle < 3 {
 			idle++

@@ -35,13 +35,12 @@ func exitFor(err error) int {
 	return fail(err)
 }
 
-// openInput opens --input path for reading (spool.Open: a dump file, a
-// capture folder, an output folder, a spool or a rotated log).
-func openInput(in string) (trace.Input, error) { return openInputWith(in, trace.OpenOptions{}) }
-
-// openInputWith is openInput with opt's Capture.
-func openInputWith(in string, opt trace.OpenOptions) (trace.Input, error) {
-	f, err := spool.Open(in, trace.OpenOptions{Lean: true, Reuse: true, Capture: opt.Capture,
+// openInput opens a --compare input for reading (spool.Open: a dump file, a
+// capture folder, an output folder, a spool or a rotated log); a capture
+// folder's whole spool, as --timeline reads it, not its newest dump, which
+// --steps may have filtered.
+func openInput(in string) (trace.Input, error) {
+	f, err := spool.Open(in, trace.OpenOptions{Lean: true, Reuse: true, Capture: true,
 		Kinds: []trace.Kind{trace.KindOpLaunch, trace.KindKernelLaunch, trace.KindMalloc, trace.KindFree,
 			trace.KindMstx, trace.KindSystem}}) // the last two for the launches' steps
 	if err != nil {
@@ -56,9 +55,7 @@ func compare(inv *cli.Invocation) int {
 	var seqs []*analyzer.LaunchSeq
 	prog := analyzer.NewProgress("compare")
 	for _, in := range inv.Inputs {
-		// (a capture folder: its whole spool, as --timeline reads it, not
-		// its newest dump, which --steps may have filtered)
-		si, err := openInputWith(in, trace.OpenOptions{Capture: true})
+		si, err := openInput(in)
 		if err != nil {
 			prog.Done()
 			return exitFor(err)
@@ -190,8 +187,9 @@ func fileReports(path, outDir string, options []string, specs []*spec.Analysis, 
 	if err != nil {
 		return collect.BadInput(err)
 	}
+	aLog := spool.IsLogFile(path)
 	for i, r := range res {
-		if lr, ok := r.Value.(*analyzer.LeakReport); ok && spool.IsLogFile(path) {
+		if lr, ok := r.Value.(*analyzer.LeakReport); ok && aLog {
 			lr.EndName = "at the log's end" // (not the run's, unless it is the newest log)
 		}
 		fmt.Fprintf(os.Stderr, "msmemscope: %s: %s", path, r.Summary(collect.ConsoleTop))
