@@ -77,7 +77,7 @@ static int libc_cb(struct dl_phdr_info *info, size_t sz, void *arg) {
 		l->into = l->next;
 		dynsym_each(info, found, l);
 	}
-	if (libc) {
+	if (libc && !l->after) { // (after this library: next has what it defines)
 		l->into = l->libc;
 		dynsym_each(info, found, l);
 	}

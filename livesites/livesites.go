@@ -184,27 +184,26 @@ func (s *Set) span(ts uint64) (lo, hi uint64) {
 func (s *Set) apply(r *item) {
 	k := r.key
 	if r.kind == itemFree {
-		b, ok := s.blocks.Get(uint64(k))
-		if !ok {
+		bp := s.blocks.Ptr(uint64(k)) // (one probe: changed in place)
+		if bp == nil {
 			// Allocated before the capture (or the window), or by
 			// another thread later in this pass.
 			delete(s.freed, r.tid)
 			s.orphans[k] = append(s.orphans[k], orphanFree{r.ts, r.tid, s.pass})
 			return
 		}
-		if o := s.order(r.ts, b.ts); o == before || (o == unknown && b.stale > 0 && r.tid != b.tid) {
+		if o := s.order(r.ts, bp.ts); o == before || (o == unknown && bp.stale > 0 && r.tid != bp.tid) {
 			// It freed an older block at this address, not this one
 			// (allocated after it): one this block replaced, whose
 			// thread's records were read later, or one allocated before
 			// the capture.
-			if b.stale > 0 {
-				b.stale--
-				s.blocks.Put(uint64(k), b)
+			if bp.stale > 0 {
+				bp.stale--
 			}
 			delete(s.freed, r.tid)
 			return
 		}
-		s.freed[r.tid] = freedBlock{k, b}
+		s.freed[r.tid] = freedBlock{k, *bp}
 		s.free(k)
 		return
 	}
@@ -295,21 +294,20 @@ func (s *Set) free(k spool.BlockKey) {
 // add adds a block (fresh: a new allocation, not a failed realloc's
 // block living on).
 func (s *Set) add(k spool.BlockKey, b wBlock, fresh bool) {
-	if old, ok := s.blocks.Get(uint64(k)); ok {
+	if old := s.blocks.Ptr(uint64(k)); old != nil { // (one probe: changed in place)
 		// The address's block was freed, but that FREE has not been
 		// read: another thread's, whose records come later (or lost).
 		if s.order(b.ts, old.ts) == before {
 			// This MALLOC is the older one: its block is the one freed.
 			old.stale++
-			s.blocks.Put(uint64(k), old)
 			if fresh && b.site >= 0 {
 				s.allocated += b.size
 				s.nalloc++
 			}
 			return
 		}
+		b.stale = old.stale + 1 // (before free: it takes old's slot)
 		s.free(k)
-		b.stale = old.stale + 1
 	}
 	s.blocks.Put(uint64(k), b)
 	if b.site < 0 {

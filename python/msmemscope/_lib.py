@@ -14,6 +14,7 @@ return -1 there and data calls NULL, which call() turns into RuntimeError.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import operator
@@ -199,6 +200,19 @@ def untyped(name: str) -> Any:
     msmemscope_torch_op), with ints that fit an int and bytes, never str
     (a str would go as a wchar_t *)."""
     return get()[name]
+
+
+@contextlib.contextmanager
+def owned() -> Any:
+    """msmemscope's own work on this thread (the trace's, the operator
+    hooks'): what it allocates is tracked and makes no rows
+    (msmemscope_own)."""
+    own = untyped("msmemscope_own")
+    own(1)
+    try:
+        yield
+    finally:
+        own(0)
 
 
 def preloaded() -> bool:

@@ -27,7 +27,6 @@ rows are made when the files are written (spool/torch.go).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import itertools
 import os
@@ -41,16 +40,7 @@ from . import _cuda_history
 from ._records import R_OP_START, R_OP_END, R_SNAPSHOT, R_WATCH, R_TAG
 
 
-@contextlib.contextmanager
-def _owned() -> Any:
-    """msmemscope's own work on this thread: what it allocates is tracked
-    and makes no rows (msmemscope_own)."""
-    own = _lib.get().msmemscope_own
-    own(1)
-    try:
-        yield
-    finally:
-        own(0)
+_owned = _lib.owned  # msmemscope's own work: no rows
 
 
 __all__ = ["enable", "disable", "enabled", "watch", "tag", "snapshot"]

@@ -33,7 +33,6 @@ Two hooks give the same rows:
 from __future__ import annotations
 
 import array
-import contextlib
 import os
 import sys
 import threading
@@ -75,15 +74,7 @@ _tool: Optional[int] = None  # the sys.monitoring tool id of the running trace
 Profiler = Callable[[FrameType, str, Any], None]
 
 
-@contextlib.contextmanager
-def _owned() -> Any:
-    """The trace's own work on this thread: what it allocates makes no row."""
-    own = _lib.untyped("msmemscope_own")
-    own(1)
-    try:
-        yield
-    finally:
-        own(0)
+_owned = _lib.owned  # msmemscope's own work: no rows
 
 
 class _Thread:
@@ -128,11 +119,7 @@ def _sweep() -> None:
         if th.closed:
             continue
         _flush(th, _mono())  # (calls still open end with the thread)
-        th.closed = True
-        th.codes, th.times = [], array.array("q")
-        if th.fd is not None:
-            os.close(th.fd)
-            th.fd = None
+        _close(th)
 
 
 _ends = threading.local()
@@ -320,11 +307,7 @@ def _end() -> List[str]:
         files = []
         for th in _threads:
             _flush(th, now)  # calls still open end now
-            th.closed = True
-            th.codes, th.times = [], array.array("q")  # (a hook still running finds them full)
-            if th.fd is not None:
-                os.close(th.fd)
-                th.fd = None
+            _close(th)
             if th.path:
                 files.append(th.path)
         return files
@@ -389,11 +372,21 @@ def _lines(th: _Thread, end: Optional[int]) -> List[str]:
                 add("%s,%d,%d%s" % (fi, t0, times[i], tail))
     while end is not None and stack:
         code, t0 = pop()
-        fi = info(code) or _funcinfo(code)
+        fi = _funcinfo(code)
         if fi:
             add("%s,%d,%d%s" % (fi, t0, end, tail))
     codes[:n] = [None] * n  # (the code objects are not kept alive by the trace)
     return out
+
+
+def _close(th: _Thread) -> None:
+    """Ends th's trace: its buffers let go (a hook still running finds them
+    full), its file closed."""
+    th.closed = True
+    th.codes, th.times = [], array.array("q")
+    if th.fd is not None:
+        os.close(th.fd)
+        th.fd = None
 
 
 def _flush(th: _Thread, end: Optional[int] = None) -> None:
